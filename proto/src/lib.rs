@@ -1,0 +1,13 @@
+//! Wire types of `tally.agent.v1`, generated from `proto/`. These types stop at the
+//! service edge: agent and coordinator convert them to domain types (with
+//! validation) before use. This crate depends on nothing of Tally's own.
+
+#![allow(clippy::derive_partial_eq_without_eq, missing_docs)]
+
+pub mod agent {
+    pub mod v1 {
+        tonic::include_proto!("tally.agent.v1");
+    }
+}
+
+pub use agent::v1;
