@@ -1,1 +1,13 @@
-//! placeholder
+//! Shared ground of Tally: the canonical form of values (DESIGN §3), the checksum
+//! arithmetic (§4), domain types with their wire conversions, and the test-vector
+//! format. Used by both the agent and the coordinator; depends only on `tally-proto`
+//! and never on a database driver, a network stack or either binary crate.
+
+pub mod canonical;
+pub mod checksum;
+pub mod types;
+pub mod vectors;
+
+pub use canonical::{FieldFormat, Value};
+pub use checksum::{AnyAggregate, HashMethod};
+pub use types::{PrivacyLevel, TypeClass};

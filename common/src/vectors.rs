@@ -1,0 +1,101 @@
+//! The shared test-vector file `tests/vectors/canonical.json`: its format and a loader.
+//! Every dialect's conformance suite and the reference encoder's tests read it.
+
+use serde::Deserialize;
+
+use crate::canonical::{CanonicalError, FieldFormat, canonical_from_text};
+use crate::types::TypeClass;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorFile {
+    pub version: u32,
+    pub about: String,
+    pub vectors: Vec<RowVector>,
+    pub aggregates: Vec<AggregateVector>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowVector {
+    pub id: String,
+    pub about: String,
+    pub fields: Vec<VectorField>,
+    pub row_string: String,
+    /// Signed decimal.
+    pub md5_48: String,
+    /// 16 lowercase hex digits.
+    pub sha256_64: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorField {
+    #[serde(rename = "type")]
+    pub class: String,
+    pub value: Option<String>,
+    #[serde(default)]
+    pub scale: Option<u32>,
+    #[serde(default)]
+    pub precision: Option<u32>,
+    #[serde(default)]
+    pub char: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AggregateVector {
+    pub id: String,
+    pub about: String,
+    pub rows: Vec<String>,
+    pub count: String,
+    pub md5_48_sum: String,
+    pub sha256_sum: String,
+    pub sha256_xor: String,
+}
+
+impl VectorField {
+    pub fn class(&self) -> TypeClass {
+        TypeClass::parse(&self.class).unwrap_or_else(|| panic!("unknown vector type {:?}", self.class))
+    }
+
+    pub fn format(&self) -> FieldFormat {
+        let f = FieldFormat::new(self.class()).fixed_char(self.char);
+        match self.scale.or(self.precision) {
+            Some(s) => f.with_scale(s),
+            None => f,
+        }
+    }
+
+    pub fn canonical(&self) -> Result<Option<String>, CanonicalError> {
+        canonical_from_text(&self.format(), self.value.as_deref())
+    }
+}
+
+impl RowVector {
+    /// The row string the reference encoder gives for this vector's fields.
+    pub fn encode(&self) -> Result<String, CanonicalError> {
+        let fields = self
+            .fields
+            .iter()
+            .map(VectorField::canonical)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::canonical::row_string(fields.iter().map(Option::as_deref)))
+    }
+}
+
+impl VectorFile {
+    /// The vector file of this repository.
+    pub fn load_repo() -> VectorFile {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/canonical.json");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
+    }
+
+    pub fn row(&self, id: &str) -> &RowVector {
+        self.vectors
+            .iter()
+            .find(|v| v.id == id)
+            .unwrap_or_else(|| panic!("no vector {id}"))
+    }
+}
