@@ -1,0 +1,220 @@
+//! The agent's config file (DESIGN §11): where it listens, its TLS material, and the
+//! datasets it serves with a privacy policy each. Database URLs live here (or in the
+//! environment) and nowhere else in Tally.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tally_common::PrivacyLevel;
+use tally_common::config_file::{ConfigError, load_yaml, relative_to};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub listen: SocketAddr,
+    pub tls: TlsConfig,
+    /// Append-only, hash-chained JSON lines of every request and what it released.
+    /// Without it, release records go to the agent's log (stderr).
+    #[serde(default)]
+    pub release_log: Option<PathBuf>,
+    pub datasets: BTreeMap<String, DatasetConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Client certificate names (SAN or CN) allowed to call; empty allows any client
+    /// certificate issued by `ca`.
+    #[serde(default)]
+    pub allowed_clients: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub url_env: Option<String>,
+    #[serde(default)]
+    pub table: Option<String>,
+    #[serde(default)]
+    pub query: Option<String>,
+    pub key: Vec<String>,
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+/// Per-dataset privacy policy (DESIGN §2). The agent enforces it whatever the
+/// coordinator asks.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub max_level: PrivacyLevel,
+    #[serde(default = "yes")]
+    pub expose_key_bounds: bool,
+    #[serde(default)]
+    pub min_segment_rows: u64,
+    #[serde(default)]
+    pub mask_columns: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            max_level: PrivacyLevel::CountOnly,
+            expose_key_bounds: true,
+            min_segment_rows: 0,
+            mask_columns: Vec::new(),
+        }
+    }
+}
+
+/// Where a dataset's rows come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `schema.table` or `table`, split on the first dot.
+    Table(Vec<String>),
+    Query(String),
+}
+
+impl DatasetConfig {
+    pub fn source(&self) -> Source {
+        match (&self.table, &self.query) {
+            (Some(t), _) => Source::Table(t.split('.').map(str::to_string).collect()),
+            (None, Some(q)) => Source::Query(q.clone()),
+            (None, None) => unreachable!("validated: table or query"),
+        }
+    }
+
+    /// The database URL, from `url` or the environment variable `url_env`.
+    pub fn resolve_url(&self, file: &Path, name: &str) -> Result<String, ConfigError> {
+        match (&self.url, &self.url_env) {
+            (Some(u), _) => Ok(u.clone()),
+            (None, Some(var)) => std::env::var(var).map_err(|_| {
+                ConfigError::invalid(
+                    file,
+                    format!("datasets.{name}.url_env"),
+                    format!("environment variable {var} is not set; export it with the database URL"),
+                )
+            }),
+            (None, None) => unreachable!("validated: url or url_env"),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Loads and validates; relative TLS and log paths are taken from the file's directory.
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let mut cfg: AgentConfig = load_yaml(path)?;
+        cfg.validate(path)?;
+        cfg.tls.ca = relative_to(path, &cfg.tls.ca);
+        cfg.tls.cert = relative_to(path, &cfg.tls.cert);
+        cfg.tls.key = relative_to(path, &cfg.tls.key);
+        cfg.release_log = cfg.release_log.map(|p| relative_to(path, &p));
+        Ok(cfg)
+    }
+
+    pub fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        if self.datasets.is_empty() {
+            return Err(ConfigError::invalid(file, "datasets", "at least one dataset is needed"));
+        }
+        for (name, d) in &self.datasets {
+            let key = |k: &str| format!("datasets.{name}.{k}");
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(ConfigError::invalid(file, format!("datasets.{name}"), "dataset names use letters, digits, '-', '_', '.'"));
+            }
+            match (&d.url, &d.url_env) {
+                (Some(_), Some(_)) => return Err(ConfigError::invalid(file, key("url"), "give url or url_env, not both")),
+                (None, None) => return Err(ConfigError::invalid(file, key("url"), "missing: give url or url_env")),
+                (Some(u), None) => {
+                    if !u.contains("://") && !u.starts_with("sqlite:") {
+                        return Err(ConfigError::invalid(file, key("url"), "expected a URL such as postgres://user@host/db"));
+                    }
+                }
+                _ => {}
+            }
+            match (&d.table, &d.query) {
+                (Some(_), Some(_)) => return Err(ConfigError::invalid(file, key("table"), "give table or query, not both")),
+                (None, None) => return Err(ConfigError::invalid(file, key("table"), "missing: give table or query")),
+                (Some(t), None) if t.is_empty() || t.split('.').count() > 2 || t.split('.').any(str::is_empty) => {
+                    return Err(ConfigError::invalid(file, key("table"), "expected table or schema.table"));
+                }
+                _ => {}
+            }
+            if d.key.is_empty() {
+                return Err(ConfigError::invalid(file, key("key"), "at least one key column is needed"));
+            }
+            if let Some(m) = d.policy.mask_columns.iter().find(|m| d.key.iter().any(|k| k.eq_ignore_ascii_case(m))) {
+                return Err(ConfigError::invalid(
+                    file,
+                    key("policy.mask_columns"),
+                    format!("key column {m} cannot be masked: use strategy hash with expose_key_bounds: false to keep keys private"),
+                ));
+            }
+        }
+        for (i, c) in self.tls.allowed_clients.iter().enumerate() {
+            if c.is_empty() {
+                return Err(ConfigError::invalid(file, format!("tls.allowed_clients[{i}]"), "empty client name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::config_file::parse_yaml;
+
+    fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
+        let p = Path::new("agent.yaml");
+        let c: AgentConfig = parse_yaml(p, text)?;
+        c.validate(p)?;
+        Ok(c)
+    }
+
+    const BASE: &str = "listen: 127.0.0.1:7401\ntls: { ca: ca.pem, cert: a.pem, key: a-key.pem }\n";
+
+    #[test]
+    fn the_shipped_example_parses() {
+        let p = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/agent.yaml"));
+        let c = AgentConfig::load(p).unwrap();
+        assert!(c.datasets.contains_key("orders"));
+        assert_eq!(c.datasets["orders"].policy.max_level, PrivacyLevel::WithKeys);
+    }
+
+    #[test]
+    fn policy_defaults_are_count_only() {
+        let c = parse(&format!("{BASE}datasets:\n  o: {{ url: 'sqlite://x.db', table: t, key: [id] }}\n")).unwrap();
+        assert_eq!(c.datasets["o"].policy, Policy::default());
+        assert_eq!(c.datasets["o"].policy.max_level, PrivacyLevel::CountOnly);
+        assert!(c.datasets["o"].policy.expose_key_bounds);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("datasets:\n  o: { table: t, key: [id] }\n", "datasets.o.url"),
+            ("datasets:\n  o: { url: 'sqlite://x', key: [id] }\n", "datasets.o.table"),
+            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [] }\n", "datasets.o.key"),
+            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { mask_columns: [ID] } }\n", "datasets.o.policy.mask_columns"),
+            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { max_level: everything } }\n", "max_level"),
+            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], password: x }\n", "password"),
+        ];
+        for (text, key) in cases {
+            let e = parse(&format!("{BASE}{text}")).unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+    }
+}

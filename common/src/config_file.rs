@@ -1,0 +1,77 @@
+//! Reading YAML config and spec files with errors that name the file, the key path and
+//! what to do. Config structs use `deny_unknown_fields`, so a misspelt key is an error.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    pub fn invalid(path: &Path, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses YAML text that came from `path` (used in messages only).
+pub fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string().lines().next().unwrap_or("invalid YAML").to_string(),
+    })
+}
+
+pub fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_yaml(path, &text)
+}
+
+/// Resolves a path written in a config file relative to that file's directory.
+pub fn relative_to(config: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        config.parent().unwrap_or(Path::new(".")).join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Small {
+        listen: String,
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_file_and_key() {
+        let e = parse_yaml::<Small>(Path::new("x.yaml"), "listen: a\npassword: b\n").unwrap_err();
+        let m = e.to_string();
+        assert!(m.starts_with("x.yaml: ") && m.contains("password"), "{m}");
+    }
+}
