@@ -1,1 +1,126 @@
-fn main() {}
+//! `tally-agent -c agent.yaml` serves; `tally-agent check -c agent.yaml` validates the
+//! config, connects to every dataset and prints what it found.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tally_agent::config::AgentConfig;
+use tally_agent::server;
+
+#[derive(Parser, Debug)]
+#[command(name = "tally-agent", version, about = "Tally agent: counts and checksums from inside one network zone")]
+struct Cli {
+    /// The agent config file.
+    #[arg(short = 'c', long = "config", global = true, default_value = "agent.yaml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate the config, connect to every dataset, print what was found (exit 0 or 2).
+    Check,
+    /// Serve (the default).
+    Serve,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    tally_agent::install_crypto_provider();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tally-agent: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = match AgentConfig::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tally-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Check => rt.block_on(check(&cfg, &cli.config)),
+        Command::Serve => rt.block_on(serve(&cfg, &cli.config)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tally-agent: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn serve(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let bound = server::bind(cfg, path).await?;
+    tracing::info!(addr = %bound.addr, datasets = cfg.datasets.len(), "agent listening (mutual TLS)");
+    let shutdown = async {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM handler");
+            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutting down");
+    };
+    bound.serve(shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let datasets = server::open_datasets(cfg, path)?;
+    let mut ok = true;
+    for f in [&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key] {
+        if !f.exists() {
+            println!("tls: {} does not exist", f.display());
+            ok = false;
+        }
+    }
+    for (name, ds) in &datasets {
+        match ds.describe().await {
+            Ok(info) => {
+                let d = ds.connector.dialect();
+                println!("dataset {name}: {} {}", info.engine, info.engine_version);
+                println!("  key: {}", info.key.join(", "));
+                println!("  row estimate: {}", info.row_estimate);
+                println!(
+                    "  hashing: {} (sha256_64, md5_48{})",
+                    if ds.connector.supports_pushdown() { "pushed down" } else { "in-process" },
+                    if !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some() { ", XOR" } else { ", SUM only" }
+                );
+                println!("  policy: max_level {}, expose_key_bounds {}, min_segment_rows {}", ds.config.policy.max_level, ds.config.policy.expose_key_bounds, ds.config.policy.min_segment_rows);
+                println!("  columns:");
+                for c in &info.columns {
+                    let note = if c.class == tally_common::TypeClass::Other { "  (not comparable: no canonical form)" } else { "" };
+                    println!(
+                        "    {:<24} {:<12} {}{}{}",
+                        c.name,
+                        c.class.name(),
+                        c.declared_type,
+                        if c.nullable { "" } else { " not null" },
+                        note
+                    );
+                }
+            }
+            Err(e) => {
+                println!("dataset {name}: {e}");
+                ok = false;
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}

@@ -238,6 +238,19 @@ impl AnyAggregate {
         }
     }
 
+    /// An empty aggregate of `method`, with XOR where the method has it and `xor` is true.
+    pub fn empty(method: HashMethod, xor: bool) -> Self {
+        AnyAggregate::new(method, 0, 0, xor.then_some(0))
+    }
+
+    /// Adds one row by its checksum (as returned by [`HashMethod::row_checksum`]).
+    pub fn add_checksum(&mut self, c: u64) {
+        match self {
+            AnyAggregate::Md5_48(a) => a.add_checksum(c),
+            AnyAggregate::Sha256_64(a) => a.add_checksum(c),
+        }
+    }
+
     pub fn matches(&self, other: &AnyAggregate) -> Result<bool, MethodMismatch> {
         match (self, other) {
             (AnyAggregate::Md5_48(a), AnyAggregate::Md5_48(b)) => Ok(a.matches(b)),

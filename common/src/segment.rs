@@ -94,11 +94,19 @@ impl Segment {
             && self.hash.is_none_or(|(lo, hi)| bucket_hash >= lo && bucket_hash < hi)
     }
 
-    /// Splits the hash range into `n` near-equal parts (the last takes the rest).
-    pub fn hash_children(&self, n: u32) -> Vec<Segment> {
+    /// The start and width of the `n`-way split of the hash range: child `i` is
+    /// `[lo + i·width, lo + (i+1)·width)`, the last one cut at the parent's end.
+    pub fn hash_split(&self, n: u32) -> (u64, u64) {
         let (lo, hi) = self.hash.unwrap_or((0, HASH_SPACE));
         let n = u64::from(n.max(1)).min(hi - lo).max(1);
-        let width = (hi - lo).div_ceil(n);
+        (lo, (hi - lo).div_ceil(n))
+    }
+
+    /// Splits the hash range into `n` near-equal parts (the last takes the rest).
+    pub fn hash_children(&self, n: u32) -> Vec<Segment> {
+        let hi = self.hash.map_or(HASH_SPACE, |h| h.1);
+        let (lo, width) = self.hash_split(n);
+        let n = (hi - lo).div_ceil(width);
         (0..n)
             .map(|i| lo + i * width)
             .take_while(|&start| start < hi)
@@ -111,9 +119,7 @@ impl Segment {
 
     /// The child index a bucket hash falls in under [`Segment::hash_children`].
     pub fn hash_child_of(&self, n: u32, bucket_hash: u64) -> usize {
-        let (lo, hi) = self.hash.unwrap_or((0, HASH_SPACE));
-        let n = u64::from(n.max(1)).min(hi - lo).max(1);
-        let width = (hi - lo).div_ceil(n);
+        let (lo, width) = self.hash_split(n);
         ((bucket_hash - lo) / width) as usize
     }
 

@@ -1,0 +1,210 @@
+//! Connectors execute what dialects render. One variant per engine; each engine's
+//! driver code lives in its own file. A connector turns a row into canonical fields
+//! ([`CanonRow`]) so everything above it is engine-independent.
+
+pub mod mysql;
+pub mod postgres;
+pub mod sqlite;
+
+use std::time::Duration;
+
+use tally_common::segment::{KeyPart, KeyTuple};
+use tally_common::types::TypeClass;
+
+use crate::config::Source;
+use crate::dialect::{self, Dialect, FetchShape, Sql};
+use crate::error::{AgentError, Result};
+use crate::schema::{BoundColumn, DatasetInfo};
+
+/// How long to wait for a database connection before reporting it unavailable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One row in canonical form: its key and the canonical text of every requested
+/// column (key columns first), `None` for NULL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonRow {
+    pub key: KeyTuple,
+    pub fields: Vec<Option<String>>,
+}
+
+impl CanonRow {
+    pub fn row_string(&self) -> String {
+        tally_common::canonical::row_string(self.fields.iter().map(Option::as_deref))
+    }
+
+    pub fn key_string(&self, key_len: usize) -> String {
+        tally_common::canonical::row_string(self.fields[..key_len].iter().map(Option::as_deref))
+    }
+}
+
+/// One (parent, child) result row of a pushed-down aggregate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggRow {
+    pub parent: usize,
+    pub child: usize,
+    pub count: u64,
+    pub sum: u64,
+    pub xor: Option<u64>,
+    /// The first key of the child (quantile parents only).
+    pub first_key: Option<KeyTuple>,
+}
+
+/// Which engine a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl EngineKind {
+    pub fn from_url(url: &str) -> Result<EngineKind> {
+        let scheme = url.split(':').next().unwrap_or("");
+        Ok(match scheme {
+            "postgres" | "postgresql" => EngineKind::Postgres,
+            "mysql" | "mariadb" => EngineKind::MySql,
+            "sqlite" => EngineKind::Sqlite,
+            "duckdb" => {
+                return Err(AgentError::Config(
+                    "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
+                ));
+            }
+            "mssql" | "sqlserver" | "oracle" => {
+                return Err(AgentError::Config(format!("{scheme}:// is not supported by this agent build yet")));
+            }
+            _ => return Err(AgentError::Config(format!("unknown database URL scheme {scheme:?}"))),
+        })
+    }
+}
+
+pub enum Connector {
+    Postgres(postgres::PgConnector),
+    MySql(mysql::MySqlConnector),
+    Sqlite(sqlite::SqliteConnector),
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connector({})", self.dialect().name())
+    }
+}
+
+impl Connector {
+    /// Creates the connection pool without connecting: a database that is down makes
+    /// calls fail with `UNAVAILABLE`, it does not stop the agent.
+    pub fn open(url: &str) -> Result<Connector> {
+        Ok(match EngineKind::from_url(url)? {
+            EngineKind::Postgres => Connector::Postgres(postgres::PgConnector::open(url)?),
+            EngineKind::MySql => Connector::MySql(mysql::MySqlConnector::open(url)?),
+            EngineKind::Sqlite => Connector::Sqlite(sqlite::SqliteConnector::open(url)?),
+        })
+    }
+
+    pub fn dialect(&self) -> &dyn Dialect {
+        match self {
+            Connector::Postgres(c) => &c.dialect,
+            Connector::MySql(c) => &c.dialect,
+            Connector::Sqlite(c) => &c.dialect,
+        }
+    }
+
+    /// What the fetch of a row selects on this engine.
+    pub fn fetch_shape(&self) -> FetchShape {
+        match self {
+            Connector::Sqlite(_) => FetchShape::Raw,
+            _ => FetchShape::Canonical,
+        }
+    }
+
+    pub async fn describe(&self, dataset: &str, source: &Source, key: &[String]) -> Result<DatasetInfo> {
+        let mut info = match self {
+            Connector::Postgres(c) => c.describe(dataset, source).await?,
+            Connector::MySql(c) => c.describe(dataset, source).await?,
+            Connector::Sqlite(c) => c.describe(dataset, source).await?,
+        };
+        let mut resolved = Vec::with_capacity(key.len());
+        for k in key {
+            let col = info.column(k).ok_or_else(|| {
+                AgentError::Config(format!("dataset {dataset}: key column {k} does not exist"))
+            })?;
+            resolved.push(col.name.clone());
+        }
+        info.key = resolved;
+        Ok(info)
+    }
+
+    /// Runs a row fetch and hands each row, in canonical form, to `f`.
+    pub async fn scan(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        match self {
+            Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, f).await,
+            Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, f).await,
+            Connector::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
+        }
+    }
+
+    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+        match self {
+            Connector::Postgres(c) => c.count(dataset, sql).await,
+            Connector::MySql(c) => c.count(dataset, sql).await,
+            Connector::Sqlite(c) => c.count(dataset, sql).await,
+        }
+    }
+
+    /// Runs a bucketed aggregate rendered by [`dialect::aggregate`].
+    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+        match self {
+            Connector::Postgres(c) => c.aggregate(dataset, sql, key_classes).await,
+            Connector::MySql(c) => c.aggregate(dataset, sql, key_classes).await,
+            Connector::Sqlite(_) => Err(AgentError::Unsupported("sqlite has no pushed-down aggregate".into())),
+        }
+    }
+
+    /// A single text value from a query (for tests and `check`).
+    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        match self {
+            Connector::Postgres(c) => c.query_text(dataset, sql).await,
+            Connector::MySql(c) => c.query_text(dataset, sql).await,
+            Connector::Sqlite(c) => c.query_text(dataset, sql).await,
+        }
+    }
+
+    pub fn supports_pushdown(&self) -> bool {
+        !matches!(self, Connector::Sqlite(_))
+    }
+}
+
+/// Key parts from canonical key texts (canonical-shape fetches).
+pub fn key_from_canonical(fields: &[Option<String>], cols: &[BoundColumn], key_len: usize) -> Result<KeyTuple> {
+    fields[..key_len]
+        .iter()
+        .zip(cols)
+        .map(|(v, c)| match (c.info.class, v) {
+            (_, None) => Err(AgentError::InvalidArgument(format!("key column {} holds NULL", c.info.name))),
+            (TypeClass::Integer, Some(t)) => t
+                .parse::<i64>()
+                .map(KeyPart::Int)
+                .map_err(|_| AgentError::InvalidArgument(format!("key column {} is not a 64-bit integer", c.info.name))),
+            (_, Some(t)) => Ok(KeyPart::Text(t.clone())),
+        })
+        .collect()
+}
+
+/// Parses the text of an exact SUM or a 64-bit XOR into its u64 bits.
+pub fn parse_sum(dataset: &str, s: Option<String>) -> Result<u64> {
+    match s {
+        None => Ok(0), // SUM over no rows is NULL
+        Some(t) => tally_common::checksum::wrap_decimal_sum(&t).ok_or_else(|| AgentError::Query {
+            dataset: dataset.to_string(),
+            kind: "unparseable checksum sum",
+        }),
+    }
+}
+
+pub use dialect::Sql as SqlText;

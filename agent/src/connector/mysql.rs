@@ -1,0 +1,217 @@
+//! MySQL and MariaDB through sqlx. Canonical text and checksums are computed by the
+//! server; sessions run in UTC with utf8mb4.
+
+use std::str::FromStr;
+
+use futures::TryStreamExt;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
+use tally_common::segment::KeyPart;
+use tally_common::types::TypeClass;
+
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, key_from_canonical, parse_sum};
+use crate::config::Source;
+use crate::dialect::{Sql, mysql::MySql, relation};
+use crate::error::{AgentError, Result};
+use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+
+pub struct MySqlConnector {
+    pool: MySqlPool,
+    pub dialect: MySql,
+}
+
+type MyQuery<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
+
+fn bind_all<'q>(mut q: MyQuery<'q>, binds: &'q [KeyPart]) -> MyQuery<'q> {
+    for b in binds {
+        q = match b {
+            KeyPart::Int(i) => q.bind(*i),
+            KeyPart::Text(s) => q.bind(s.as_str()),
+        };
+    }
+    q
+}
+
+/// Text of a column whatever its character set (binary strings included).
+fn get_text(row: &MySqlRow, i: usize) -> std::result::Result<Option<String>, sqlx::Error> {
+    match row.try_get::<Option<String>, _>(i) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            let b: Option<Vec<u8>> = row.try_get(i)?;
+            b.map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e)))).transpose()
+        }
+    }
+}
+
+fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
+    row.try_get::<Option<i64>, _>(i)
+        .ok()
+        .flatten()
+        .or_else(|| row.try_get::<Option<u64>, _>(i).ok().flatten().and_then(|v| i64::try_from(v).ok()))
+        .or_else(|| row.try_get::<Option<i32>, _>(i).ok().flatten().map(i64::from))
+        .or_else(|| get_text(row, i).ok().flatten().and_then(|s| s.parse().ok()))
+}
+
+impl MySqlConnector {
+    pub fn open(url: &str) -> Result<MySqlConnector> {
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        let opts = MySqlConnectOptions::from_str(&url)
+            .map_err(|_| AgentError::Config("invalid mysql URL (expected mysql://user@host:port/db)".into()))?
+            .charset("utf8mb4")
+            .timezone(Some("+00:00".to_string()));
+        let pool = MySqlPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_lazy_with(opts);
+        Ok(MySqlConnector { pool, dialect: MySql })
+    }
+
+    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        let db = |e| AgentError::from_db(dataset, e);
+        let version: String = sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.pool).await.map_err(db)?;
+        let mut columns = Vec::new();
+        let mut row_estimate = 0;
+        match source {
+            Source::Table(parts) => {
+                let (schema, table) = match parts.as_slice() {
+                    [t] => (None, t.clone()),
+                    [s, t] => (Some(s.clone()), t.clone()),
+                    _ => return Err(AgentError::Config("bad table name".into())),
+                };
+                let rows = sqlx::query(
+                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR), \
+                     CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS \
+                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                )
+                .bind(schema.as_deref())
+                .bind(&table)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+                for r in rows {
+                    let name = get_text(&r, 0).map_err(db)?.unwrap_or_default();
+                    let declared = get_text(&r, 1).map_err(db)?.unwrap_or_default();
+                    let nullable = get_text(&r, 2).map_err(db)?.as_deref() == Some("YES");
+                    let data_type = get_text(&r, 3).map_err(db)?.unwrap_or_default();
+                    columns.push(column_info(name, declared, &data_type, nullable));
+                }
+                if columns.is_empty() {
+                    return Err(AgentError::Config(format!("dataset {dataset}: table {} not found", parts.join("."))));
+                }
+                let est = sqlx::query(
+                    "SELECT CAST(COALESCE(TABLE_ROWS, 0) AS SIGNED) FROM information_schema.TABLES \
+                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+                )
+                .bind(schema.as_deref())
+                .bind(&table)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db)?;
+                row_estimate = est.and_then(|r| get_i64(&r, 0)).unwrap_or(0).max(0) as u64;
+            }
+            Source::Query(_) => {
+                let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
+                let described = (&self.pool).prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql))).await.map_err(db)?;
+                for c in described.columns() {
+                    let t = c.type_info().name().to_ascii_lowercase();
+                    columns.push(column_info(c.name().to_string(), t.clone(), &t, true));
+                }
+            }
+        }
+        Ok(DatasetInfo {
+            columns,
+            key: Vec::new(),
+            row_estimate,
+            engine: if version.to_ascii_lowercase().contains("mariadb") { "mariadb" } else { "mysql" },
+            engine_version: version,
+        })
+    }
+
+    pub async fn scan(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let mut rows = q.fetch(&self.pool);
+        while let Some(row) = rows.try_next().await.map_err(|e| AgentError::from_db(dataset, e))? {
+            let fields = (0..cols.len())
+                .map(|i| get_text(&row, i))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| AgentError::from_db(dataset, e))?;
+            let key = key_from_canonical(&fields, cols, key_len)?;
+            f(CanonRow { key, fields })?;
+        }
+        Ok(())
+    }
+
+    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let row = q.fetch_one(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
+    }
+
+    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let rows = q.fetch_all(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let db = |e| AgentError::from_db(dataset, e);
+        let bad = || AgentError::Query {
+            dataset: dataset.to_string(),
+            kind: "unexpected aggregate row",
+        };
+        rows.iter()
+            .map(|r| {
+                let mut first = Vec::new();
+                for (j, class) in key_classes.iter().enumerate() {
+                    let part = match class {
+                        TypeClass::Integer => get_i64(r, 5 + j).map(KeyPart::Int),
+                        _ => get_text(r, 5 + j).ok().flatten().map(KeyPart::Text),
+                    };
+                    match part {
+                        Some(p) => first.push(p),
+                        None => break,
+                    }
+                }
+                Ok(AggRow {
+                    parent: get_i64(r, 0).ok_or_else(bad)? as usize,
+                    child: get_i64(r, 1).ok_or_else(bad)?.max(0) as usize,
+                    count: get_i64(r, 2).ok_or_else(bad)? as u64,
+                    sum: parse_sum(dataset, get_text(r, 3).map_err(db)?)?,
+                    xor: get_text(r, 4).map_err(db)?.map(|t| parse_sum(dataset, Some(t))).transpose()?,
+                    first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
+                })
+            })
+            .collect()
+    }
+
+    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        let row = sqlx::query(AssertSqlSafe(sql.to_string()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
+        get_text(&row, 0).map_err(|e| AgentError::from_db(dataset, e))
+    }
+}
+
+fn column_info(name: String, declared: String, data_type: &str, nullable: bool) -> ColumnInfo {
+    let (mut class, scale, fixed_char) = classify_declared(&declared);
+    // MySQL TIMESTAMP is stored in UTC and shown in the session zone: an instant
+    if data_type.eq_ignore_ascii_case("timestamp") {
+        class = TypeClass::TimestampTz;
+    }
+    let scale = match class {
+        TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time => Some(scale.unwrap_or(0)),
+        _ => scale,
+    };
+    ColumnInfo {
+        name,
+        class,
+        declared_type: declared,
+        nullable,
+        scale,
+        fixed_char,
+    }
+}

@@ -1,0 +1,207 @@
+//! PostgreSQL through sqlx. Canonical text and checksums are computed by the server.
+
+use std::str::FromStr;
+
+use futures::TryStreamExt;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
+use tally_common::segment::KeyPart;
+use tally_common::types::TypeClass;
+
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, key_from_canonical, parse_sum};
+use crate::config::Source;
+use crate::dialect::{Sql, postgres::Postgres, relation};
+use crate::error::{AgentError, Result};
+use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+
+pub struct PgConnector {
+    pool: PgPool,
+    pub dialect: Postgres,
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_all<'q>(mut q: PgQuery<'q>, binds: &'q [KeyPart]) -> PgQuery<'q> {
+    for b in binds {
+        q = match b {
+            KeyPart::Int(i) => q.bind(*i),
+            KeyPart::Text(s) => q.bind(s.as_str()),
+        };
+    }
+    q
+}
+
+/// An integer column of any width, or its text.
+fn get_i64(row: &PgRow, i: usize) -> Option<i64> {
+    row.try_get::<Option<i64>, _>(i)
+        .ok()
+        .flatten()
+        .or_else(|| row.try_get::<Option<i32>, _>(i).ok().flatten().map(i64::from))
+        .or_else(|| row.try_get::<Option<i16>, _>(i).ok().flatten().map(i64::from))
+        .or_else(|| row.try_get::<Option<String>, _>(i).ok().flatten().and_then(|s| s.parse().ok()))
+}
+
+impl PgConnector {
+    pub fn open(url: &str) -> Result<PgConnector> {
+        let opts = PgConnectOptions::from_str(url)
+            .map_err(|_| AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into()))?
+            .application_name("tally-agent")
+            .options([("extra_float_digits", "1"), ("TimeZone", "UTC"), ("client_encoding", "UTF8")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_lazy_with(opts);
+        Ok(PgConnector {
+            pool,
+            dialect: Postgres::default(),
+        })
+    }
+
+    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        let db = |e| AgentError::from_db(dataset, e);
+        let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(&self.pool).await.map_err(db)?;
+        let encoding: String = sqlx::query_scalar("SHOW server_encoding").fetch_one(&self.pool).await.map_err(db)?;
+        if encoding != "UTF8" {
+            return Err(AgentError::Unsupported(format!(
+                "dataset {dataset}: server_encoding is {encoding}; only UTF8 databases hash identically"
+            )));
+        }
+        let mut columns = Vec::new();
+        let mut row_estimate = 0;
+        match source {
+            Source::Table(parts) => {
+                let rel = relation(&self.dialect, source);
+                let rows = sqlx::query(
+                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull \
+                     FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+                     ORDER BY a.attnum",
+                )
+                .bind(&rel)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| match &e {
+                    sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => {
+                        AgentError::Config(format!("dataset {dataset}: table {} not found", parts.join(".")))
+                    }
+                    _ => AgentError::from_db(dataset, e),
+                })?;
+                for r in rows {
+                    let (name, declared, nullable): (String, String, bool) =
+                        (r.try_get(0).map_err(db)?, r.try_get(1).map_err(db)?, r.try_get(2).map_err(db)?);
+                    columns.push(column_info(name, declared, nullable));
+                }
+                let est: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
+                    .bind(&rel)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(db)?;
+                row_estimate = est.max(0.0) as u64;
+            }
+            Source::Query(_) => {
+                let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
+                let described = (&self.pool).prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql))).await.map_err(db)?;
+                for c in described.columns() {
+                    columns.push(column_info(c.name().to_string(), c.type_info().name().to_ascii_lowercase(), true));
+                }
+            }
+        }
+        let major: u32 = version.split(['.', ' ']).next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        if major < 14 {
+            tracing::info!(dataset, version, "no bit_xor before PostgreSQL 14: comparing SUM only");
+        }
+        Ok(DatasetInfo {
+            columns,
+            key: Vec::new(),
+            row_estimate,
+            engine: "postgres",
+            engine_version: version,
+        })
+    }
+
+    pub async fn scan(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let mut rows = q.fetch(&self.pool);
+        while let Some(row) = rows.try_next().await.map_err(|e| AgentError::from_db(dataset, e))? {
+            let fields = (0..cols.len())
+                .map(|i| row.try_get::<Option<String>, _>(i))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| AgentError::from_db(dataset, e))?;
+            let key = key_from_canonical(&fields, cols, key_len)?;
+            f(CanonRow { key, fields })?;
+        }
+        Ok(())
+    }
+
+    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let row = q.fetch_one(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
+    }
+
+    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+        let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
+        let rows = q.fetch_all(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        rows.iter().map(|r| agg_row(dataset, r, key_classes)).collect()
+    }
+
+    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(sql.to_string()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))
+    }
+}
+
+fn agg_row(dataset: &str, r: &PgRow, key_classes: &[TypeClass]) -> Result<AggRow> {
+    let bad = || AgentError::Query {
+        dataset: dataset.to_string(),
+        kind: "unexpected aggregate row",
+    };
+    let s: Option<String> = r.try_get(3).map_err(|e| AgentError::from_db(dataset, e))?;
+    let x: Option<String> = r.try_get(4).map_err(|e| AgentError::from_db(dataset, e))?;
+    let mut first = Vec::new();
+    for (j, class) in key_classes.iter().enumerate() {
+        let i = 5 + j;
+        let part = match class {
+            TypeClass::Integer => get_i64(r, i).map(KeyPart::Int),
+            _ => r.try_get::<Option<String>, _>(i).ok().flatten().map(KeyPart::Text),
+        };
+        match part {
+            Some(p) => first.push(p),
+            None => break,
+        }
+    }
+    Ok(AggRow {
+        parent: get_i64(r, 0).ok_or_else(bad)? as usize,
+        child: get_i64(r, 1).ok_or_else(bad)?.max(0) as usize,
+        count: get_i64(r, 2).ok_or_else(bad)? as u64,
+        sum: parse_sum(dataset, s)?,
+        xor: x.map(|t| parse_sum(dataset, Some(t))).transpose()?,
+        first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
+    })
+}
+
+fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
+    let (class, scale, fixed_char) = classify_declared(&declared);
+    let scale = match class {
+        // PostgreSQL's default fractional precision is microseconds
+        TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time => Some(scale.unwrap_or(6)),
+        TypeClass::Decimal if !declared.contains('(') => None,
+        _ => scale,
+    };
+    ColumnInfo {
+        name,
+        class,
+        declared_type: declared,
+        nullable,
+        scale,
+        fixed_char,
+    }
+}

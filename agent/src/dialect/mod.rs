@@ -1,0 +1,316 @@
+//! Dialects render SQL; they never execute it. Each engine's SQL lives in one file
+//! of this module; what they share (predicates over key tuples, the shape of the row
+//! fetch and of the bucketed aggregate) is rendered here from the engine's pieces.
+//!
+//! Identifiers always pass through [`Dialect::quote`]; segment bounds are bind
+//! parameters, never spliced into SQL text.
+
+pub mod mysql;
+pub mod postgres;
+pub mod sqlite;
+
+use tally_common::checksum::HashMethod;
+use tally_common::segment::{KeyPart, KeyTuple, Segment};
+use tally_common::types::TypeClass;
+
+use crate::config::Source;
+use crate::schema::{BoundColumn, ColumnInfo};
+
+/// SQL text with its bind values, in placeholder order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sql {
+    pub text: String,
+    pub binds: Vec<KeyPart>,
+}
+
+/// What an engine's SQL looks like, and what it can compute.
+pub trait Dialect: Sync {
+    fn name(&self) -> &'static str;
+    /// Quotes an identifier.
+    fn quote(&self, ident: &str) -> String;
+    /// The placeholder of the `n`-th bind value (1-based).
+    fn placeholder(&self, n: usize) -> String;
+    /// A key column as it appears in predicates and ORDER BY: text keys under a
+    /// bytewise collation.
+    fn key_expr(&self, col: &ColumnInfo) -> String;
+    /// A placeholder typed for a key column, where the engine needs a cast.
+    fn key_param(&self, n: usize, _col: &ColumnInfo) -> String {
+        self.placeholder(n)
+    }
+    /// The canonical text of a column (DESIGN §3), or `None` when this engine cannot
+    /// render it faithfully (the agent then computes it in-process).
+    fn canonical_expr(&self, col: &BoundColumn) -> Option<String>;
+    /// `<octet length>:<text>` or `~`, from a canonical text expression.
+    fn field_expr(&self, canonical: &str) -> String;
+    /// Concatenation of field expressions into the row string.
+    fn concat(&self, parts: &[String]) -> String;
+    /// The row checksum of a row-string expression as a signed 64-bit integer, if the
+    /// engine has the hash function.
+    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String>;
+    /// The bucket hash (top 60 bits of sha256_64) of a key row-string expression.
+    fn bucket_hash_expr(&self, key_row: &str) -> Option<String>;
+    /// Whether the engine has a 64-bit XOR aggregate.
+    fn xor_aggregate(&self, h: &str) -> Option<String>;
+    /// SUM rendered so the exact result arrives as text.
+    fn sum_text(&self, h: &str) -> String;
+    /// Integer division.
+    fn int_div(&self, a: &str, b: &str) -> String;
+}
+
+/// The relation rows come from.
+pub fn relation(d: &dyn Dialect, source: &Source) -> String {
+    match source {
+        Source::Table(parts) => parts.iter().map(|p| d.quote(p)).collect::<Vec<_>>().join("."),
+        Source::Query(q) => format!("({q}) AS {}", d.quote("tally_src")),
+    }
+}
+
+/// Accumulates bind values and hands out their placeholders.
+/// With `inline`, values become SQL literals instead (for investigation SQL, which
+/// people read and run; the agent never executes inlined values).
+struct Binder<'a> {
+    d: &'a dyn Dialect,
+    binds: Vec<KeyPart>,
+    inline: bool,
+}
+
+impl<'a> Binder<'a> {
+    fn new(d: &'a dyn Dialect) -> Self {
+        Binder { d, binds: Vec::new(), inline: false }
+    }
+
+    fn bind(&mut self, v: KeyPart, col: &ColumnInfo) -> String {
+        if self.inline {
+            return match v {
+                KeyPart::Int(x) => x.to_string(),
+                KeyPart::Text(s) => format!("'{}'", s.replace('\'', "''")),
+            };
+        }
+        self.binds.push(v);
+        self.d.key_param(self.binds.len(), col)
+    }
+
+    fn tuple(&mut self, t: &KeyTuple, key: &[&ColumnInfo]) -> String {
+        let parts: Vec<String> = t.iter().zip(key).map(|(v, c)| self.bind(v.clone(), c)).collect();
+        if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+    }
+}
+
+fn key_tuple_expr(d: &dyn Dialect, key: &[&ColumnInfo]) -> String {
+    let parts: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();
+    if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+}
+
+/// Checks that the segment's bounds match the key's shape and classes.
+pub fn check_bounds(seg: &Segment, key: &[&ColumnInfo]) -> Result<(), String> {
+    for t in [&seg.lower, &seg.upper].into_iter().flatten() {
+        if t.len() != key.len() {
+            return Err(format!("a bound has {} part(s), the key has {}", t.len(), key.len()));
+        }
+        for (v, c) in t.iter().zip(key) {
+            match (v, c.class) {
+                (KeyPart::Int(_), TypeClass::Integer) | (KeyPart::Text(_), TypeClass::Text) => {}
+                _ => {
+                    return Err(format!(
+                        "key column {} is {}; range bounds work on integer and text keys (use strategy hash)",
+                        c.name, c.class
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `WHERE` conditions of a segment's key range (not its hash range).
+fn range_conditions(b: &mut Binder<'_>, seg: &Segment, key: &[&ColumnInfo]) -> Vec<String> {
+    let k = key_tuple_expr(b.d, key);
+    let mut conds = Vec::new();
+    if let Some(l) = &seg.lower {
+        let p = b.tuple(l, key);
+        conds.push(format!("{k} >= {p}"));
+    }
+    if let Some(u) = &seg.upper {
+        let p = b.tuple(u, key);
+        conds.push(format!("{k} < {p}"));
+    }
+    conds
+}
+
+fn where_clause(conds: &[String]) -> String {
+    if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) }
+}
+
+fn order_by(d: &dyn Dialect, key: &[&ColumnInfo]) -> String {
+    key.iter().map(|c| d.key_expr(c)).collect::<Vec<_>>().join(", ")
+}
+
+/// The row string expression of the given columns, if every column renders.
+pub fn row_string_expr(d: &dyn Dialect, cols: &[BoundColumn]) -> Option<String> {
+    let fields = cols
+        .iter()
+        .map(|c| d.canonical_expr(c).map(|e| d.field_expr(&e)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(d.concat(&fields))
+}
+
+/// What a row fetch selects for each column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchShape {
+    /// The raw column; the connector decodes typed values and renders them in Rust.
+    Raw,
+    /// The engine's canonical text of the column.
+    Canonical,
+}
+
+/// Rows of a segment's key range (hash filtering, if any, happens in the caller):
+/// the columns in request order (key columns first), optionally ordered by key.
+pub fn fetch_rows(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    seg: &Segment,
+    shape: FetchShape,
+    ordered: bool,
+) -> Sql {
+    let mut b = Binder::new(d);
+    let select: Vec<String> = cols
+        .iter()
+        .map(|c| match shape {
+            FetchShape::Raw => d.quote(&c.info.name),
+            FetchShape::Canonical => d.canonical_expr(c).unwrap_or_else(|| d.quote(&c.info.name)),
+        })
+        .collect();
+    let conds = range_conditions(&mut b, seg, key);
+    let mut text = format!("SELECT {} FROM {}{}", select.join(", "), relation(d, source), where_clause(&conds));
+    if ordered {
+        text.push_str(&format!(" ORDER BY {}", order_by(d, key)));
+    }
+    Sql { text, binds: b.binds }
+}
+
+/// `SELECT COUNT(*)` of a segment's key range.
+pub fn count_rows(d: &dyn Dialect, source: &Source, key: &[&ColumnInfo], seg: &Segment) -> Sql {
+    let mut b = Binder::new(d);
+    let conds = range_conditions(&mut b, seg, key);
+    Sql {
+        text: format!("SELECT COUNT(*) FROM {}{}", relation(d, source), where_clause(&conds)),
+        binds: b.binds,
+    }
+}
+
+/// Ready-to-run SQL a person can paste to see a segment's rows (bounds inlined as
+/// literals: this text is for humans, never executed by the agent).
+pub fn investigation_sql(d: &dyn Dialect, source: &Source, cols: &[BoundColumn], key: &[&ColumnInfo], seg: &Segment) -> String {
+    let mut b = Binder { inline: true, ..Binder::new(d) };
+    let mut conds = range_conditions(&mut b, seg, key);
+    if let Some((lo, hi)) = seg.hash
+        && let Some(bh) = cols
+            .get(..key.len())
+            .and_then(|kc| row_string_expr(d, kc))
+            .and_then(|k| d.bucket_hash_expr(&k))
+    {
+        conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+    }
+    let mut text = format!(
+        "SELECT {} FROM {}{} ORDER BY {}",
+        cols.iter().map(|c| d.quote(&c.info.name)).collect::<Vec<_>>().join(", "),
+        relation(d, source),
+        where_clause(&conds),
+        order_by(d, key)
+    );
+    text.push(';');
+    text
+}
+
+/// One parent of a pushed-down aggregate: its segment and how its children are formed.
+#[derive(Debug, Clone)]
+pub enum ChildRule {
+    Whole,
+    Hash { lo: u64, width: u64 },
+    Cuts(Vec<KeyTuple>),
+    Quantile(u32),
+}
+
+/// The bucketed aggregate, one query for every parent: per (parent, child) the
+/// count, the SUM of row checksums as exact text, the XOR where the engine has it,
+/// and for quantile parents the first key of each child.
+/// Columns of the result: p, b, n, s, x (or NULL), then one column per key part.
+pub fn aggregate(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    method: HashMethod,
+    parents: &[(Segment, ChildRule)],
+) -> Option<Sql> {
+    let row = row_string_expr(d, cols)?;
+    let h = d.row_hash_expr(&row, method)?;
+    let needs_bh = parents.iter().any(|(s, r)| s.hash.is_some() || matches!(r, ChildRule::Hash { .. }));
+    let bh = if needs_bh {
+        Some(d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?)?)
+    } else {
+        None
+    };
+    let mut b = Binder::new(d);
+    let kq: Vec<String> = key.iter().map(|c| d.quote(&c.name)).collect();
+    let kx = key_tuple_expr(d, key);
+    let mut arms = Vec::new();
+    for (i, (seg, rule)) in parents.iter().enumerate() {
+        let mut conds = range_conditions(&mut b, seg, key);
+        if let (Some((lo, hi)), Some(bh)) = (seg.hash, &bh) {
+            conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+        }
+        let child = match rule {
+            ChildRule::Whole => "0".to_string(),
+            ChildRule::Hash { lo, width } => {
+                d.int_div(&format!("({} - {lo})", bh.as_ref().expect("hash rule has bh")), &width.to_string())
+            }
+            ChildRule::Cuts(cuts) if cuts.is_empty() => "0".to_string(),
+            ChildRule::Cuts(cuts) => {
+                let whens: Vec<String> = cuts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, c)| {
+                        let p = b.tuple(c, key);
+                        format!("WHEN {kx} < {p} THEN {j}")
+                    })
+                    .collect();
+                format!("CASE {} ELSE {} END", whens.join(" "), cuts.len())
+            }
+            ChildRule::Quantile(n) => format!("NTILE({n}) OVER (ORDER BY {}) - 1", order_by(d, key)),
+        };
+        arms.push(format!(
+            "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}",
+            kq.join(", "),
+            relation(d, source),
+            where_clause(&conds)
+        ));
+    }
+    // first-row flags let quantile parents report each child's first key
+    let quantile = parents.iter().any(|(_, r)| matches!(r, ChildRule::Quantile(_)));
+    let kq_inner: Vec<String> = kq.clone();
+    let union = arms.iter().map(|a| format!("({a})")).collect::<Vec<_>>().join(" UNION ALL ");
+    let firsts: Vec<String> = kq_inner
+        .iter()
+        .map(|k| if quantile { format!("MAX(CASE WHEN f = 1 THEN {k} END)") } else { "NULL".into() })
+        .collect();
+    let inner = if quantile {
+        let ord: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();
+        format!(
+            "SELECT p, b, h, {}, CASE WHEN LAG(b) OVER (PARTITION BY p ORDER BY {}) = b THEN 0 ELSE 1 END AS f FROM ({union}) u",
+            kq_inner.join(", "),
+            ord.join(", ")
+        )
+    } else {
+        format!("SELECT p, b, h FROM ({union}) u")
+    };
+    let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
+    let text = format!(
+        "SELECT p, b, COUNT(*) AS n, {} AS s, {xor} AS x, {} FROM ({inner}) z GROUP BY p, b ORDER BY p, b",
+        d.sum_text("h"),
+        firsts.join(", ")
+    );
+    Some(Sql { text, binds: b.binds })
+}

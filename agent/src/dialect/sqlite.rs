@@ -1,0 +1,120 @@
+//! SQLite. It has no MD5 or SHA-256 in SQL, and its values are dynamically typed, so
+//! the agent reads raw values and renders and hashes them in-process (DESIGN §6);
+//! SQL is used only to select the rows of a segment.
+
+use tally_common::checksum::HashMethod;
+use tally_common::types::TypeClass;
+
+use super::Dialect;
+use crate::schema::{BoundColumn, ColumnInfo};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sqlite;
+
+impl Dialect for Sqlite {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn quote(&self, ident: &str) -> String {
+        format!("\"{}\"", ident.replace('"', "\"\""))
+    }
+
+    fn placeholder(&self, _n: usize) -> String {
+        "?".into()
+    }
+
+    fn key_expr(&self, col: &ColumnInfo) -> String {
+        match col.class {
+            // BINARY is memcmp: bytewise, whatever collation the column declares
+            TypeClass::Text => format!("{} COLLATE BINARY", self.quote(&col.name)),
+            _ => self.quote(&col.name),
+        }
+    }
+
+    fn canonical_expr(&self, _col: &BoundColumn) -> Option<String> {
+        None
+    }
+
+    fn field_expr(&self, canonical: &str) -> String {
+        format!("COALESCE(LENGTH(CAST({canonical} AS BLOB)) || ':' || {canonical}, '~')")
+    }
+
+    fn concat(&self, parts: &[String]) -> String {
+        parts.join(" || ")
+    }
+
+    fn row_hash_expr(&self, _row: &str, _method: HashMethod) -> Option<String> {
+        None
+    }
+
+    fn bucket_hash_expr(&self, _key_row: &str) -> Option<String> {
+        None
+    }
+
+    fn xor_aggregate(&self, _h: &str) -> Option<String> {
+        None
+    }
+
+    fn sum_text(&self, h: &str) -> String {
+        format!("CAST(SUM({h}) AS TEXT)")
+    }
+
+    fn int_div(&self, a: &str, b: &str) -> String {
+        format!("({a} / {b})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tally_common::canonical::FieldFormat;
+    use tally_common::segment::{ColumnSpec, KeyPart, Segment};
+
+    use super::*;
+    use crate::config::Source;
+    use crate::dialect::{FetchShape, count_rows, fetch_rows, investigation_sql};
+
+    fn col(name: &str, class: TypeClass) -> BoundColumn {
+        BoundColumn {
+            info: ColumnInfo {
+                name: name.into(),
+                class,
+                declared_type: String::new(),
+                nullable: true,
+                scale: None,
+                fixed_char: false,
+            },
+            spec: ColumnSpec {
+                name: name.into(),
+                format: FieldFormat::new(class),
+            },
+        }
+    }
+
+    #[test]
+    fn golden_fetch_and_count() {
+        let cols = [col("region", TypeClass::Text), col("id", TypeClass::Integer), col("amount", TypeClass::Decimal)];
+        let key = [&cols[0].info, &cols[1].info];
+        let seg = Segment {
+            lower: Some(vec![KeyPart::Text("EU".into()), KeyPart::Int(7)]),
+            upper: None,
+            hash: None,
+        };
+        let src = Source::Table(vec!["main".into(), "or\"ders".into()]);
+        let sql = fetch_rows(&Sqlite, &src, &cols, &key, &seg, FetchShape::Raw, true);
+        assert_eq!(
+            sql.text,
+            "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" \
+             WHERE (\"region\" COLLATE BINARY, \"id\") >= (?, ?) ORDER BY \"region\" COLLATE BINARY, \"id\""
+        );
+        assert_eq!(sql.binds, vec![KeyPart::Text("EU".into()), KeyPart::Int(7)]);
+        let count = count_rows(&Sqlite, &Source::Query("SELECT * FROM t".into()), &key, &Segment::whole());
+        assert_eq!(count.text, "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\"");
+        let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg);
+        assert_eq!(
+            inv,
+            "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" WHERE (\"region\" COLLATE BINARY, \"id\") >= ('EU', 7) \
+             ORDER BY \"region\" COLLATE BINARY, \"id\";"
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! Building an agent from its config and serving it over mutual TLS.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tally_proto::v1::agent_server::AgentServer;
+use tokio::net::TcpListener;
+use tonic::transport::Server;
+
+use crate::config::AgentConfig;
+use crate::connector::Connector;
+use crate::dataset::Dataset;
+use crate::error::AgentError;
+use crate::release_log::ReleaseLog;
+use crate::service::AgentService;
+use crate::tls;
+
+/// Opens every dataset's connection pool (lazily: nothing connects yet).
+pub fn open_datasets(cfg: &AgentConfig, config_path: &Path) -> Result<BTreeMap<String, Arc<Dataset>>, AgentError> {
+    let mut out = BTreeMap::new();
+    for (name, d) in &cfg.datasets {
+        let url = d.resolve_url(config_path, name).map_err(|e| AgentError::Config(e.to_string()))?;
+        let connector = Connector::open(&url).map_err(|e| AgentError::Config(format!("datasets.{name}.url: {e}")))?;
+        out.insert(
+            name.clone(),
+            Arc::new(Dataset {
+                name: name.clone(),
+                config: d.clone(),
+                source: d.source(),
+                connector,
+            }),
+        );
+    }
+    Ok(out)
+}
+
+/// A bound, not yet serving, agent.
+pub struct Bound {
+    pub addr: SocketAddr,
+    listener: TcpListener,
+    service: AgentService,
+    tls: tonic::transport::ServerTlsConfig,
+    allowed: Vec<String>,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+/// Binds the listener (port 0 picks a free port) and prepares the service.
+pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentError> {
+    let datasets = open_datasets(cfg, config_path)?;
+    let log = ReleaseLog::open(cfg.release_log.as_deref())
+        .map_err(|e| AgentError::Config(format!("release_log: {e}")))?;
+    let tls = tls::server_tls(&cfg.tls)?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| AgentError::Config(format!("listen {}: {e}", cfg.listen)))?;
+    let addr = listener.local_addr().map_err(|e| AgentError::Config(e.to_string()))?;
+    Ok(Bound {
+        addr,
+        listener,
+        service: AgentService {
+            datasets,
+            log: Arc::new(log),
+        },
+        tls,
+        allowed: cfg.tls.allowed_clients.clone(),
+    })
+}
+
+impl Bound {
+    /// Serves until `shutdown` resolves.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), AgentError> {
+        let svc = AgentServer::with_interceptor(self.service, tls::allow_list(self.allowed));
+        Server::builder()
+            .tls_config(self.tls)
+            .map_err(|e| AgentError::Config(format!("tls: {e}")))?
+            .add_service(svc)
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(self.listener), shutdown)
+            .await
+            .map_err(|e| AgentError::Config(format!("server: {e}")))
+    }
+}
