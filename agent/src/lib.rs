@@ -13,6 +13,7 @@ pub mod dialect;
 pub mod error;
 pub mod policy;
 pub mod release_log;
+pub mod sample_data;
 pub mod schema;
 pub mod server;
 pub mod service;

@@ -252,6 +252,13 @@ impl AgentService {
         let result = async {
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, level, r.consent_acknowledged)?;
+            if !ds.config.policy.expose_key_bounds {
+                return Err(AgentError::Policy {
+                    dataset: ds.name.clone(),
+                    key: "expose_key_bounds",
+                    message: "key values may not leave this zone".into(),
+                });
+            }
             let seg = segment_from(r.segment, "segment")?;
             let b = self.bound(&ds, r.columns, r.key_len).await?;
             let wanted: HashSet<u64> = r.key_hashes.iter().copied().collect();

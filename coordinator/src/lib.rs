@@ -1,1 +1,16 @@
-//! placeholder
+//! The Tally coordinator: plans bisection levels, sends one aggregate per side per
+//! level to the agents over mutual TLS, compares the sums and reports where two
+//! datasets differ. It never holds a database credential, and sees row keys or
+//! values only where both the spec and the agents' policies allow.
+//!
+//! Depends on `tally-proto` and `tally-common`; never on the agent (the `tally demo`
+//! command in the binary is the one place that starts agents in-process).
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod planner;
+pub mod resolve;
+pub mod result;
+pub mod runner;
+pub mod spec;

@@ -1,1 +1,158 @@
-fn main() {}
+//! `tally`: the coordinator's command line.
+
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tally_common::pki;
+use tally_coordinator::client::{Agent, TlsMaterial};
+use tally_coordinator::config::CoordinatorConfig;
+use tally_coordinator::runner::{RunOptions, run};
+use tally_coordinator::spec::Spec;
+
+#[derive(Parser, Debug)]
+#[command(name = "tally", version, about = "Tally: reconcile datasets across networks without moving rows")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one reconciliation against remote agents (exit 0 match, 1 differ, 2 error).
+    Run {
+        /// The reconciliation spec (YAML).
+        spec: PathBuf,
+        /// The coordinator config: TLS identity and agent endpoints.
+        #[arg(short = 'c', long = "config", default_value = "coordinator.yaml")]
+        config: PathBuf,
+        /// Print one JSON object (the stable schema of docs/results.md).
+        #[arg(long)]
+        json: bool,
+        /// Progress on stderr even when it is not a terminal.
+        #[arg(long)]
+        progress: bool,
+    },
+    /// Certificates for trials: a development CA, the coordinator's client certificate
+    /// and one server certificate per agent.
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
+    /// A complete reconciliation on this machine with no setup.
+    Demo {
+        /// Orders per dataset.
+        #[arg(long, default_value_t = 200_000)]
+        rows: i64,
+        #[arg(long)]
+        json: bool,
+        /// Keep the datasets, certificates and configs in this directory.
+        #[arg(long)]
+        keep: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CertsCommand {
+    /// Write ca.pem, coordinator.pem and NAME.pem per agent (existing files are kept).
+    Init {
+        #[arg(long)]
+        out: PathBuf,
+        /// An agent name (repeatable).
+        #[arg(long = "agent", required = true)]
+        agents: Vec<String>,
+        /// Extra DNS name or IP for the agents' server certificates (repeatable).
+        #[arg(long = "san")]
+        sans: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,sqlx=error".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    tally_agent::install_crypto_provider();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match cli.command {
+        Command::Run { spec, config, json, progress } => rt.block_on(cmd_run(spec, config, json, progress)),
+        Command::Certs { command: CertsCommand::Init { out, agents, sans } } => match pki::init_dir(&out, &agents, &sans) {
+            Ok(files) => {
+                for f in files {
+                    match f {
+                        pki::FileOutcome::Written(p) => println!("wrote {}", p.display()),
+                        pki::FileOutcome::Kept(p) => println!("kept  {}", p.display()),
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tally certs init: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Demo { rows, json, keep } => rt.block_on(async move {
+            let run = demo::demo(demo::DemoOptions { rows, json, keep });
+            tokio::select! {
+                r = run => match r {
+                    Ok((result, _)) => {
+                        if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }
+                        ExitCode::from(result.exit_code())
+                    }
+                    Err(e) => {
+                        eprintln!("tally demo: {e:#}");
+                        ExitCode::from(2)
+                    }
+                },
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("tally demo: cancelled");
+                    ExitCode::from(2)
+                }
+            }
+        }),
+    }
+}
+
+async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("tally run: {m}");
+        ExitCode::from(2)
+    };
+    let cfg = match CoordinatorConfig::load(&config) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string()),
+    };
+    let spec = match Spec::load(&spec) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let tls = match TlsMaterial::load(&cfg.tls) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("{}: {e}", config.display())),
+    };
+    let agent = |side: &str, name: &str| -> Result<Agent, String> {
+        let a = cfg.agents.get(name).ok_or_else(|| {
+            format!("{side}.agent {name:?} is not in {} (agents: {})", config.display(), cfg.agents.keys().cloned().collect::<Vec<_>>().join(", "))
+        })?;
+        Agent::new(name, &a.endpoint, &tls).map_err(|e| e.to_string())
+    };
+    let (source, target) = match (agent("source", &spec.source.agent), agent("target", &spec.target.agent)) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    let opts = RunOptions { progress: progress.then_some(true) };
+    tokio::select! {
+        result = run(&spec, &source, &target, &opts) => {
+            if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }
+            ExitCode::from(result.exit_code())
+        }
+        _ = tokio::signal::ctrl_c() => {
+            // dropping the run cancels its in-flight calls; agents abandon the queries
+            eprintln!("tally run: cancelled");
+            ExitCode::from(2)
+        }
+    }
+}

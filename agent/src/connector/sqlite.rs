@@ -62,7 +62,8 @@ impl SqliteConnector {
                     let name: String = r.try_get("name").map_err(db)?;
                     let declared: String = r.try_get("type").map_err(db)?;
                     let notnull: i64 = r.try_get("notnull").map_err(db)?;
-                    columns.push(column_info(name, declared, notnull == 0));
+                    let pk: i64 = r.try_get("pk").map_err(db)?;
+                    columns.push(column_info(name, declared, notnull == 0 && pk == 0));
                 }
                 if columns.is_empty() {
                     return Err(AgentError::Config(format!("dataset {dataset}: table {} not found", parts.join("."))));

@@ -1,0 +1,155 @@
+//! A connection to one agent over mutual TLS, with retries of transient failures.
+//! The coordinator presents its client certificate and trusts only the configured CA.
+
+use std::time::Duration;
+
+use tally_proto::v1 as pb;
+use tally_proto::v1::agent_client::AgentClient;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
+
+use crate::config::ClientTls;
+use crate::error::RunError;
+
+/// Attempts per call for transient failures (UNAVAILABLE and transport errors).
+const ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub name: String,
+    pub endpoint: String,
+    client: AgentClient<Channel>,
+}
+
+/// PEM material for the coordinator's side of mutual TLS.
+#[derive(Debug, Clone)]
+pub struct TlsMaterial {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl TlsMaterial {
+    pub fn load(t: &ClientTls) -> Result<TlsMaterial, RunError> {
+        let read = |p: &std::path::Path, k: &str| {
+            std::fs::read(p).map_err(|e| RunError::Config(format!("tls.{k}: {}: {e}", p.display())))
+        };
+        Ok(TlsMaterial {
+            ca: read(&t.ca, "ca")?,
+            cert: read(&t.cert, "cert")?,
+            key: read(&t.key, "key")?,
+        })
+    }
+}
+
+impl Agent {
+    /// Prepares a lazy channel: nothing connects until the first call.
+    pub fn new(name: &str, endpoint: &str, tls: &TlsMaterial) -> Result<Agent, RunError> {
+        let host = endpoint
+            .trim_start_matches("https://")
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .unwrap_or_default();
+        let tls_cfg = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&tls.ca))
+            .identity(Identity::from_pem(&tls.cert, &tls.key))
+            .domain_name(host);
+        let channel = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| RunError::Config(format!("agents.{name}.endpoint: {e}")))?
+            .tls_config(tls_cfg)
+            .map_err(|e| RunError::Config(format!("agents.{name}: tls: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            // a silent peer (cut link, frozen host) is noticed within ~30 s
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .tcp_keepalive(Some(Duration::from_secs(10)))
+            .connect_lazy();
+        Ok(Agent {
+            name: name.to_string(),
+            endpoint: endpoint.to_string(),
+            client: AgentClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
+        })
+    }
+
+    fn error(&self, rpc: &str, s: Status) -> RunError {
+        RunError::from_status(&self.name, &self.endpoint, rpc, s)
+    }
+
+    /// Runs `call` with retries of transient failures and backoff.
+    async fn retry<T, F, Fut>(&self, rpc: &str, mut call: F) -> Result<T, RunError>
+    where
+        F: FnMut(AgentClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let mut delay = Duration::from_millis(200);
+        for attempt in 1..=ATTEMPTS {
+            match call(self.client.clone()).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if is_transient(&s) && attempt < ATTEMPTS => {
+                    tracing::warn!(agent = %self.name, rpc, attempt, code = ?s.code(), "transient failure, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
+                }
+                Err(s) => return Err(self.error(rpc, s)),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    pub async fn describe(&self, dataset: &str) -> Result<pb::DescribeResponse, RunError> {
+        let req = pb::DescribeRequest { dataset: dataset.to_string() };
+        self.retry("Describe", |mut c| {
+            let r = req.clone();
+            async move { c.describe(r).await }
+        })
+        .await
+    }
+
+    pub async fn aggregate(&self, req: pb::AggregateRequest) -> Result<pb::AggregateResponse, RunError> {
+        self.retry("Aggregate", |mut c| {
+            let r = req.clone();
+            async move { c.aggregate(r).await }
+        })
+        .await
+    }
+
+    /// All digests of a segment, collected (a leaf is bounded by the threshold).
+    pub async fn row_digests(&self, req: pb::RowDigestsRequest) -> Result<Vec<pb::RowDigest>, RunError> {
+        let mut stream = self
+            .retry("RowDigests", |mut c| {
+                let r = req.clone();
+                async move { c.row_digests(r).await }
+            })
+            .await?;
+        let mut out = Vec::new();
+        while let Some(batch) = stream.message().await.map_err(|s| self.error("RowDigests", s))? {
+            out.extend(batch.digests);
+        }
+        Ok(out)
+    }
+
+    pub async fn reveal(&self, req: pb::RevealRequest, rows: bool) -> Result<pb::RevealResponse, RunError> {
+        let rpc = if rows { "RevealRows" } else { "RevealKeys" };
+        self.retry(rpc, |mut c| {
+            let r = req.clone();
+            async move { if rows { c.reveal_rows(r).await } else { c.reveal_keys(r).await } }
+        })
+        .await
+    }
+
+    pub async fn investigation_sql(&self, req: pb::InvestigationSqlRequest) -> Result<String, RunError> {
+        self.retry("InvestigationSql", |mut c| {
+            let r = req.clone();
+            async move { c.investigation_sql(r).await }
+        })
+        .await
+        .map(|r| r.sql)
+    }
+}
+
+fn is_transient(s: &Status) -> bool {
+    matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
+        // tonic reports a failed connection as Unknown with a transport source
+        || (s.code() == Code::Unknown && s.message().contains("transport"))
+}

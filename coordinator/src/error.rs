@@ -1,0 +1,53 @@
+//! Errors of a run, each with a stable code for `--json` and the exit status 2.
+
+use tonic::{Code, Status};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(String),
+    #[error("schema drift: {0}")]
+    SchemaDrift(String),
+    #[error("agent {agent} refused {rpc}: {message}")]
+    PolicyRefused { agent: String, rpc: String, message: String },
+    #[error("agent {agent} ({endpoint}) unreachable during {rpc}: {message}")]
+    Unreachable { agent: String, endpoint: String, rpc: String, message: String },
+    #[error("agent {agent} failed {rpc}: {message}")]
+    Agent { agent: String, rpc: String, code: String, message: String },
+    #[error("gate {gate} tripped: {message}")]
+    Gate { gate: &'static str, message: String },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl RunError {
+    pub fn from_status(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError {
+        let message = s.message().to_string();
+        match s.code() {
+            Code::PermissionDenied => RunError::PolicyRefused { agent: agent.into(), rpc: rpc.into(), message },
+            Code::Unavailable | Code::DeadlineExceeded => {
+                RunError::Unreachable { agent: agent.into(), endpoint: endpoint.into(), rpc: rpc.into(), message }
+            }
+            Code::Unknown if message.contains("transport") || message.is_empty() => {
+                RunError::Unreachable { agent: agent.into(), endpoint: endpoint.into(), rpc: rpc.into(), message }
+            }
+            c => RunError::Agent { agent: agent.into(), rpc: rpc.into(), code: format!("{c:?}"), message },
+        }
+    }
+
+    /// The stable code of `error.code` in `--json`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunError::Config(_) => "config",
+            RunError::SchemaDrift(_) => "schema_drift",
+            RunError::PolicyRefused { .. } => "policy_refused",
+            RunError::Unreachable { .. } => "agent_unreachable",
+            RunError::Agent { .. } => "agent_error",
+            RunError::Gate { .. } => "gate_tripped",
+            RunError::Cancelled => "cancelled",
+            RunError::Internal(_) => "internal",
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The bisection planner: pure, no I/O. It proposes the next level's requests,
+//! takes both sides' buckets, and decides which segments match, which descend and
+//! which become leaves. The runner (runner.rs) does the calls.
+//!
+//! A level costs one aggregate per side whatever the factor: every differing parent
+//! of the level travels in the same request. The first level doubles as the quick
+//! check: its buckets partition the whole dataset, so identical data ends there.
+
+use tally_common::checksum::AnyAggregate;
+use tally_common::segment::{KeyTuple, Segment, Split};
+
+use crate::spec::Strategy;
+
+/// More than this share of a level's segments differing stops the drill (it would
+/// degenerate into a scan of everything, slice by slice).
+const EARLY_STOP_SHARE: f64 = 0.5;
+/// …but only once a level has at least this many differing segments.
+const EARLY_STOP_MIN: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct PlanParams {
+    pub strategy: Strategy,
+    pub factor: u32,
+    pub threshold: u64,
+    pub depth: u32,
+    /// Compare counts only (mode `count`).
+    pub counts_only: bool,
+    pub max_leaves: Option<u64>,
+}
+
+/// One child bucket as an agent returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketResult {
+    pub parent: usize,
+    pub child: usize,
+    pub segment: Segment,
+    pub agg: AnyAggregate,
+}
+
+/// What to ask at one level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelPlan {
+    pub level: u32,
+    pub parents: Vec<Segment>,
+    /// The split the source is asked for (the target too, unless `target_follows_source`).
+    pub split: Split,
+    /// Quantile levels: the target is asked for the source's cut points, after the source answered.
+    pub target_follows_source: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaf {
+    pub level: u32,
+    pub segment: Segment,
+    pub source: AnyAggregate,
+    pub target: AnyAggregate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelStats {
+    pub level: u32,
+    pub segments: usize,
+    pub differing: usize,
+    /// Rows covered by this level, source side.
+    pub source_rows: u64,
+    pub target_rows: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Most segments of a level differ.
+    MostSegmentsDiffer { level: u32, differing: usize, segments: usize },
+    /// More leaves than `gates.max_leaves`.
+    MaxLeaves { leaves: u64, limit: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{side} answered parent {parent} with {got} buckets, expected {expected}")]
+    BucketCount { side: &'static str, parent: usize, got: usize, expected: usize },
+    #[error("source and target disagree on the bounds of bucket {child} of parent {parent}")]
+    BoundsMismatch { parent: usize, child: usize },
+    #[error(transparent)]
+    Method(#[from] tally_common::checksum::MethodMismatch),
+}
+
+#[derive(Debug, Clone)]
+pub struct Planner {
+    params: PlanParams,
+    level: u32,
+    pending: Vec<Segment>,
+    pub leaves: Vec<Leaf>,
+    pub levels: Vec<LevelStats>,
+    pub stop: Option<Stop>,
+    /// Total rows per side, known after level 1.
+    pub totals: Option<(u64, u64)>,
+}
+
+impl Planner {
+    pub fn new(params: PlanParams) -> Planner {
+        Planner {
+            params,
+            level: 0,
+            pending: vec![Segment::whole()],
+            leaves: Vec::new(),
+            levels: Vec::new(),
+            stop: None,
+            totals: None,
+        }
+    }
+
+    /// The next level to run, or `None` when the drill is over.
+    pub fn next_level(&self) -> Option<LevelPlan> {
+        if self.pending.is_empty() || self.stop.is_some() {
+            return None;
+        }
+        let f = self.params.factor;
+        let (split, follows) = match self.params.strategy {
+            Strategy::Hash => (Split::Hash(f), false),
+            Strategy::Quantile | Strategy::Auto => (Split::Quantile(f), true),
+        };
+        Some(LevelPlan {
+            level: self.level + 1,
+            parents: self.pending.clone(),
+            split,
+            target_follows_source: follows,
+        })
+    }
+
+    /// For a quantile level: the target's splits, from the cut points the source chose.
+    pub fn target_splits(plan: &LevelPlan, source: &[BucketResult]) -> Vec<Split> {
+        (0..plan.parents.len())
+            .map(|p| {
+                let mut children: Vec<&BucketResult> = source.iter().filter(|b| b.parent == p).collect();
+                children.sort_by_key(|b| b.child);
+                let cuts: Vec<KeyTuple> = children.iter().skip(1).filter_map(|b| b.segment.lower.clone()).collect();
+                Split::Cuts(cuts)
+            })
+            .collect()
+    }
+
+    fn differs(&self, a: &AnyAggregate, b: &AnyAggregate) -> Result<bool, PlanError> {
+        if self.params.counts_only {
+            return Ok(a.count() != b.count());
+        }
+        Ok(!a.matches(b)?)
+    }
+
+    fn can_split(&self, seg: &Segment, source: &AnyAggregate, target: &AnyAggregate) -> bool {
+        match self.params.strategy {
+            // the source picks the cut points, so it needs rows to cut between
+            Strategy::Quantile | Strategy::Auto => source.count() >= 2,
+            Strategy::Hash => seg.hash.is_none_or(|(lo, hi)| hi - lo > 1) && source.count().max(target.count()) >= 2,
+        }
+    }
+
+    /// Takes both sides' answers to `plan`; returns the level's statistics.
+    pub fn observe(&mut self, plan: &LevelPlan, source: &[BucketResult], target: &[BucketResult]) -> Result<LevelStats, PlanError> {
+        let mut next = Vec::new();
+        let mut new_leaves = Vec::new();
+        let mut segments = 0;
+        let mut differing = Vec::new();
+        let (mut src_rows, mut tgt_rows) = (0, 0);
+        for p in 0..plan.parents.len() {
+            let mut s: Vec<&BucketResult> = source.iter().filter(|b| b.parent == p).collect();
+            let mut t: Vec<&BucketResult> = target.iter().filter(|b| b.parent == p).collect();
+            s.sort_by_key(|b| b.child);
+            t.sort_by_key(|b| b.child);
+            if s.len() != t.len() {
+                return Err(PlanError::BucketCount { side: "target", parent: p, got: t.len(), expected: s.len() });
+            }
+            for (a, b) in s.iter().zip(&t) {
+                if a.segment != b.segment {
+                    return Err(PlanError::BoundsMismatch { parent: p, child: a.child });
+                }
+                segments += 1;
+                src_rows += a.agg.count();
+                tgt_rows += b.agg.count();
+                if self.differs(&a.agg, &b.agg)? {
+                    differing.push((a.segment.clone(), a.agg, b.agg));
+                }
+            }
+        }
+        let stats = LevelStats {
+            level: plan.level,
+            segments,
+            differing: differing.len(),
+            source_rows: src_rows,
+            target_rows: tgt_rows,
+        };
+        if plan.level == 1 {
+            self.totals = Some((src_rows, tgt_rows));
+        }
+        let degenerate = differing.len() >= EARLY_STOP_MIN && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
+        for (seg, a, b) in differing {
+            let big = a.count().max(b.count()) >= self.params.threshold;
+            if !degenerate && big && plan.level < self.params.depth && self.can_split(&seg, &a, &b) {
+                next.push(Leaf { level: plan.level, segment: seg, source: a, target: b });
+            } else {
+                new_leaves.push(Leaf { level: plan.level, segment: seg, source: a, target: b });
+            }
+        }
+        if degenerate {
+            self.stop = Some(Stop::MostSegmentsDiffer { level: plan.level, differing: stats.differing, segments });
+        }
+        self.leaves.extend(new_leaves);
+        self.level = plan.level;
+        self.levels.push(stats.clone());
+        if let Some(limit) = self.params.max_leaves {
+            let n = (self.leaves.len() + next.len()) as u64;
+            if n > limit && self.stop.is_none() {
+                self.stop = Some(Stop::MaxLeaves { leaves: n, limit });
+            }
+        }
+        if self.stop.is_some() {
+            // what would have descended is reported as it stands, unsplit
+            self.leaves.extend(next);
+            self.pending = Vec::new();
+        } else {
+            self.pending = next.into_iter().map(|l| l.segment).collect();
+        }
+        Ok(stats)
+    }
+
+    pub fn params(&self) -> &PlanParams {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::checksum::HashMethod;
+    use tally_common::segment::KeyPart;
+
+    fn params(strategy: Strategy) -> PlanParams {
+        PlanParams { strategy, factor: 4, threshold: 10, depth: 8, counts_only: false, max_leaves: None }
+    }
+
+    fn agg(count: u64, sum: u64) -> AnyAggregate {
+        AnyAggregate::new(HashMethod::Sha256_64, count, sum, Some(sum))
+    }
+
+    /// A fake dataset of integer keys 0..n with a per-key checksum: answers a level
+    /// the way an agent would (quantile cuts on the source, cuts or hash on the target).
+    struct Fake {
+        rows: Vec<(i64, u64)>,
+    }
+
+    impl Fake {
+        fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult> {
+            let mut out = Vec::new();
+            for (p, (seg, split)) in parents.iter().zip(splits).enumerate() {
+                let rows: Vec<&(i64, u64)> = self.rows.iter().filter(|(k, _)| seg.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64)).collect();
+                let children = match split {
+                    Split::Quantile(n) => {
+                        let chunk = (rows.len() as u64).div_ceil(u64::from(*n)).max(1) as usize;
+                        let cuts: Vec<KeyTuple> = rows.iter().step_by(chunk).skip(1).map(|(k, _)| vec![KeyPart::Int(*k)]).collect();
+                        seg.cut_children(&cuts)
+                    }
+                    Split::Cuts(c) => seg.cut_children(c),
+                    Split::Hash(n) => seg.hash_children(*n),
+                    Split::Whole => vec![seg.clone()],
+                };
+                for (c, child) in children.into_iter().enumerate() {
+                    let mut a = AnyAggregate::empty(HashMethod::Sha256_64, true);
+                    for (k, h) in &rows {
+                        if child.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64) {
+                            a.add_checksum(*h);
+                        }
+                    }
+                    out.push(BucketResult { parent: p, child: c, segment: child, agg: a });
+                }
+            }
+            out
+        }
+    }
+
+    fn run(p: PlanParams, src: &Fake, tgt: &Fake) -> (Planner, usize) {
+        let mut planner = Planner::new(p);
+        let mut queries = 0;
+        while let Some(plan) = planner.next_level() {
+            let s = src.answer(&plan.parents, &vec![plan.split.clone(); plan.parents.len()]);
+            let tsplits = if plan.target_follows_source { Planner::target_splits(&plan, &s) } else { vec![plan.split.clone(); plan.parents.len()] };
+            let t = tgt.answer(&plan.parents, &tsplits);
+            planner.observe(&plan, &s, &t).unwrap();
+            queries += 1;
+        }
+        (planner, queries)
+    }
+
+    fn data(n: i64) -> Vec<(i64, u64)> {
+        (0..n).map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15))).collect()
+    }
+
+    #[test]
+    fn identical_data_ends_after_the_first_level() {
+        let f = Fake { rows: data(1000) };
+        let (p, q) = run(params(Strategy::Quantile), &f, &f);
+        assert_eq!(q, 1);
+        assert!(p.leaves.is_empty());
+        assert_eq!(p.levels[0].segments, 4);
+        assert_eq!(p.totals, Some((1000, 1000)));
+    }
+
+    #[test]
+    fn quantile_drill_isolates_each_difference_in_a_small_leaf() {
+        let src = Fake { rows: data(1000) };
+        let mut t = data(1000);
+        t[123].1 ^= 1; // changed
+        t.remove(700); // missing in target
+        t.push((5000, 7)); // extra in target, beyond the source's last key
+        let tgt = Fake { rows: t };
+        let (p, _) = run(params(Strategy::Quantile), &src, &tgt);
+        let covers = |k: i64| p.leaves.iter().any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0));
+        assert!(covers(123) && covers(700) && covers(5000), "{:?}", p.leaves);
+        assert!(p.leaves.iter().all(|l| l.source.count().max(l.target.count()) < 10 || l.source.count() < 2));
+        assert!(!covers(400), "a matching range must not be a leaf");
+        // one query per side per level
+        assert_eq!(p.levels.len(), p.levels.last().unwrap().level as usize);
+    }
+
+    #[test]
+    fn hash_drill_never_uses_key_bounds() {
+        let src = Fake { rows: data(1000) };
+        let mut t = data(1000);
+        t[10].1 ^= 1;
+        let tgt = Fake { rows: t };
+        let (p, _) = run(params(Strategy::Hash), &src, &tgt);
+        assert_eq!(p.leaves.len(), 1);
+        assert!(p.leaves.iter().all(|l| !l.segment.has_key_bounds()));
+        assert!(p.leaves[0].segment.contains(&vec![KeyPart::Int(10)], 10));
+    }
+
+    #[test]
+    fn most_segments_differing_stops_early() {
+        let src = Fake { rows: data(2000) };
+        let tgt = Fake { rows: data(2000).into_iter().map(|(k, h)| (k, h ^ 1)).collect() };
+        let mut pp = params(Strategy::Quantile);
+        pp.factor = 32;
+        let (p, q) = run(pp, &src, &tgt);
+        assert_eq!(q, 1);
+        assert!(matches!(p.stop, Some(Stop::MostSegmentsDiffer { level: 1, differing: 32, segments: 32 })));
+        assert_eq!(p.leaves.len(), 32);
+    }
+
+    #[test]
+    fn counts_only_ignores_checksums() {
+        let src = Fake { rows: data(100) };
+        let tgt = Fake { rows: data(100).into_iter().map(|(k, h)| (k, h ^ 1)).collect() };
+        let mut pp = params(Strategy::Quantile);
+        pp.counts_only = true;
+        let (p, _) = run(pp, &src, &tgt);
+        assert!(p.leaves.is_empty());
+    }
+
+    #[test]
+    fn depth_and_max_leaves_bound_the_drill() {
+        let src = Fake { rows: data(5000) };
+        let mut t = data(5000);
+        for i in (0..5000).step_by(500) {
+            t[i].1 ^= 1;
+        }
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Quantile);
+        pp.depth = 1;
+        let (p, q) = run(pp.clone(), &src, &tgt);
+        assert_eq!(q, 1);
+        assert!(p.leaves.iter().all(|l| l.level == 1));
+        pp.depth = 8;
+        pp.max_leaves = Some(3);
+        let (p, _) = run(pp, &src, &tgt);
+        assert!(matches!(p.stop, Some(Stop::MaxLeaves { limit: 3, .. })));
+    }
+
+    #[test]
+    fn bucket_bounds_must_agree() {
+        let mut planner = Planner::new(params(Strategy::Hash));
+        let plan = planner.next_level().unwrap();
+        let a = vec![BucketResult { parent: 0, child: 0, segment: Segment::whole(), agg: agg(1, 1) }];
+        let b = vec![BucketResult { parent: 0, child: 0, segment: Segment { hash: Some((0, 1)), ..Segment::default() }, agg: agg(1, 1) }];
+        assert!(matches!(planner.observe(&plan, &a, &b), Err(PlanError::BoundsMismatch { .. })));
+    }
+}

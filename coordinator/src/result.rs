@@ -1,0 +1,242 @@
+//! The result of a run: the stable `--json` document of DESIGN §11 and the human
+//! summary with its segment tree.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use tally_common::segment::{KeyTuple, Segment};
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Match,
+    Differ,
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SideStats {
+    pub agent: String,
+    pub dataset: String,
+    /// Rows on this side (from the first level); absent if no level completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Aggregate queries sent to this side.
+    pub queries: u64,
+    pub rows_scanned: u64,
+    /// How the agent computed its aggregates: pushdown or in_process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelOut {
+    pub level: u32,
+    pub segments: usize,
+    pub differing: usize,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AggOut {
+    pub count: u64,
+    /// SUM of row checksums mod 2^64, 16 hex digits.
+    pub checksum: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SqlPair {
+    pub source: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeafOut {
+    pub level: u32,
+    pub bounds: Segment,
+    pub source: AggOut,
+    pub target: AggOut,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sql: Option<SqlPair>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffKind {
+    MissingInTarget,
+    ExtraInTarget,
+    Changed,
+}
+
+impl DiffKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DiffKind::MissingInTarget => "missing_in_target",
+            DiffKind::ExtraInTarget => "extra_in_target",
+            DiffKind::Changed => "changed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ValuePair {
+    pub source: Option<String>,
+    pub target: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Difference {
+    pub kind: DiffKind,
+    pub key: KeyTuple,
+    /// detailed only: the columns whose values differ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// detailed only: the differing values (masked columns are never revealed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct DiffCounts {
+    pub missing_in_target: u64,
+    pub extra_in_target: u64,
+    pub changed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorOut {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub name: String,
+    pub verdict: Verdict,
+    pub hash_method: String,
+    pub strategy: String,
+    pub level: String,
+    /// Whether XOR was compared besides SUM (both sides have it).
+    pub xor_compared: bool,
+    /// Chance that one differing segment compares equal.
+    pub false_match_probability: f64,
+    /// Union bound over every segment compared in this run.
+    pub false_match_bound: f64,
+    pub source: SideStats,
+    pub target: SideStats,
+    pub levels: Vec<LevelOut>,
+    pub leaves: Vec<LeafOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub differences: Option<Vec<Difference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub difference_counts: Option<DiffCounts>,
+    /// More differences exist than `sample_limit` let through.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorOut>,
+    pub elapsed_ms: u64,
+}
+
+impl RunResult {
+    /// `diff(1)` exit codes: 0 match, 1 differ, 2 error.
+    pub fn exit_code(&self) -> u8 {
+        match self.verdict {
+            Verdict::Match => 0,
+            Verdict::Differ => 1,
+            Verdict::Error => 2,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("results serialize")
+    }
+
+    /// The human summary: verdict, the segment tree of leaves, differences.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let verdict = match self.verdict {
+            Verdict::Match => "MATCH",
+            Verdict::Differ => "DIFFER",
+            Verdict::Error => "ERROR",
+        };
+        let _ = writeln!(o, "{}: {verdict}", self.name);
+        let count = |s: &SideStats| s.count.map(|c| c.to_string()).unwrap_or_else(|| "?".into());
+        let _ = writeln!(
+            o,
+            "  source {}/{}: {} rows, {} queries{}",
+            self.source.agent,
+            self.source.dataset,
+            count(&self.source),
+            self.source.queries,
+            self.source.path.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
+        );
+        let _ = writeln!(
+            o,
+            "  target {}/{}: {} rows, {} queries{}",
+            self.target.agent,
+            self.target.dataset,
+            count(&self.target),
+            self.target.queries,
+            self.target.path.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
+        );
+        let _ = writeln!(
+            o,
+            "  {} checksums{}, strategy {}, false-match probability {:.1e} per segment",
+            self.hash_method,
+            if self.xor_compared { " (SUM and XOR)" } else { " (SUM only)" },
+            self.strategy,
+            self.false_match_probability
+        );
+        for l in &self.levels {
+            let _ = writeln!(o, "  level {}: {} segments, {} differing ({} ms)", l.level, l.segments, l.differing, l.elapsed_ms);
+        }
+        if !self.leaves.is_empty() {
+            let _ = writeln!(o, "  differing segments:");
+            for (i, l) in self.leaves.iter().enumerate() {
+                let branch = if i + 1 == self.leaves.len() { "└─" } else { "├─" };
+                let _ = writeln!(
+                    o,
+                    "  {branch} {}  source {} rows / target {} rows",
+                    l.bounds.describe(),
+                    l.source.count,
+                    l.target.count
+                );
+            }
+        }
+        if let (Some(diffs), Some(c)) = (&self.differences, &self.difference_counts) {
+            let _ = writeln!(
+                o,
+                "  differences: {} missing in target, {} extra in target, {} changed{}",
+                c.missing_in_target,
+                c.extra_in_target,
+                c.changed,
+                if self.truncated { " (sample shown)" } else { "" }
+            );
+            for d in diffs {
+                let key = tally_common::segment::format_tuple(&d.key);
+                let cols = d.columns.as_ref().map(|c| format!("  [{}]", c.join(", "))).unwrap_or_default();
+                let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
+            }
+        }
+        for w in &self.warnings {
+            let _ = writeln!(o, "  warning: {w}");
+        }
+        if let Some(a) = &self.advice {
+            let _ = writeln!(o, "  advice: {a}");
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(o, "  error ({}): {}", e.code, e.message);
+        }
+        let _ = writeln!(o, "  elapsed: {} ms", self.elapsed_ms);
+        o
+    }
+}

@@ -1,0 +1,432 @@
+//! The runner: drives one reconciliation against two agents. It resolves the
+//! schemas, asks the planner for each level and sends one aggregate per side per
+//! level (both sides at once where the strategy allows), then, at with_keys and
+//! detailed, classifies the rows of each leaf and asks for the differing keys.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use tally_common::PrivacyLevel;
+use tally_common::checksum::{AnyAggregate, HashMethod, run_false_match_bound};
+use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb};
+use tally_proto::v1 as pb;
+
+use crate::client::Agent;
+use crate::error::RunError;
+use crate::planner::{BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop};
+use crate::resolve::{Resolved, check_policies, resolve};
+use crate::result::*;
+use crate::spec::{Mode, Spec};
+
+/// Investigation SQL is fetched for at most this many leaves.
+const MAX_LEAVES_WITH_SQL: usize = 100;
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Progress lines on stderr (default: when stderr is a terminal).
+    pub progress: Option<bool>,
+}
+
+struct Run<'a> {
+    spec: &'a Spec,
+    source: &'a Agent,
+    target: &'a Agent,
+    started: Instant,
+    progress: bool,
+    resolved: Option<Resolved>,
+    res: RunResult,
+    segments_compared: u64,
+}
+
+fn method_pb(m: HashMethod) -> i32 {
+    match m {
+        HashMethod::Md5_48 => pb::HashMethod::Md548 as i32,
+        HashMethod::Sha256_64 => pb::HashMethod::Sha25664 as i32,
+    }
+}
+
+fn agg_out(a: &AnyAggregate) -> AggOut {
+    AggOut { count: a.count(), checksum: format!("{:016x}", a.sum()), xor: a.xor().map(|x| format!("{x:016x}")) }
+}
+
+/// Runs `spec` between two agents; never fails: errors become verdict `error`.
+pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions) -> RunResult {
+    let mut r = Run {
+        spec,
+        source,
+        target,
+        started: Instant::now(),
+        progress: opts.progress.unwrap_or_else(|| std::io::stderr().is_terminal()),
+        resolved: None,
+        segments_compared: 0,
+        res: RunResult {
+            name: spec.name.clone(),
+            verdict: Verdict::Error,
+            hash_method: String::new(),
+            strategy: spec.bisection.strategy.name().to_string(),
+            level: spec.reporting.level.name().to_string(),
+            xor_compared: false,
+            false_match_probability: 0.0,
+            false_match_bound: 0.0,
+            source: SideStats { agent: spec.source.agent.clone(), dataset: spec.source.dataset.clone(), ..Default::default() },
+            target: SideStats { agent: spec.target.agent.clone(), dataset: spec.target.dataset.clone(), ..Default::default() },
+            levels: Vec::new(),
+            leaves: Vec::new(),
+            differences: None,
+            difference_counts: None,
+            truncated: false,
+            warnings: Vec::new(),
+            advice: None,
+            error: None,
+            elapsed_ms: 0,
+        },
+    };
+    let outcome = match spec.gates.max_seconds {
+        Some(s) => match tokio::time::timeout(std::time::Duration::from_secs(s), r.drive()).await {
+            Ok(o) => o,
+            Err(_) => Err(RunError::Gate { gate: "max_seconds", message: format!("the run took longer than {s} s") }),
+        },
+        None => r.drive().await,
+    };
+    if let Err(e) = outcome {
+        r.res.verdict = Verdict::Error;
+        r.res.error = Some(ErrorOut { code: e.code().to_string(), message: e.to_string() });
+    }
+    if let Some(m) = r.resolved.as_ref().map(|x| x.method) {
+        r.res.false_match_probability = m.false_match_probability();
+        r.res.false_match_bound = run_false_match_bound(m, r.segments_compared);
+    }
+    r.res.elapsed_ms = r.started.elapsed().as_millis() as u64;
+    r.res
+}
+
+impl Run<'_> {
+    fn say(&self, msg: impl AsRef<str>) {
+        if self.progress {
+            eprintln!("[{:>7.2}s] {}", self.started.elapsed().as_secs_f64(), msg.as_ref());
+        }
+    }
+
+    async fn drive(&mut self) -> Result<(), RunError> {
+        let spec = self.spec;
+        let (s, t) = tokio::join!(self.source.describe(&spec.source.dataset), self.target.describe(&spec.target.dataset));
+        let (s, t) = (s?, t?);
+        self.res.source.engine = Some(format!("{} {}", s.engine, s.engine_version));
+        self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
+        check_policies(spec, [(&self.source.name, &s), (&self.target.name, &t)])?;
+        let resolved = resolve(spec, &s, &t)?;
+        self.res.hash_method = resolved.method.name().to_string();
+        self.res.xor_compared = resolved.xor;
+        self.res.warnings = resolved.warnings.clone();
+        let estimate = s.row_estimate + t.row_estimate;
+        self.say(format!(
+            "resolved {} key + {} compared columns, {}; estimated scan {} + {} rows (catalog estimates)",
+            resolved.key_len,
+            resolved.columns.len() - resolved.key_len,
+            resolved.method,
+            s.row_estimate,
+            t.row_estimate
+        ));
+        if let Some(max) = spec.gates.max_rows_scanned
+            && estimate > max
+        {
+            return Err(RunError::Gate {
+                gate: "max_rows_scanned",
+                message: format!("the first level would read about {estimate} rows, the gate allows {max}"),
+            });
+        }
+        self.resolved = Some(resolved);
+        let mut planner = Planner::new(PlanParams {
+            strategy: spec.bisection.strategy,
+            factor: spec.bisection.factor,
+            threshold: spec.bisection.threshold,
+            depth: spec.bisection.depth,
+            counts_only: spec.mode == Mode::Count,
+            max_leaves: spec.gates.max_leaves,
+        });
+        let drill = self.drill(&mut planner).await;
+        // what was found so far is reported even when a gate or an agent stops the run
+        self.record_planner(&planner);
+        drill?;
+        match &planner.stop {
+            Some(Stop::MaxLeaves { leaves, limit }) => {
+                return Err(RunError::Gate {
+                    gate: "max_leaves",
+                    message: format!("{leaves} differing segments exceed the gate of {limit}"),
+                });
+            }
+            Some(Stop::MostSegmentsDiffer { level, differing, segments }) => {
+                self.res.advice = Some(format!(
+                    "{differing} of {segments} segments differ at level {level}: most of the data differs, so bisection \
+                     cannot narrow it down. Compare aggregate measures per group first (or check the mapping), then \
+                     reconcile the diverging groups."
+                ));
+            }
+            None => {}
+        }
+        self.res.verdict = if planner.leaves.is_empty() { Verdict::Match } else { Verdict::Differ };
+        self.leaf_sql(&planner.leaves).await?;
+        if spec.reporting.level >= PrivacyLevel::WithKeys && !planner.leaves.is_empty() {
+            if planner.stop.is_some() {
+                self.res.warnings.push("rows were not classified: the drill stopped early".into());
+            } else {
+                self.rows_phase(&planner.leaves).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn record_planner(&mut self, planner: &Planner) {
+        if let Some((s, t)) = planner.totals {
+            self.res.source.count = Some(s);
+            self.res.target.count = Some(t);
+        }
+        self.res.leaves = planner
+            .leaves
+            .iter()
+            .map(|l| LeafOut { level: l.level, bounds: l.segment.clone(), source: agg_out(&l.source), target: agg_out(&l.target), sql: None })
+            .collect();
+    }
+
+    fn aggregate_request(&self, side_cols: Vec<ColumnSpec>, dataset: &str, parents: &[Segment], splits: &[Split]) -> pb::AggregateRequest {
+        let r = self.resolved.as_ref().expect("resolved");
+        pb::AggregateRequest {
+            dataset: dataset.to_string(),
+            columns: side_cols.iter().map(pb::ColumnRef::from).collect(),
+            key_len: r.key_len as u32,
+            method: method_pb(r.method),
+            segments: parents
+                .iter()
+                .zip(splits)
+                .map(|(seg, split)| pb::SegmentSplit { segment: Some(pb::Segment::from(seg)), split: Some(split.to_pb()) })
+                .collect(),
+            in_process: false,
+        }
+    }
+
+    fn buckets(&self, resp: &pb::AggregateResponse, side: &str) -> Result<Vec<BucketResult>, RunError> {
+        let r = self.resolved.as_ref().expect("resolved");
+        resp.buckets
+            .iter()
+            .map(|b| {
+                let segment = Segment::from_pb(b.segment.clone().unwrap_or_default(), "bucket.segment")
+                    .map_err(|e| RunError::Internal(format!("{side} agent sent a bad bucket: {e}")))?;
+                let xor = if r.xor { b.xor } else { None };
+                Ok(BucketResult { parent: b.parent as usize, child: b.child as usize, segment, agg: AnyAggregate::new(r.method, b.count, b.sum, xor) })
+            })
+            .collect()
+    }
+
+    fn check_query_gate(&self) -> Result<(), RunError> {
+        if let Some(max) = self.spec.gates.max_queries
+            && self.res.source.queries.max(self.res.target.queries) + 1 > max
+        {
+            return Err(RunError::Gate {
+                gate: "max_queries",
+                message: format!("the next level would send query {} to each side, the gate allows {max}", self.res.source.queries + 1),
+            });
+        }
+        Ok(())
+    }
+
+    async fn drill(&mut self, planner: &mut Planner) -> Result<(), RunError> {
+        let r = self.resolved.clone().expect("resolved");
+        let (scols, tcols) = (r.source_columns(), r.target_columns());
+        while let Some(plan) = planner.next_level() {
+            self.check_query_gate()?;
+            let level_start = Instant::now();
+            let (src_resp, tgt_resp) = self.level(&plan, &scols, &tcols).await?;
+            self.res.source.queries += 1;
+            self.res.target.queries += 1;
+            self.res.source.rows_scanned += src_resp.rows_scanned;
+            self.res.target.rows_scanned += tgt_resp.rows_scanned;
+            self.res.source.path = Some(src_resp.path.clone());
+            self.res.target.path = Some(tgt_resp.path.clone());
+            let sb = self.buckets(&src_resp, "source")?;
+            let tb = self.buckets(&tgt_resp, "target")?;
+            let stats = planner.observe(&plan, &sb, &tb).map_err(|e| RunError::Internal(e.to_string()))?;
+            self.segments_compared += stats.segments as u64;
+            let ms = level_start.elapsed().as_millis() as u64;
+            self.res.levels.push(LevelOut { level: stats.level, segments: stats.segments, differing: stats.differing, elapsed_ms: ms });
+            self.say(format!(
+                "level {}: {} segments, {} differing, {} + {} rows covered",
+                stats.level, stats.segments, stats.differing, stats.source_rows, stats.target_rows
+            ));
+            if let Some(max) = self.spec.gates.max_rows_scanned {
+                let scanned = self.res.source.rows_scanned + self.res.target.rows_scanned;
+                if scanned > max && planner.next_level().is_some() {
+                    return Err(RunError::Gate { gate: "max_rows_scanned", message: format!("{scanned} rows read, the gate allows {max}") });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One level: one aggregate per side. Quantile levels ask the source first (it
+    /// picks the cut points); hash levels ask both sides at once.
+    async fn level(&self, plan: &LevelPlan, scols: &[ColumnSpec], tcols: &[ColumnSpec]) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
+        let splits = vec![plan.split.clone(); plan.parents.len()];
+        let sreq = self.aggregate_request(scols.to_vec(), &self.spec.source.dataset, &plan.parents, &splits);
+        if plan.target_follows_source {
+            let s = self.source.aggregate(sreq).await?;
+            let sb = self.buckets(&s, "source")?;
+            let tsplits = Planner::target_splits(plan, &sb);
+            let treq = self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &tsplits);
+            let t = self.target.aggregate(treq).await?;
+            Ok((s, t))
+        } else {
+            let treq = self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &splits);
+            let (s, t) = tokio::join!(self.source.aggregate(sreq), self.target.aggregate(treq));
+            Ok((s?, t?))
+        }
+    }
+
+    async fn leaf_sql(&mut self, leaves: &[Leaf]) -> Result<(), RunError> {
+        let r = self.resolved.clone().expect("resolved");
+        for (i, leaf) in leaves.iter().take(MAX_LEAVES_WITH_SQL).enumerate() {
+            let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::InvestigationSqlRequest {
+                dataset: dataset.to_string(),
+                columns: cols.iter().map(pb::ColumnRef::from).collect(),
+                key_len: r.key_len as u32,
+                segment: Some(pb::Segment::from(&leaf.segment)),
+            };
+            let (s, t) = tokio::join!(
+                self.source.investigation_sql(req(r.source_columns(), &self.spec.source.dataset)),
+                self.target.investigation_sql(req(r.target_columns(), &self.spec.target.dataset))
+            );
+            self.res.leaves[i].sql = Some(SqlPair { source: s?, target: t? });
+        }
+        if leaves.len() > MAX_LEAVES_WITH_SQL {
+            self.res.warnings.push(format!("investigation SQL shown for the first {MAX_LEAVES_WITH_SQL} leaves only"));
+        }
+        Ok(())
+    }
+
+    /// Classifies the rows of every leaf from (key hash, row hash) pairs, then asks
+    /// for the keys (and at detailed, the values) of differing rows only.
+    async fn rows_phase(&mut self, leaves: &[Leaf]) -> Result<(), RunError> {
+        let r = self.resolved.clone().expect("resolved");
+        let spec = self.spec;
+        let level = pb::PrivacyLevel::from(spec.reporting.level) as i32;
+        let mut counts = DiffCounts::default();
+        // (leaf, kind, key hash), in leaf order
+        let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
+        for (i, leaf) in leaves.iter().enumerate() {
+            let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::RowDigestsRequest {
+                dataset: dataset.to_string(),
+                columns: cols.iter().map(pb::ColumnRef::from).collect(),
+                key_len: r.key_len as u32,
+                method: method_pb(r.method),
+                segment: Some(pb::Segment::from(&leaf.segment)),
+                level,
+            };
+            let (s, t) = tokio::join!(
+                self.source.row_digests(req(r.source_columns(), &spec.source.dataset)),
+                self.target.row_digests(req(r.target_columns(), &spec.target.dataset))
+            );
+            let s: HashMap<u64, u64> = s?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
+            let t: HashMap<u64, u64> = t?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
+            let mut here: Vec<(DiffKind, u64)> = Vec::new();
+            for (k, h) in &s {
+                match t.get(k) {
+                    None => here.push((DiffKind::MissingInTarget, *k)),
+                    Some(th) if th != h => here.push((DiffKind::Changed, *k)),
+                    _ => {}
+                }
+            }
+            here.extend(t.keys().filter(|k| !s.contains_key(k)).map(|k| (DiffKind::ExtraInTarget, *k)));
+            here.sort();
+            for (kind, kh) in here {
+                match kind {
+                    DiffKind::MissingInTarget => counts.missing_in_target += 1,
+                    DiffKind::ExtraInTarget => counts.extra_in_target += 1,
+                    DiffKind::Changed => counts.changed += 1,
+                }
+                found.push((i, kind, kh));
+            }
+            self.say(format!("rows of leaf {}/{} classified", i + 1, leaves.len()));
+        }
+        let limit = spec.reporting.sample_limit as usize;
+        self.res.truncated = found.len() > limit;
+        found.truncate(limit);
+        let detailed = spec.reporting.level == PrivacyLevel::Detailed;
+        let mut diffs = Vec::new();
+        for (i, leaf) in leaves.iter().enumerate() {
+            let mine: Vec<&(usize, DiffKind, u64)> = found.iter().filter(|f| f.0 == i).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let from_source: Vec<u64> = mine.iter().filter(|f| f.1 != DiffKind::ExtraInTarget).map(|f| f.2).collect();
+            let from_target: Vec<u64> = mine
+                .iter()
+                .filter(|f| f.1 == DiffKind::ExtraInTarget || (detailed && f.1 == DiffKind::Changed))
+                .map(|f| f.2)
+                .collect();
+            let reveal = |cols: Vec<ColumnSpec>, dataset: &str, hashes: Vec<u64>| pb::RevealRequest {
+                dataset: dataset.to_string(),
+                columns: cols.iter().map(pb::ColumnRef::from).collect(),
+                key_len: r.key_len as u32,
+                segment: Some(pb::Segment::from(&leaf.segment)),
+                limit: hashes.len() as u32,
+                key_hashes: hashes,
+                level,
+                consent_acknowledged: spec.reporting.consent_acknowledged,
+            };
+            let (s, t) = tokio::join!(
+                async {
+                    if from_source.is_empty() {
+                        return Ok(pb::RevealResponse::default());
+                    }
+                    self.source.reveal(reveal(r.source_columns(), &spec.source.dataset, from_source.clone()), detailed).await
+                },
+                async {
+                    if from_target.is_empty() {
+                        return Ok(pb::RevealResponse::default());
+                    }
+                    self.target.reveal(reveal(r.target_columns(), &spec.target.dataset, from_target.clone()), detailed).await
+                }
+            );
+            let by_hash = |resp: pb::RevealResponse| -> Result<HashMap<u64, (KeyTuple, Vec<Option<String>>)>, RunError> {
+                resp.rows
+                    .into_iter()
+                    .map(|row| {
+                        let key = tuple_from_pb(row.key.unwrap_or_default(), "key").map_err(|e| RunError::Internal(e.to_string()))?;
+                        Ok((row.key_hash, (key, row.values.into_iter().map(|v| v.text).collect())))
+                    })
+                    .collect()
+            };
+            let (s, t) = (by_hash(s?)?, by_hash(t?)?);
+            for (_, kind, kh) in mine {
+                let side = if *kind == DiffKind::ExtraInTarget { &t } else { &s };
+                let Some((key, _)) = side.get(kh) else { continue };
+                let mut d = Difference { kind: *kind, key: key.clone(), columns: None, values: None };
+                if detailed && *kind == DiffKind::Changed
+                    && let (Some((_, sv)), Some((_, tv))) = (s.get(kh), t.get(kh))
+                {
+                    let mut cols = Vec::new();
+                    let mut values = BTreeMap::new();
+                    for (j, c) in r.columns.iter().enumerate().skip(r.key_len) {
+                        let (a, b) = (sv.get(j).cloned().flatten(), tv.get(j).cloned().flatten());
+                        if c.masked {
+                            continue;
+                        }
+                        if a != b {
+                            cols.push(c.source_name.clone());
+                            values.insert(c.source_name.clone(), ValuePair { source: a, target: b });
+                        }
+                    }
+                    if cols.is_empty() && r.columns.iter().any(|c| c.masked) {
+                        cols.push("(masked column)".into());
+                    }
+                    d.columns = Some(cols);
+                    d.values = Some(values);
+                }
+                diffs.push(d);
+            }
+        }
+        self.res.differences = Some(diffs);
+        self.res.difference_counts = Some(counts);
+        Ok(())
+    }
+}
