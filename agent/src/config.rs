@@ -127,45 +127,106 @@ impl AgentConfig {
 
     pub fn validate(&self, file: &Path) -> Result<(), ConfigError> {
         if self.datasets.is_empty() {
-            return Err(ConfigError::invalid(file, "datasets", "at least one dataset is needed"));
+            return Err(ConfigError::invalid(
+                file,
+                "datasets",
+                "at least one dataset is needed",
+            ));
         }
         for (name, d) in &self.datasets {
             let key = |k: &str| format!("datasets.{name}.{k}");
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(ConfigError::invalid(file, format!("datasets.{name}"), "dataset names use letters, digits, '-', '_', '.'"));
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("datasets.{name}"),
+                    "dataset names use letters, digits, '-', '_', '.'",
+                ));
             }
             match (&d.url, &d.url_env) {
-                (Some(_), Some(_)) => return Err(ConfigError::invalid(file, key("url"), "give url or url_env, not both")),
-                (None, None) => return Err(ConfigError::invalid(file, key("url"), "missing: give url or url_env")),
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("url"),
+                        "give url or url_env, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("url"),
+                        "missing: give url or url_env",
+                    ));
+                }
                 (Some(u), None) => {
                     if !u.contains("://") && !u.starts_with("sqlite:") {
-                        return Err(ConfigError::invalid(file, key("url"), "expected a URL such as postgres://user@host/db"));
+                        return Err(ConfigError::invalid(
+                            file,
+                            key("url"),
+                            "expected a URL such as postgres://user@host/db",
+                        ));
                     }
                 }
                 _ => {}
             }
             match (&d.table, &d.query) {
-                (Some(_), Some(_)) => return Err(ConfigError::invalid(file, key("table"), "give table or query, not both")),
-                (None, None) => return Err(ConfigError::invalid(file, key("table"), "missing: give table or query")),
-                (Some(t), None) if t.is_empty() || t.split('.').count() > 2 || t.split('.').any(str::is_empty) => {
-                    return Err(ConfigError::invalid(file, key("table"), "expected table or schema.table"));
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("table"),
+                        "give table or query, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("table"),
+                        "missing: give table or query",
+                    ));
+                }
+                (Some(t), None)
+                    if t.is_empty() || t.split('.').count() > 2 || t.split('.').any(str::is_empty) =>
+                {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("table"),
+                        "expected table or schema.table",
+                    ));
                 }
                 _ => {}
             }
             if d.key.is_empty() {
-                return Err(ConfigError::invalid(file, key("key"), "at least one key column is needed"));
+                return Err(ConfigError::invalid(
+                    file,
+                    key("key"),
+                    "at least one key column is needed",
+                ));
             }
-            if let Some(m) = d.policy.mask_columns.iter().find(|m| d.key.iter().any(|k| k.eq_ignore_ascii_case(m))) {
+            if let Some(m) = d
+                .policy
+                .mask_columns
+                .iter()
+                .find(|m| d.key.iter().any(|k| k.eq_ignore_ascii_case(m)))
+            {
                 return Err(ConfigError::invalid(
                     file,
                     key("policy.mask_columns"),
-                    format!("key column {m} cannot be masked: use strategy hash with expose_key_bounds: false to keep keys private"),
+                    format!(
+                        "key column {m} cannot be masked: use strategy hash with expose_key_bounds: false to keep keys private"
+                    ),
                 ));
             }
         }
         for (i, c) in self.tls.allowed_clients.iter().enumerate() {
             if c.is_empty() {
-                return Err(ConfigError::invalid(file, format!("tls.allowed_clients[{i}]"), "empty client name"));
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("tls.allowed_clients[{i}]"),
+                    "empty client name",
+                ));
             }
         }
         Ok(())
@@ -188,7 +249,10 @@ mod tests {
 
     #[test]
     fn the_shipped_example_parses() {
-        let p = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/agent.yaml"));
+        let p = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/examples/agent.yaml"
+        ));
         let c = AgentConfig::load(p).unwrap();
         assert!(c.datasets.contains_key("orders"));
         assert_eq!(c.datasets["orders"].policy.max_level, PrivacyLevel::WithKeys);
@@ -196,7 +260,10 @@ mod tests {
 
     #[test]
     fn policy_defaults_are_count_only() {
-        let c = parse(&format!("{BASE}datasets:\n  o: {{ url: 'sqlite://x.db', table: t, key: [id] }}\n")).unwrap();
+        let c = parse(&format!(
+            "{BASE}datasets:\n  o: {{ url: 'sqlite://x.db', table: t, key: [id] }}\n"
+        ))
+        .unwrap();
         assert_eq!(c.datasets["o"].policy, Policy::default());
         assert_eq!(c.datasets["o"].policy.max_level, PrivacyLevel::CountOnly);
         assert!(c.datasets["o"].policy.expose_key_bounds);
@@ -206,11 +273,26 @@ mod tests {
     fn errors_name_the_key() {
         let cases = [
             ("datasets:\n  o: { table: t, key: [id] }\n", "datasets.o.url"),
-            ("datasets:\n  o: { url: 'sqlite://x', key: [id] }\n", "datasets.o.table"),
-            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [] }\n", "datasets.o.key"),
-            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { mask_columns: [ID] } }\n", "datasets.o.policy.mask_columns"),
-            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { max_level: everything } }\n", "max_level"),
-            ("datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], password: x }\n", "password"),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', key: [id] }\n",
+                "datasets.o.table",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [] }\n",
+                "datasets.o.key",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { mask_columns: [ID] } }\n",
+                "datasets.o.policy.mask_columns",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { max_level: everything } }\n",
+                "max_level",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], password: x }\n",
+                "password",
+            ),
         ];
         for (text, key) in cases {
             let e = parse(&format!("{BASE}{text}")).unwrap_err().to_string();

@@ -24,7 +24,9 @@ pub struct Dataset {
 
 impl std::fmt::Debug for Dataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dataset").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Dataset")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -80,7 +82,9 @@ impl Bound {
 
 impl Dataset {
     pub async fn describe(&self) -> Result<DatasetInfo> {
-        self.connector.describe(&self.name, &self.source, &self.config.key).await
+        self.connector
+            .describe(&self.name, &self.source, &self.config.key)
+            .await
     }
 
     pub async fn bind(&self, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Bound> {
@@ -91,7 +95,8 @@ impl Dataset {
 
     /// Whether the engine can compute this request itself.
     fn can_push_down(&self, b: &Bound) -> bool {
-        self.connector.supports_pushdown() && dialect::row_string_expr(self.connector.dialect(), &b.cols).is_some()
+        self.connector.supports_pushdown()
+            && dialect::row_string_expr(self.connector.dialect(), &b.cols).is_some()
     }
 
     pub async fn aggregate(
@@ -110,7 +115,9 @@ impl Dataset {
             }
             check_bounds(&probe, &key).map_err(AgentError::InvalidArgument)?;
             if let Split::Quantile(_) | Split::Cuts(_) = split
-                && let Some(c) = key.iter().find(|c| !matches!(c.class, TypeClass::Integer | TypeClass::Text))
+                && let Some(c) = key
+                    .iter()
+                    .find(|c| !matches!(c.class, TypeClass::Integer | TypeClass::Text))
             {
                 return Err(AgentError::InvalidArgument(format!(
                     "key column {} is {}; quantile bisection needs integer or text keys (use strategy hash)",
@@ -125,7 +132,12 @@ impl Dataset {
         }
     }
 
-    async fn aggregate_pushdown(&self, b: &Bound, method: HashMethod, parents: &[(Segment, Split)]) -> Result<AggregateOut> {
+    async fn aggregate_pushdown(
+        &self,
+        b: &Bound,
+        method: HashMethod,
+        parents: &[(Segment, Split)],
+    ) -> Result<AggregateOut> {
         let d = self.connector.dialect();
         let key = b.key_infos();
         let rules: Vec<(Segment, ChildRule)> = parents
@@ -145,7 +157,10 @@ impl Dataset {
             .collect();
         let sql = dialect::aggregate(d, &self.source, &b.cols, &key, method, &rules)
             .ok_or_else(|| AgentError::Unsupported("engine cannot push this aggregate down".into()))?;
-        let rows = self.connector.aggregate(&self.name, &sql, &b.key_classes()).await?;
+        let rows = self
+            .connector
+            .aggregate(&self.name, &sql, &b.key_classes())
+            .await?;
         let xor_real = method == HashMethod::Sha256_64 && d.xor_aggregate("h").is_some();
         let mut buckets = Vec::new();
         let mut scanned = 0;
@@ -157,7 +172,8 @@ impl Dataset {
                 Split::Hash(n) => seg.hash_children(*n),
                 Split::Cuts(c) => seg.cut_children(c),
                 Split::Quantile(_) => {
-                    let cuts: Vec<KeyTuple> = mine.iter().skip(1).filter_map(|r| r.first_key.clone()).collect();
+                    let cuts: Vec<KeyTuple> =
+                        mine.iter().skip(1).filter_map(|r| r.first_key.clone()).collect();
                     seg.cut_children(&cuts)
                 }
             };
@@ -197,14 +213,25 @@ impl Dataset {
     ) -> Result<u64> {
         let d = self.connector.dialect();
         let key = b.key_infos();
-        let sql = dialect::fetch_rows(d, &self.source, &b.cols, &key, seg, self.connector.fetch_shape(), ordered);
+        let sql = dialect::fetch_rows(
+            d,
+            &self.source,
+            &b.cols,
+            &key,
+            seg,
+            self.connector.fetch_shape(),
+            ordered,
+        );
         let key_len = b.key_len;
         let mut seen = 0u64;
         self.connector
             .scan(&self.name, &sql, &b.cols, key_len, &mut |row: CanonRow| {
                 seen += 1;
                 let kh = key_hash(row.key_string(key_len).as_bytes());
-                if seg.hash.is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh))) {
+                if seg
+                    .hash
+                    .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
+                {
                     return Ok(());
                 }
                 f(row, kh)
@@ -213,7 +240,12 @@ impl Dataset {
         Ok(seen)
     }
 
-    async fn aggregate_in_process(&self, b: &Bound, method: HashMethod, parents: &[(Segment, Split)]) -> Result<AggregateOut> {
+    async fn aggregate_in_process(
+        &self,
+        b: &Bound,
+        method: HashMethod,
+        parents: &[(Segment, Split)],
+    ) -> Result<AggregateOut> {
         let xor = method == HashMethod::Sha256_64;
         let mut buckets = Vec::new();
         let mut scanned = 0;
@@ -222,16 +254,22 @@ impl Dataset {
                 Split::Quantile(n) => {
                     let total = match seg.hash {
                         None => {
-                            let sql = dialect::count_rows(self.connector.dialect(), &self.source, &b.key_infos(), seg);
+                            let sql = dialect::count_rows(
+                                self.connector.dialect(),
+                                &self.source,
+                                &b.key_infos(),
+                                seg,
+                            );
                             self.connector.count(&self.name, &sql).await?
                         }
                         Some(_) => {
                             let mut n = 0u64;
-                            scanned += self.scan_segment(b, seg, false, &mut |_, _| {
-                                n += 1;
-                                Ok(())
-                            })
-                            .await?;
+                            scanned += self
+                                .scan_segment(b, seg, false, &mut |_, _| {
+                                    n += 1;
+                                    Ok(())
+                                })
+                                .await?;
                             n
                         }
                     };
@@ -318,7 +356,13 @@ impl Dataset {
     }
 
     /// Rows of a segment whose key hash is in `wanted`, up to `limit`.
-    pub async fn rows_by_key_hash(&self, b: &Bound, seg: &Segment, wanted: &HashSet<u64>, limit: usize) -> Result<(Vec<(u64, CanonRow)>, bool)> {
+    pub async fn rows_by_key_hash(
+        &self,
+        b: &Bound,
+        seg: &Segment,
+        wanted: &HashSet<u64>,
+        limit: usize,
+    ) -> Result<(Vec<(u64, CanonRow)>, bool)> {
         let mut out = Vec::new();
         let mut truncated = false;
         self.scan_segment(b, seg, true, &mut |row, kh| {
@@ -336,6 +380,12 @@ impl Dataset {
     }
 
     pub fn investigation_sql(&self, b: &Bound, seg: &Segment) -> String {
-        dialect::investigation_sql(self.connector.dialect(), &self.source, &b.cols, &b.key_infos(), seg)
+        dialect::investigation_sql(
+            self.connector.dialect(),
+            &self.source,
+            &b.cols,
+            &b.key_infos(),
+            seg,
+        )
     }
 }

@@ -9,7 +9,11 @@ use tally_agent::config::AgentConfig;
 use tally_agent::server;
 
 #[derive(Parser, Debug)]
-#[command(name = "tally-agent", version, about = "Tally agent: counts and checksums from inside one network zone")]
+#[command(
+    name = "tally-agent",
+    version,
+    about = "Tally agent: counts and checksums from inside one network zone"
+)]
 struct Cli {
     /// The agent config file.
     #[arg(short = 'c', long = "config", global = true, default_value = "agent.yaml")]
@@ -99,13 +103,30 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                 println!("  row estimate: {}", info.row_estimate);
                 println!(
                     "  hashing: {} (sha256_64, md5_48{})",
-                    if ds.connector.supports_pushdown() { "pushed down" } else { "in-process" },
-                    if !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some() { ", XOR" } else { ", SUM only" }
+                    if ds.connector.supports_pushdown() {
+                        "pushed down"
+                    } else {
+                        "in-process"
+                    },
+                    if !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some() {
+                        ", XOR"
+                    } else {
+                        ", SUM only"
+                    }
                 );
-                println!("  policy: max_level {}, expose_key_bounds {}, min_segment_rows {}", ds.config.policy.max_level, ds.config.policy.expose_key_bounds, ds.config.policy.min_segment_rows);
+                println!(
+                    "  policy: max_level {}, expose_key_bounds {}, min_segment_rows {}",
+                    ds.config.policy.max_level,
+                    ds.config.policy.expose_key_bounds,
+                    ds.config.policy.min_segment_rows
+                );
                 println!("  columns:");
                 for c in &info.columns {
-                    let note = if c.class == tally_common::TypeClass::Other { "  (not comparable: no canonical form)" } else { "" };
+                    let note = if c.class == tally_common::TypeClass::Other {
+                        "  (not comparable: no canonical form)"
+                    } else {
+                        ""
+                    };
                     println!(
                         "    {:<24} {:<12} {}{}{}",
                         c.name,

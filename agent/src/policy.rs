@@ -35,14 +35,21 @@ pub fn check_aggregate(p: &Policy, dataset: &str, parents: &[(Segment, Split)]) 
 }
 
 /// After an aggregate: refuses results with a non-empty bucket below `min_segment_rows`.
-pub fn check_bucket_counts(p: &Policy, dataset: &str, counts: impl IntoIterator<Item = u64>) -> Result<(), AgentError> {
+pub fn check_bucket_counts(
+    p: &Policy,
+    dataset: &str,
+    counts: impl IntoIterator<Item = u64>,
+) -> Result<(), AgentError> {
     if p.min_segment_rows > 0
         && let Some(n) = counts.into_iter().find(|&n| n > 0 && n < p.min_segment_rows)
     {
         return Err(deny(
             dataset,
             "min_segment_rows",
-            format!("a segment of {n} rows is below the floor of {}; use a smaller factor or a larger threshold", p.min_segment_rows),
+            format!(
+                "a segment of {n} rows is below the floor of {}; use a smaller factor or a larger threshold",
+                p.min_segment_rows
+            ),
         ));
     }
     Ok(())
@@ -55,7 +62,10 @@ pub fn check_level(p: &Policy, dataset: &str, needed: PrivacyLevel, consent: boo
         return Err(deny(
             dataset,
             "max_level",
-            format!("this dataset releases at most {}, the request needs {needed}", p.max_level),
+            format!(
+                "this dataset releases at most {}, the request needs {needed}",
+                p.max_level
+            ),
         ));
     }
     if needed == PrivacyLevel::Detailed && !consent {
@@ -84,7 +94,10 @@ mod tests {
         };
         assert!(check_aggregate(&p, "d", &[(Segment::whole(), Split::Hash(32))]).is_ok());
         let e = check_aggregate(&p, "d", &[(Segment::whole(), Split::Quantile(32))]).unwrap_err();
-        assert!(e.to_string().contains("expose_key_bounds") && e.to_string().contains("dataset d"), "{e}");
+        assert!(
+            e.to_string().contains("expose_key_bounds") && e.to_string().contains("dataset d"),
+            "{e}"
+        );
         let bounded = Segment {
             lower: Some(vec![KeyPart::Int(1)]),
             ..Segment::default()
@@ -95,7 +108,12 @@ mod tests {
     #[test]
     fn levels_and_floors() {
         let p = Policy::default();
-        assert!(check_level(&p, "d", PrivacyLevel::WithKeys, false).unwrap_err().to_string().contains("max_level"));
+        assert!(
+            check_level(&p, "d", PrivacyLevel::WithKeys, false)
+                .unwrap_err()
+                .to_string()
+                .contains("max_level")
+        );
         let p = Policy {
             max_level: PrivacyLevel::Detailed,
             min_segment_rows: 10,
@@ -104,6 +122,11 @@ mod tests {
         assert!(check_level(&p, "d", PrivacyLevel::Detailed, false).is_err());
         assert!(check_level(&p, "d", PrivacyLevel::Detailed, true).is_ok());
         assert!(check_bucket_counts(&p, "d", [0, 10, 50]).is_ok());
-        assert!(check_bucket_counts(&p, "d", [0, 9]).unwrap_err().to_string().contains("min_segment_rows"));
+        assert!(
+            check_bucket_counts(&p, "d", [0, 9])
+                .unwrap_err()
+                .to_string()
+                .contains("min_segment_rows")
+        );
     }
 }

@@ -79,9 +79,13 @@ impl ReleaseLog {
 }
 
 fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(now.as_nanos() as i128).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(now.as_nanos() as i128)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 /// Checks the whole chain; returns the last sequence number and line hash.
@@ -94,13 +98,22 @@ pub fn verify_chain(path: &Path) -> Result<(u64, String), String> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{}:{}: not JSON: {e}", path.display(), i + 1))?;
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| format!("{}:{}: not JSON: {e}", path.display(), i + 1))?;
         if v["prev"] != json!(prev) {
-            return Err(format!("{}:{}: chain broken (prev hash does not match the line before)", path.display(), i + 1));
+            return Err(format!(
+                "{}:{}: chain broken (prev hash does not match the line before)",
+                path.display(),
+                i + 1
+            ));
         }
         let s = v["seq"].as_u64().unwrap_or(0);
         if s != seq + 1 {
-            return Err(format!("{}:{}: sequence {s} follows {seq}", path.display(), i + 1));
+            return Err(format!(
+                "{}:{}: sequence {s} follows {seq}",
+                path.display(),
+                i + 1
+            ));
         }
         seq = s;
         prev = line_hash(&line);
@@ -123,7 +136,9 @@ mod tests {
         let log = ReleaseLog::open(Some(&p)).unwrap();
         log.append(json!({"rpc": "Describe"}));
         assert_eq!(verify_chain(&p).unwrap().0, 3);
-        let text = std::fs::read_to_string(&p).unwrap().replace("\"keys\":3", "\"keys\":0");
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("\"keys\":3", "\"keys\":0");
         std::fs::write(&p, text).unwrap();
         assert!(verify_chain(&p).unwrap_err().contains("chain broken"));
     }

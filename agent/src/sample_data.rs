@@ -15,14 +15,26 @@ pub struct Planted {
     pub extra_in_target: Vec<i64>,
 }
 
-const CUSTOMERS: [&str; 8] = ["Zoë Müller", "Łukasz Nowak", "Ana Núñez", "山田太郎", "Søren Kierkegaard", "José Álvarez", "O'Brien", "Ærøskøbing AS"];
+const CUSTOMERS: [&str; 8] = [
+    "Zoë Müller",
+    "Łukasz Nowak",
+    "Ana Núñez",
+    "山田太郎",
+    "Søren Kierkegaard",
+    "José Álvarez",
+    "O'Brien",
+    "Ærøskøbing AS",
+];
 const STATUSES: [&str; 4] = ["new", "paid", "shipped", "returned"];
 
 struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -37,7 +49,11 @@ fn row(id: i64, changed: bool) -> String {
     let secs = 1_700_000_000 + (id * 37) % 31_536_000;
     let micros = rng.next() % 1_000_000;
     let t = time::OffsetDateTime::from_unix_timestamp(secs).expect("in range");
-    let note = if rng.next() % 5 == 0 { "NULL".to_string() } else { format!("'note {}'", rng.next() % 1000) };
+    let note = if rng.next() % 5 == 0 {
+        "NULL".to_string()
+    } else {
+        format!("'note {}'", rng.next() % 1000)
+    };
     format!(
         "({id}, '{customer}', {}.{:02}, '{status}', '{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{micros:06}', {note})",
         cents / 100,
@@ -56,7 +72,10 @@ fn row(id: i64, changed: bool) -> String {
 pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted, sqlx::Error> {
     let _ = std::fs::remove_file(path);
     let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
-    let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
+        .await?;
     let mut conn = pool.acquire().await?;
     sqlx::query(
         "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount NUMERIC(12,2) NOT NULL, \
@@ -64,7 +83,10 @@ pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted
     )
     .execute(&mut *conn)
     .await?;
-    let keys: Vec<i64> = (1..=rows + rows / 6).filter(|k| k % 7 != 0).take(rows as usize).collect();
+    let keys: Vec<i64> = (1..=rows + rows / 6)
+        .filter(|k| k % 7 != 0)
+        .take(rows as usize)
+        .collect();
     let pick = |i: usize| keys[(keys.len() * i) / 11];
     let planted = Planted {
         changed: vec![pick(1), pick(4), pick(9)],
@@ -80,8 +102,16 @@ pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted
     }
     let mut tx = conn.begin().await?;
     for chunk in ids.chunks(500) {
-        let values: Vec<String> = chunk.iter().map(|&id| row(id, plant && planted.changed.contains(&id))).collect();
-        sqlx::query(AssertSqlSafe(format!("INSERT INTO orders VALUES {}", values.join(", ")))).execute(&mut *tx).await?;
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|&id| row(id, plant && planted.changed.contains(&id)))
+            .collect();
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO orders VALUES {}",
+            values.join(", ")
+        )))
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     drop(conn);

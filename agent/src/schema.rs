@@ -59,7 +59,9 @@ impl DatasetInfo {
             )));
         }
         if columns.len() < key_len {
-            return Err(AgentError::InvalidArgument("fewer columns than key columns".into()));
+            return Err(AgentError::InvalidArgument(
+                "fewer columns than key columns".into(),
+            ));
         }
         let mut out = Vec::with_capacity(columns.len());
         for (i, spec) in columns.into_iter().enumerate() {
@@ -79,7 +81,10 @@ impl DatasetInfo {
                 )));
             }
             if out.iter().any(|b: &BoundColumn| b.info.name == info.name) {
-                return Err(AgentError::InvalidArgument(format!("column {} named twice", info.name)));
+                return Err(AgentError::InvalidArgument(format!(
+                    "column {} named twice",
+                    info.name
+                )));
             }
             out.push(BoundColumn {
                 info: info.clone(),
@@ -94,9 +99,7 @@ impl DatasetInfo {
 /// its meaning: the same class, integers as booleans (MySQL `TINYINT(1)`), and any
 /// exact number as a decimal at a scale.
 pub fn renders_as(have: TypeClass, want: TypeClass) -> bool {
-    have == want
-        && have != TypeClass::Other
-        && want != TypeClass::Other
+    have == want && have != TypeClass::Other && want != TypeClass::Other
         || matches!(
             (have, want),
             (TypeClass::Integer, TypeClass::Boolean)
@@ -126,7 +129,14 @@ pub fn classify_declared(declared: &str) -> (TypeClass, Option<u32>, bool) {
     let t = declared.trim().to_ascii_lowercase();
     let args: Vec<u32> = t
         .split_once('(')
-        .map(|(_, rest)| rest.trim_end_matches(')').split(',').filter_map(|a| a.trim().parse().ok()).collect())
+        .map(|(_, rest)| {
+            rest.split(')')
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|a| a.trim().parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     let base = t.split('(').next().unwrap_or("").trim();
     let has = |s: &str| base.contains(s);
@@ -145,7 +155,7 @@ pub fn classify_declared(declared: &str) -> (TypeClass, Option<u32>, bool) {
     if base == "uuid" {
         return (TypeClass::Uuid, None, false);
     }
-    if has("timestamp") && (has("with time zone") || base == "timestamptz") {
+    if has("timestamp") && (t.contains("with time zone") || base == "timestamptz") {
         return (TypeClass::TimestampTz, args.first().copied(), false);
     }
     if has("timestamp") || has("datetime") {
@@ -175,13 +185,29 @@ mod tests {
 
     #[test]
     fn declared_types_classify() {
-        assert_eq!(classify_declared("NUMERIC(12,2)"), (TypeClass::Decimal, Some(2), false));
+        assert_eq!(
+            classify_declared("NUMERIC(12,2)"),
+            (TypeClass::Decimal, Some(2), false)
+        );
         assert_eq!(classify_declared("tinyint(1)"), (TypeClass::Boolean, None, false));
         assert_eq!(classify_declared("BIGINT"), (TypeClass::Integer, None, false));
         assert_eq!(classify_declared("character(10)"), (TypeClass::Text, None, true));
-        assert_eq!(classify_declared("character varying(20)"), (TypeClass::Text, None, false));
-        assert_eq!(classify_declared("timestamp(3) with time zone"), (TypeClass::TimestampTz, Some(3), false));
-        assert_eq!(classify_declared("DATETIME(6)"), (TypeClass::Timestamp, Some(6), false));
+        assert_eq!(
+            classify_declared("character varying(20)"),
+            (TypeClass::Text, None, false)
+        );
+        assert_eq!(
+            classify_declared("timestamp(3) with time zone"),
+            (TypeClass::TimestampTz, Some(3), false)
+        );
+        assert_eq!(
+            classify_declared("timestamp(6) without time zone"),
+            (TypeClass::Timestamp, Some(6), false)
+        );
+        assert_eq!(
+            classify_declared("DATETIME(6)"),
+            (TypeClass::Timestamp, Some(6), false)
+        );
         assert_eq!(classify_declared("time"), (TypeClass::Time, None, false));
         assert_eq!(classify_declared("jsonb"), (TypeClass::Other, None, false));
         assert_eq!(classify_declared("BLOB"), (TypeClass::Binary, None, false));

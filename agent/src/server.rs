@@ -18,11 +18,17 @@ use crate::service::AgentService;
 use crate::tls;
 
 /// Opens every dataset's connection pool (lazily: nothing connects yet).
-pub fn open_datasets(cfg: &AgentConfig, config_path: &Path) -> Result<BTreeMap<String, Arc<Dataset>>, AgentError> {
+pub fn open_datasets(
+    cfg: &AgentConfig,
+    config_path: &Path,
+) -> Result<BTreeMap<String, Arc<Dataset>>, AgentError> {
     let mut out = BTreeMap::new();
     for (name, d) in &cfg.datasets {
-        let url = d.resolve_url(config_path, name).map_err(|e| AgentError::Config(e.to_string()))?;
-        let connector = Connector::open(&url).map_err(|e| AgentError::Config(format!("datasets.{name}.url: {e}")))?;
+        let url = d
+            .resolve_url(config_path, name)
+            .map_err(|e| AgentError::Config(e.to_string()))?;
+        let connector =
+            Connector::open(&url).map_err(|e| AgentError::Config(format!("datasets.{name}.url: {e}")))?;
         out.insert(
             name.clone(),
             Arc::new(Dataset {
@@ -47,7 +53,9 @@ pub struct Bound {
 
 impl std::fmt::Debug for Bound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bound").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("Bound")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -60,7 +68,9 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| AgentError::Config(format!("listen {}: {e}", cfg.listen)))?;
-    let addr = listener.local_addr().map_err(|e| AgentError::Config(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| AgentError::Config(e.to_string()))?;
     Ok(Bound {
         addr,
         listener,
@@ -75,13 +85,19 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
 
 impl Bound {
     /// Serves until `shutdown` resolves.
-    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), AgentError> {
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), AgentError> {
         let svc = AgentServer::with_interceptor(self.service, tls::allow_list(self.allowed));
         Server::builder()
             .tls_config(self.tls)
             .map_err(|e| AgentError::Config(format!("tls: {e}")))?
             .add_service(svc)
-            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(self.listener), shutdown)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(self.listener),
+                shutdown,
+            )
             .await
             .map_err(|e| AgentError::Config(format!("server: {e}")))
     }

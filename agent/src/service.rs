@@ -28,7 +28,9 @@ pub struct AgentService {
 
 impl std::fmt::Debug for AgentService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentService").field("datasets", &self.datasets.keys()).finish()
+        f.debug_struct("AgentService")
+            .field("datasets", &self.datasets.keys())
+            .finish()
     }
 }
 
@@ -36,7 +38,9 @@ fn method_from(v: i32) -> Result<HashMethod, AgentError> {
     match pb::HashMethod::try_from(v) {
         Ok(pb::HashMethod::Md548) => Ok(HashMethod::Md5_48),
         Ok(pb::HashMethod::Sha25664) => Ok(HashMethod::Sha256_64),
-        _ => Err(AgentError::InvalidArgument("method: expected md5_48 or sha256_64".into())),
+        _ => Err(AgentError::InvalidArgument(
+            "method: expected md5_48 or sha256_64".into(),
+        )),
     }
 }
 
@@ -48,18 +52,30 @@ fn columns_from(cols: Vec<pb::ColumnRef>) -> Result<Vec<ColumnSpec>, AgentError>
 }
 
 fn segment_from(s: Option<pb::Segment>, field: &str) -> Result<Segment, AgentError> {
-    Ok(s.map(|s| Segment::from_pb(s, field)).transpose()?.unwrap_or_default())
+    Ok(s.map(|s| Segment::from_pb(s, field))
+        .transpose()?
+        .unwrap_or_default())
 }
 
 type DigestStream = Pin<Box<dyn Stream<Item = Result<pb::RowDigestBatch, Status>> + Send>>;
 
 impl AgentService {
     fn dataset(&self, name: &str) -> Result<Arc<Dataset>, AgentError> {
-        self.datasets.get(name).cloned().ok_or_else(|| AgentError::UnknownDataset(name.to_string()))
+        self.datasets
+            .get(name)
+            .cloned()
+            .ok_or_else(|| AgentError::UnknownDataset(name.to_string()))
     }
 
     /// Records the outcome of one call in the release log.
-    fn record<T>(&self, client: &str, rpc: &str, dataset: &str, result: &Result<T, AgentError>, released: serde_json::Value) {
+    fn record<T>(
+        &self,
+        client: &str,
+        rpc: &str,
+        dataset: &str,
+        result: &Result<T, AgentError>,
+        released: serde_json::Value,
+    ) {
         let outcome = match result {
             Ok(_) => json!("ok"),
             Err(AgentError::Policy { key, .. }) => json!(format!("denied:{key}")),
@@ -76,7 +92,10 @@ impl AgentService {
 
 #[tonic::async_trait]
 impl Agent for AgentService {
-    async fn describe(&self, req: Request<pb::DescribeRequest>) -> Result<Response<pb::DescribeResponse>, Status> {
+    async fn describe(
+        &self,
+        req: Request<pb::DescribeRequest>,
+    ) -> Result<Response<pb::DescribeResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
         let span = tracing::info_span!("describe", dataset = %r.dataset, client = %client);
@@ -118,17 +137,23 @@ impl Agent for AgentService {
         Ok(Response::new(result?))
     }
 
-    async fn aggregate(&self, req: Request<pb::AggregateRequest>) -> Result<Response<pb::AggregateResponse>, Status> {
+    async fn aggregate(
+        &self,
+        req: Request<pb::AggregateRequest>,
+    ) -> Result<Response<pb::AggregateResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
         let n_segments = r.segments.len();
-        let span = tracing::info_span!("aggregate", dataset = %r.dataset, client = %client, segments = n_segments);
+        let span =
+            tracing::info_span!("aggregate", dataset = %r.dataset, client = %client, segments = n_segments);
         let started = std::time::Instant::now();
         let result = async {
             let ds = self.dataset(&r.dataset)?;
             let method = method_from(r.method)?;
             if r.segments.is_empty() || r.segments.len() > 100_000 {
-                return Err(AgentError::InvalidArgument("segments: between 1 and 100000 needed".into()));
+                return Err(AgentError::InvalidArgument(
+                    "segments: between 1 and 100000 needed".into(),
+                ));
             }
             let parents = r
                 .segments
@@ -136,20 +161,35 @@ impl Agent for AgentService {
                 .enumerate()
                 .map(|(i, s)| {
                     let f = format!("segments[{i}]");
-                    Ok((segment_from(s.segment, &f)?, Split::from_pb(s.split, &format!("{f}.split"))?))
+                    Ok((
+                        segment_from(s.segment, &f)?,
+                        Split::from_pb(s.split, &format!("{f}.split"))?,
+                    ))
                 })
                 .collect::<Result<Vec<_>, AgentError>>()?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &parents)?;
             let b = self.bound(&ds, r.columns, r.key_len).await?;
             let out = ds.aggregate(&b, method, &parents, r.in_process).await?;
-            policy::check_bucket_counts(&ds.config.policy, &ds.name, out.buckets.iter().map(|b| b.agg.count()))?;
-            tracing::info!(path = out.path.name(), buckets = out.buckets.len(), rows = out.rows_scanned, ms = started.elapsed().as_millis() as u64, "aggregate done");
+            policy::check_bucket_counts(
+                &ds.config.policy,
+                &ds.name,
+                out.buckets.iter().map(|b| b.agg.count()),
+            )?;
+            tracing::info!(
+                path = out.path.name(),
+                buckets = out.buckets.len(),
+                rows = out.rows_scanned,
+                ms = started.elapsed().as_millis() as u64,
+                "aggregate done"
+            );
             Ok(out)
         }
         .instrument(span)
         .await;
         let released = match &result {
-            Ok(o) => json!({"buckets": o.buckets.len(), "key_bounds": o.buckets.iter().any(|b| b.segment.has_key_bounds()), "path": o.path.name()}),
+            Ok(o) => {
+                json!({"buckets": o.buckets.len(), "key_bounds": o.buckets.iter().any(|b| b.segment.has_key_bounds()), "path": o.path.name()})
+            }
             Err(_) => json!({}),
         };
         self.record(&client, "Aggregate", &r.dataset, &result, released);
@@ -174,7 +214,10 @@ impl Agent for AgentService {
 
     type RowDigestsStream = DigestStream;
 
-    async fn row_digests(&self, req: Request<pb::RowDigestsRequest>) -> Result<Response<DigestStream>, Status> {
+    async fn row_digests(
+        &self,
+        req: Request<pb::RowDigestsRequest>,
+    ) -> Result<Response<DigestStream>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
         let prepared = async {
@@ -193,7 +236,13 @@ impl Agent for AgentService {
             Ok((ds, method, seg, b))
         }
         .await;
-        self.record(&client, "RowDigests", &r.dataset, &prepared, json!({"digests": "streamed"}));
+        self.record(
+            &client,
+            "RowDigests",
+            &r.dataset,
+            &prepared,
+            json!({"digests": "streamed"}),
+        );
         let (ds, method, seg, b) = prepared?;
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::RowDigestBatch, Status>>(4);
         tokio::spawn(
@@ -202,7 +251,13 @@ impl Agent for AgentService {
                 let result = ds
                     .digests(&b, method, &seg, 4096, &mut |batch| {
                         let msg = pb::RowDigestBatch {
-                            digests: batch.into_iter().map(|(k, r)| pb::RowDigest { key_hash: k, row_hash: r }).collect(),
+                            digests: batch
+                                .into_iter()
+                                .map(|(k, r)| pb::RowDigest {
+                                    key_hash: k,
+                                    row_hash: r,
+                                })
+                                .collect(),
                         };
                         // a full channel waits for the client: memory stays bounded
                         txc.blocking_send_or_closed(Ok(msg))
@@ -214,14 +269,22 @@ impl Agent for AgentService {
             }
             .instrument(tracing::info_span!("row_digests", client = %client)),
         );
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
-    async fn reveal_keys(&self, req: Request<pb::RevealRequest>) -> Result<Response<pb::RevealResponse>, Status> {
+    async fn reveal_keys(
+        &self,
+        req: Request<pb::RevealRequest>,
+    ) -> Result<Response<pb::RevealResponse>, Status> {
         self.reveal(req, PrivacyLevel::WithKeys).await
     }
 
-    async fn reveal_rows(&self, req: Request<pb::RevealRequest>) -> Result<Response<pb::RevealResponse>, Status> {
+    async fn reveal_rows(
+        &self,
+        req: Request<pb::RevealRequest>,
+    ) -> Result<Response<pb::RevealResponse>, Status> {
         self.reveal(req, PrivacyLevel::Detailed).await
     }
 
@@ -239,16 +302,30 @@ impl Agent for AgentService {
             Ok(ds.investigation_sql(&b, &seg))
         }
         .await;
-        self.record(&client, "InvestigationSql", &r.dataset, &result, json!({"sql": true}));
+        self.record(
+            &client,
+            "InvestigationSql",
+            &r.dataset,
+            &result,
+            json!({"sql": true}),
+        );
         Ok(Response::new(pb::InvestigationSqlResponse { sql: result? }))
     }
 }
 
 impl AgentService {
-    async fn reveal(&self, req: Request<pb::RevealRequest>, level: PrivacyLevel) -> Result<Response<pb::RevealResponse>, Status> {
+    async fn reveal(
+        &self,
+        req: Request<pb::RevealRequest>,
+        level: PrivacyLevel,
+    ) -> Result<Response<pb::RevealResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
-        let rpc = if level == PrivacyLevel::Detailed { "RevealRows" } else { "RevealKeys" };
+        let rpc = if level == PrivacyLevel::Detailed {
+            "RevealRows"
+        } else {
+            "RevealKeys"
+        };
         let result = async {
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, level, r.consent_acknowledged)?;
@@ -264,7 +341,11 @@ impl AgentService {
             let wanted: HashSet<u64> = r.key_hashes.iter().copied().collect();
             let limit = (r.limit as usize).min(policy::MAX_REVEAL_ROWS);
             let (rows, truncated) = ds.rows_by_key_hash(&b, &seg, &wanted, limit).await?;
-            let masked: Vec<bool> = b.cols.iter().map(|c| policy::is_masked(&ds.config.policy, &c.info.name)).collect();
+            let masked: Vec<bool> = b
+                .cols
+                .iter()
+                .map(|c| policy::is_masked(&ds.config.policy, &c.info.name))
+                .collect();
             let rows: Vec<pb::RevealedRow> = rows
                 .into_iter()
                 .map(|(kh, row)| pb::RevealedRow {
@@ -274,7 +355,9 @@ impl AgentService {
                         row.fields
                             .into_iter()
                             .zip(&masked)
-                            .map(|(v, m)| pb::OptionalText { text: if *m { None } else { v } })
+                            .map(|(v, m)| pb::OptionalText {
+                                text: if *m { None } else { v },
+                            })
                             .collect()
                     } else {
                         Vec::new()
@@ -288,7 +371,9 @@ impl AgentService {
         }
         .await;
         let released = match &result {
-            Ok(resp) => json!({"rows": resp.rows.len(), "values": level == PrivacyLevel::Detailed, "key_hashes": r.key_hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>()}),
+            Ok(resp) => {
+                json!({"rows": resp.rows.len(), "values": level == PrivacyLevel::Detailed, "key_hashes": r.key_hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>()})
+            }
             Err(_) => json!({}),
         };
         self.record(&client, rpc, &r.dataset, &result, released);

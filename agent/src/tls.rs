@@ -67,7 +67,10 @@ pub fn allow_list(allowed: Vec<String>) -> impl Fn(Request<()>) -> Result<Reques
         if names.iter().any(|n| allowed.contains(n)) {
             Ok(req)
         } else {
-            let who = names.first().cloned().unwrap_or_else(|| "a client without a certificate".into());
+            let who = names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "a client without a certificate".into());
             tracing::warn!(client = %who, "client not in tls.allowed_clients");
             Err(Status::permission_denied(format!(
                 "client certificate {who:?} is not in this agent's tls.allowed_clients"

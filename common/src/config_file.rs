@@ -8,10 +8,7 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{path}: `{key}`: {message}")]
@@ -32,11 +29,28 @@ impl ConfigError {
     }
 }
 
-/// Parses YAML text that came from `path` (used in messages only).
+/// Parses YAML text that came from `path` (used in messages only). Errors name the
+/// key path (`datasets.orders.policy.max_level`), not just a line and column.
 pub fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
-    serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string().lines().next().unwrap_or("invalid YAML").to_string(),
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let key = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if key.is_empty() || key == "." {
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            }
+        } else {
+            ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                message,
+            }
+        }
     })
 }
 

@@ -4,10 +4,10 @@
 //! and never on a database driver, a network stack or either binary crate.
 
 pub mod canonical;
-pub mod pki;
-pub mod segment;
 pub mod checksum;
 pub mod config_file;
+pub mod pki;
+pub mod segment;
 pub mod types;
 pub mod vectors;
 

@@ -14,10 +14,7 @@ pub enum PkiError {
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("invalid certificate name {0:?}: use letters, digits, '-', '_' and '.'")]
     BadName(String),
 }
@@ -51,7 +48,11 @@ pub enum Role {
 }
 
 fn check_name(name: &str) -> Result<(), PkiError> {
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
         return Err(PkiError::BadName(name.to_string()));
     }
     Ok(())
@@ -61,7 +62,9 @@ impl Ca {
     pub fn generate(common_name: &str) -> Result<Ca, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, common_name);
-        params.distinguished_name.push(DnType::OrganizationName, "Tally development CA");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "Tally development CA");
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
@@ -114,7 +117,10 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = match role {
-            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
+            Role::Server => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
             Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
         };
         params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
@@ -181,7 +187,10 @@ pub fn init_dir(out: &Path, agents: &[String], extra_sans: &[String]) -> Result<
     leaves.extend(agents.iter().map(|a| (a.as_str(), Role::Server)));
     for (name, role) in leaves {
         check_name(name)?;
-        let (cert, key) = (out.join(format!("{name}.pem")), out.join(format!("{name}-key.pem")));
+        let (cert, key) = (
+            out.join(format!("{name}.pem")),
+            out.join(format!("{name}-key.pem")),
+        );
         if cert.exists() && key.exists() {
             outcomes.push(FileOutcome::Kept(cert));
             continue;
@@ -203,7 +212,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tally-pki-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         init_dir(&dir, &["dc1".into()], &[]).unwrap();
-        for f in ["ca.pem", "ca-key.pem", "coordinator.pem", "coordinator-key.pem", "dc1.pem", "dc1-key.pem"] {
+        for f in [
+            "ca.pem",
+            "ca-key.pem",
+            "coordinator.pem",
+            "coordinator-key.pem",
+            "dc1.pem",
+            "dc1-key.pem",
+        ] {
             assert!(dir.join(f).exists(), "{f}");
         }
         let ca_before = std::fs::read_to_string(dir.join("ca.pem")).unwrap();

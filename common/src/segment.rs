@@ -64,7 +64,10 @@ pub fn format_tuple(t: &KeyTuple) -> String {
     if t.len() == 1 {
         t[0].to_string()
     } else {
-        format!("({})", t.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        format!(
+            "({})",
+            t.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        )
     }
 }
 
@@ -91,7 +94,9 @@ impl Segment {
     pub fn contains(&self, key: &KeyTuple, bucket_hash: u64) -> bool {
         self.lower.as_ref().is_none_or(|l| key >= l)
             && self.upper.as_ref().is_none_or(|u| key < u)
-            && self.hash.is_none_or(|(lo, hi)| bucket_hash >= lo && bucket_hash < hi)
+            && self
+                .hash
+                .is_none_or(|(lo, hi)| bucket_hash >= lo && bucket_hash < hi)
     }
 
     /// The start and width of the `n`-way split of the hash range: child `i` is
@@ -234,11 +239,22 @@ impl Segment {
         let hash = match (s.hash_lo, s.hash_hi) {
             (None, None) => None,
             (Some(lo), Some(hi)) if lo < hi && hi <= HASH_SPACE => Some((lo, hi)),
-            _ => return Err(wire_err(format!("{field}.hash_lo"), "hash range must be lo < hi <= 2^60")),
+            _ => {
+                return Err(wire_err(
+                    format!("{field}.hash_lo"),
+                    "hash range must be lo < hi <= 2^60",
+                ));
+            }
         };
         Ok(Segment {
-            lower: s.lower.map(|t| tuple_from_pb(t, &format!("{field}.lower"))).transpose()?,
-            upper: s.upper.map(|t| tuple_from_pb(t, &format!("{field}.upper"))).transpose()?,
+            lower: s
+                .lower
+                .map(|t| tuple_from_pb(t, &format!("{field}.lower")))
+                .transpose()?,
+            upper: s
+                .upper
+                .map(|t| tuple_from_pb(t, &format!("{field}.upper")))
+                .transpose()?,
             hash,
         })
     }
@@ -257,7 +273,8 @@ impl From<&ColumnSpec> for pb::ColumnRef {
 
 impl ColumnSpec {
     pub fn from_pb(c: pb::ColumnRef, field: &str) -> Result<ColumnSpec, WireError> {
-        let class = TypeClass::try_from(c.type_class).map_err(|m| wire_err(format!("{field}.type_class"), m))?;
+        let class =
+            TypeClass::try_from(c.type_class).map_err(|m| wire_err(format!("{field}.type_class"), m))?;
         if c.scale > 38 {
             return Err(wire_err(format!("{field}.scale"), "scale above 38"));
         }
@@ -266,7 +283,9 @@ impl ColumnSpec {
         }
         Ok(ColumnSpec {
             name: c.name,
-            format: FieldFormat::new(class).with_scale(c.scale).fixed_char(c.fixed_char),
+            format: FieldFormat::new(class)
+                .with_scale(c.scale)
+                .fixed_char(c.fixed_char),
         })
     }
 }
@@ -373,7 +392,10 @@ mod tests {
             hash_hi: Some(3),
             ..Default::default()
         };
-        assert_eq!(Segment::from_pb(bad, "segments[0]").unwrap_err().field, "segments[0].hash_lo");
+        assert_eq!(
+            Segment::from_pb(bad, "segments[0]").unwrap_err().field,
+            "segments[0].hash_lo"
+        );
         let cuts = Split::Cuts(vec![vec![KeyPart::Int(2)], vec![KeyPart::Int(1)]]).to_pb();
         assert!(Split::from_pb(Some(cuts), "split").is_err());
         assert!(Split::from_pb(Some(pb::segment_split::Split::Hash(0)), "split").is_err());

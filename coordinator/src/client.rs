@@ -98,7 +98,9 @@ impl Agent {
     }
 
     pub async fn describe(&self, dataset: &str) -> Result<pb::DescribeResponse, RunError> {
-        let req = pb::DescribeRequest { dataset: dataset.to_string() };
+        let req = pb::DescribeRequest {
+            dataset: dataset.to_string(),
+        };
         self.retry("Describe", |mut c| {
             let r = req.clone();
             async move { c.describe(r).await }
@@ -133,7 +135,13 @@ impl Agent {
         let rpc = if rows { "RevealRows" } else { "RevealKeys" };
         self.retry(rpc, |mut c| {
             let r = req.clone();
-            async move { if rows { c.reveal_rows(r).await } else { c.reveal_keys(r).await } }
+            async move {
+                if rows {
+                    c.reveal_rows(r).await
+                } else {
+                    c.reveal_keys(r).await
+                }
+            }
         })
         .await
     }

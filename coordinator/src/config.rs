@@ -49,7 +49,11 @@ impl CoordinatorConfig {
 
     pub fn validate(&self, file: &Path) -> Result<(), ConfigError> {
         if self.agents.is_empty() {
-            return Err(ConfigError::invalid(file, "agents", "at least one agent is needed"));
+            return Err(ConfigError::invalid(
+                file,
+                "agents",
+                "at least one agent is needed",
+            ));
         }
         for (name, a) in &self.agents {
             if !a.endpoint.starts_with("https://") {
@@ -95,8 +99,16 @@ mod tests {
             let e = parse_yaml::<CoordinatorConfig>(p, text).unwrap_err().to_string();
             assert!(e.starts_with("coordinator.yaml") && e.contains("unknown"), "{e}");
         }
-        let c: CoordinatorConfig =
-            parse_yaml(p, "tls: { ca: a, cert: b, key: c }\nagents: { dc1: { endpoint: 'http://a:1' } }\n").unwrap();
-        assert!(c.validate(p).unwrap_err().to_string().contains("agents.dc1.endpoint"));
+        let c: CoordinatorConfig = parse_yaml(
+            p,
+            "tls: { ca: a, cert: b, key: c }\nagents: { dc1: { endpoint: 'http://a:1' } }\n",
+        )
+        .unwrap();
+        assert!(
+            c.validate(p)
+                .unwrap_err()
+                .to_string()
+                .contains("agents.dc1.endpoint")
+        );
     }
 }

@@ -36,7 +36,11 @@ fn agent_yaml(name: &str, db: &Path, release_log: &Path) -> String {
 
 async fn start_agent(dir: &Path, name: &str) -> anyhow::Result<(String, tokio::sync::oneshot::Sender<()>)> {
     let path = dir.join(format!("{name}.yaml"));
-    let text = agent_yaml(name, &dir.join(format!("{name}.db")), &dir.join(format!("{name}-release.jsonl")));
+    let text = agent_yaml(
+        name,
+        &dir.join(format!("{name}.db")),
+        &dir.join(format!("{name}-release.jsonl")),
+    );
     std::fs::write(&path, &text)?;
     let mut cfg: AgentConfig = parse_yaml(&path, &text)?;
     cfg.validate(&path)?;
@@ -47,7 +51,12 @@ async fn start_agent(dir: &Path, name: &str) -> anyhow::Result<(String, tokio::s
     let endpoint = format!("https://localhost:{}", bound.addr.port());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        if let Err(e) = bound.serve(async { let _ = rx.await; }).await {
+        if let Err(e) = bound
+            .serve(async {
+                let _ = rx.await;
+            })
+            .await
+        {
             eprintln!("demo agent stopped: {e}");
         }
     });
@@ -63,14 +72,28 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         }
         None => tmp.path().to_path_buf(),
     };
-    let say = |m: &str| if !opts.json { eprintln!("{m}") };
-    say(&format!("tally demo: writing two SQLite datasets of {} orders in {}", opts.rows, dir.display()));
-    write_orders(&dir.join("dc1.db"), opts.rows, false).await.context("writing the source dataset")?;
-    let planted = write_orders(&dir.join("vpc2.db"), opts.rows, true).await.context("writing the target dataset")?;
+    let say = |m: &str| {
+        if !opts.json {
+            eprintln!("{m}")
+        }
+    };
+    say(&format!(
+        "tally demo: writing two SQLite datasets of {} orders in {}",
+        opts.rows,
+        dir.display()
+    ));
+    write_orders(&dir.join("dc1.db"), opts.rows, false)
+        .await
+        .context("writing the source dataset")?;
+    let planted = write_orders(&dir.join("vpc2.db"), opts.rows, true)
+        .await
+        .context("writing the target dataset")?;
     pki::init_dir(&dir, &["dc1".into(), "vpc2".into()], &[])?;
     let (ep1, stop1) = start_agent(&dir, "dc1").await?;
     let (ep2, stop2) = start_agent(&dir, "vpc2").await?;
-    say(&format!("started agent dc1 at {ep1} and agent vpc2 at {ep2} (mutual TLS, certificates from a fresh CA)"));
+    say(&format!(
+        "started agent dc1 at {ep1} and agent vpc2 at {ep2} (mutual TLS, certificates from a fresh CA)"
+    ));
     let tls = TlsMaterial::load(&ClientTls {
         ca: dir.join("ca.pem"),
         cert: dir.join("coordinator.pem"),
@@ -86,14 +109,18 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         &spec,
         &Agent::new("dc1", &ep1, &tls)?,
         &Agent::new("vpc2", &ep2, &tls)?,
-        &RunOptions { progress: Some(!opts.json) },
+        &RunOptions {
+            progress: Some(!opts.json),
+        },
     )
     .await;
     let _ = stop1.send(());
     let _ = stop2.send(());
     if !opts.json {
         let release_lines = |n: &str| {
-            std::fs::read_to_string(dir.join(format!("{n}-release.jsonl"))).map(|t| t.lines().count()).unwrap_or(0)
+            std::fs::read_to_string(dir.join(format!("{n}-release.jsonl")))
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
         };
         eprintln!(
             "\nplanted in the copy: changed {:?}, missing {:?}, extra {:?}",

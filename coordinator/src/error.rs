@@ -9,11 +9,25 @@ pub enum RunError {
     #[error("schema drift: {0}")]
     SchemaDrift(String),
     #[error("agent {agent} refused {rpc}: {message}")]
-    PolicyRefused { agent: String, rpc: String, message: String },
+    PolicyRefused {
+        agent: String,
+        rpc: String,
+        message: String,
+    },
     #[error("agent {agent} ({endpoint}) unreachable during {rpc}: {message}")]
-    Unreachable { agent: String, endpoint: String, rpc: String, message: String },
+    Unreachable {
+        agent: String,
+        endpoint: String,
+        rpc: String,
+        message: String,
+    },
     #[error("agent {agent} failed {rpc}: {message}")]
-    Agent { agent: String, rpc: String, code: String, message: String },
+    Agent {
+        agent: String,
+        rpc: String,
+        code: String,
+        message: String,
+    },
     #[error("gate {gate} tripped: {message}")]
     Gate { gate: &'static str, message: String },
     #[error("cancelled")]
@@ -26,14 +40,29 @@ impl RunError {
     pub fn from_status(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError {
         let message = s.message().to_string();
         match s.code() {
-            Code::PermissionDenied => RunError::PolicyRefused { agent: agent.into(), rpc: rpc.into(), message },
-            Code::Unavailable | Code::DeadlineExceeded => {
-                RunError::Unreachable { agent: agent.into(), endpoint: endpoint.into(), rpc: rpc.into(), message }
-            }
-            Code::Unknown if message.contains("transport") || message.is_empty() => {
-                RunError::Unreachable { agent: agent.into(), endpoint: endpoint.into(), rpc: rpc.into(), message }
-            }
-            c => RunError::Agent { agent: agent.into(), rpc: rpc.into(), code: format!("{c:?}"), message },
+            Code::PermissionDenied => RunError::PolicyRefused {
+                agent: agent.into(),
+                rpc: rpc.into(),
+                message,
+            },
+            Code::Unavailable | Code::DeadlineExceeded => RunError::Unreachable {
+                agent: agent.into(),
+                endpoint: endpoint.into(),
+                rpc: rpc.into(),
+                message,
+            },
+            Code::Unknown if message.contains("transport") || message.is_empty() => RunError::Unreachable {
+                agent: agent.into(),
+                endpoint: endpoint.into(),
+                rpc: rpc.into(),
+                message,
+            },
+            c => RunError::Agent {
+                agent: agent.into(),
+                rpc: rpc.into(),
+                code: format!("{c:?}"),
+                message,
+            },
         }
     }
 

@@ -13,7 +13,11 @@ use tally_coordinator::runner::{RunOptions, run};
 use tally_coordinator::spec::Spec;
 
 #[derive(Parser, Debug)]
-#[command(name = "tally", version, about = "Tally: reconcile datasets across networks without moving rows")]
+#[command(
+    name = "tally",
+    version,
+    about = "Tally: reconcile datasets across networks without moving rows"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -72,14 +76,27 @@ enum CertsCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,sqlx=error".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,sqlx=error".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     tally_agent::install_crypto_provider();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match cli.command {
-        Command::Run { spec, config, json, progress } => rt.block_on(cmd_run(spec, config, json, progress)),
-        Command::Certs { command: CertsCommand::Init { out, agents, sans } } => match pki::init_dir(&out, &agents, &sans) {
+        Command::Run {
+            spec,
+            config,
+            json,
+            progress,
+        } => rt.block_on(cmd_run(spec, config, json, progress)),
+        Command::Certs {
+            command: CertsCommand::Init { out, agents, sans },
+        } => match pki::init_dir(&out, &agents, &sans) {
             Ok(files) => {
                 for f in files {
                     match f {
@@ -135,15 +152,24 @@ async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> 
     };
     let agent = |side: &str, name: &str| -> Result<Agent, String> {
         let a = cfg.agents.get(name).ok_or_else(|| {
-            format!("{side}.agent {name:?} is not in {} (agents: {})", config.display(), cfg.agents.keys().cloned().collect::<Vec<_>>().join(", "))
+            format!(
+                "{side}.agent {name:?} is not in {} (agents: {})",
+                config.display(),
+                cfg.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
         })?;
         Agent::new(name, &a.endpoint, &tls).map_err(|e| e.to_string())
     };
-    let (source, target) = match (agent("source", &spec.source.agent), agent("target", &spec.target.agent)) {
+    let (source, target) = match (
+        agent("source", &spec.source.agent),
+        agent("target", &spec.target.agent),
+    ) {
         (Ok(s), Ok(t)) => (s, t),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
-    let opts = RunOptions { progress: progress.then_some(true) };
+    let opts = RunOptions {
+        progress: progress.then_some(true),
+    };
     tokio::select! {
         result = run(&spec, &source, &target, &opts) => {
             if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }

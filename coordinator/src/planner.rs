@@ -69,7 +69,11 @@ pub struct LevelStats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
     /// Most segments of a level differ.
-    MostSegmentsDiffer { level: u32, differing: usize, segments: usize },
+    MostSegmentsDiffer {
+        level: u32,
+        differing: usize,
+        segments: usize,
+    },
     /// More leaves than `gates.max_leaves`.
     MaxLeaves { leaves: u64, limit: u64 },
 }
@@ -77,7 +81,12 @@ pub enum Stop {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error("{side} answered parent {parent} with {got} buckets, expected {expected}")]
-    BucketCount { side: &'static str, parent: usize, got: usize, expected: usize },
+    BucketCount {
+        side: &'static str,
+        parent: usize,
+        got: usize,
+        expected: usize,
+    },
     #[error("source and target disagree on the bounds of bucket {child} of parent {parent}")]
     BoundsMismatch { parent: usize, child: usize },
     #[error(transparent)]
@@ -133,7 +142,11 @@ impl Planner {
             .map(|p| {
                 let mut children: Vec<&BucketResult> = source.iter().filter(|b| b.parent == p).collect();
                 children.sort_by_key(|b| b.child);
-                let cuts: Vec<KeyTuple> = children.iter().skip(1).filter_map(|b| b.segment.lower.clone()).collect();
+                let cuts: Vec<KeyTuple> = children
+                    .iter()
+                    .skip(1)
+                    .filter_map(|b| b.segment.lower.clone())
+                    .collect();
                 Split::Cuts(cuts)
             })
             .collect()
@@ -150,12 +163,19 @@ impl Planner {
         match self.params.strategy {
             // the source picks the cut points, so it needs rows to cut between
             Strategy::Quantile | Strategy::Auto => source.count() >= 2,
-            Strategy::Hash => seg.hash.is_none_or(|(lo, hi)| hi - lo > 1) && source.count().max(target.count()) >= 2,
+            Strategy::Hash => {
+                seg.hash.is_none_or(|(lo, hi)| hi - lo > 1) && source.count().max(target.count()) >= 2
+            }
         }
     }
 
     /// Takes both sides' answers to `plan`; returns the level's statistics.
-    pub fn observe(&mut self, plan: &LevelPlan, source: &[BucketResult], target: &[BucketResult]) -> Result<LevelStats, PlanError> {
+    pub fn observe(
+        &mut self,
+        plan: &LevelPlan,
+        source: &[BucketResult],
+        target: &[BucketResult],
+    ) -> Result<LevelStats, PlanError> {
         let mut next = Vec::new();
         let mut new_leaves = Vec::new();
         let mut segments = 0;
@@ -167,11 +187,19 @@ impl Planner {
             s.sort_by_key(|b| b.child);
             t.sort_by_key(|b| b.child);
             if s.len() != t.len() {
-                return Err(PlanError::BucketCount { side: "target", parent: p, got: t.len(), expected: s.len() });
+                return Err(PlanError::BucketCount {
+                    side: "target",
+                    parent: p,
+                    got: t.len(),
+                    expected: s.len(),
+                });
             }
             for (a, b) in s.iter().zip(&t) {
                 if a.segment != b.segment {
-                    return Err(PlanError::BoundsMismatch { parent: p, child: a.child });
+                    return Err(PlanError::BoundsMismatch {
+                        parent: p,
+                        child: a.child,
+                    });
                 }
                 segments += 1;
                 src_rows += a.agg.count();
@@ -191,17 +219,32 @@ impl Planner {
         if plan.level == 1 {
             self.totals = Some((src_rows, tgt_rows));
         }
-        let degenerate = differing.len() >= EARLY_STOP_MIN && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
+        let degenerate =
+            differing.len() >= EARLY_STOP_MIN && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
         for (seg, a, b) in differing {
             let big = a.count().max(b.count()) >= self.params.threshold;
             if !degenerate && big && plan.level < self.params.depth && self.can_split(&seg, &a, &b) {
-                next.push(Leaf { level: plan.level, segment: seg, source: a, target: b });
+                next.push(Leaf {
+                    level: plan.level,
+                    segment: seg,
+                    source: a,
+                    target: b,
+                });
             } else {
-                new_leaves.push(Leaf { level: plan.level, segment: seg, source: a, target: b });
+                new_leaves.push(Leaf {
+                    level: plan.level,
+                    segment: seg,
+                    source: a,
+                    target: b,
+                });
             }
         }
         if degenerate {
-            self.stop = Some(Stop::MostSegmentsDiffer { level: plan.level, differing: stats.differing, segments });
+            self.stop = Some(Stop::MostSegmentsDiffer {
+                level: plan.level,
+                differing: stats.differing,
+                segments,
+            });
         }
         self.leaves.extend(new_leaves);
         self.level = plan.level;
@@ -234,7 +277,14 @@ mod tests {
     use tally_common::segment::KeyPart;
 
     fn params(strategy: Strategy) -> PlanParams {
-        PlanParams { strategy, factor: 4, threshold: 10, depth: 8, counts_only: false, max_leaves: None }
+        PlanParams {
+            strategy,
+            factor: 4,
+            threshold: 10,
+            depth: 8,
+            counts_only: false,
+            max_leaves: None,
+        }
     }
 
     fn agg(count: u64, sum: u64) -> AnyAggregate {
@@ -251,11 +301,20 @@ mod tests {
         fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult> {
             let mut out = Vec::new();
             for (p, (seg, split)) in parents.iter().zip(splits).enumerate() {
-                let rows: Vec<&(i64, u64)> = self.rows.iter().filter(|(k, _)| seg.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64)).collect();
+                let rows: Vec<&(i64, u64)> = self
+                    .rows
+                    .iter()
+                    .filter(|(k, _)| seg.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64))
+                    .collect();
                 let children = match split {
                     Split::Quantile(n) => {
                         let chunk = (rows.len() as u64).div_ceil(u64::from(*n)).max(1) as usize;
-                        let cuts: Vec<KeyTuple> = rows.iter().step_by(chunk).skip(1).map(|(k, _)| vec![KeyPart::Int(*k)]).collect();
+                        let cuts: Vec<KeyTuple> = rows
+                            .iter()
+                            .step_by(chunk)
+                            .skip(1)
+                            .map(|(k, _)| vec![KeyPart::Int(*k)])
+                            .collect();
                         seg.cut_children(&cuts)
                     }
                     Split::Cuts(c) => seg.cut_children(c),
@@ -269,7 +328,12 @@ mod tests {
                             a.add_checksum(*h);
                         }
                     }
-                    out.push(BucketResult { parent: p, child: c, segment: child, agg: a });
+                    out.push(BucketResult {
+                        parent: p,
+                        child: c,
+                        segment: child,
+                        agg: a,
+                    });
                 }
             }
             out
@@ -281,7 +345,11 @@ mod tests {
         let mut queries = 0;
         while let Some(plan) = planner.next_level() {
             let s = src.answer(&plan.parents, &vec![plan.split.clone(); plan.parents.len()]);
-            let tsplits = if plan.target_follows_source { Planner::target_splits(&plan, &s) } else { vec![plan.split.clone(); plan.parents.len()] };
+            let tsplits = if plan.target_follows_source {
+                Planner::target_splits(&plan, &s)
+            } else {
+                vec![plan.split.clone(); plan.parents.len()]
+            };
             let t = tgt.answer(&plan.parents, &tsplits);
             planner.observe(&plan, &s, &t).unwrap();
             queries += 1;
@@ -290,7 +358,9 @@ mod tests {
     }
 
     fn data(n: i64) -> Vec<(i64, u64)> {
-        (0..n).map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15))).collect()
+        (0..n)
+            .map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15)))
+            .collect()
     }
 
     #[test]
@@ -312,9 +382,17 @@ mod tests {
         t.push((5000, 7)); // extra in target, beyond the source's last key
         let tgt = Fake { rows: t };
         let (p, _) = run(params(Strategy::Quantile), &src, &tgt);
-        let covers = |k: i64| p.leaves.iter().any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0));
+        let covers = |k: i64| {
+            p.leaves
+                .iter()
+                .any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0))
+        };
         assert!(covers(123) && covers(700) && covers(5000), "{:?}", p.leaves);
-        assert!(p.leaves.iter().all(|l| l.source.count().max(l.target.count()) < 10 || l.source.count() < 2));
+        assert!(
+            p.leaves
+                .iter()
+                .all(|l| l.source.count().max(l.target.count()) < 10 || l.source.count() < 2)
+        );
         assert!(!covers(400), "a matching range must not be a leaf");
         // one query per side per level
         assert_eq!(p.levels.len(), p.levels.last().unwrap().level as usize);
@@ -335,19 +413,30 @@ mod tests {
     #[test]
     fn most_segments_differing_stops_early() {
         let src = Fake { rows: data(2000) };
-        let tgt = Fake { rows: data(2000).into_iter().map(|(k, h)| (k, h ^ 1)).collect() };
+        let tgt = Fake {
+            rows: data(2000).into_iter().map(|(k, h)| (k, h ^ 1)).collect(),
+        };
         let mut pp = params(Strategy::Quantile);
         pp.factor = 32;
         let (p, q) = run(pp, &src, &tgt);
         assert_eq!(q, 1);
-        assert!(matches!(p.stop, Some(Stop::MostSegmentsDiffer { level: 1, differing: 32, segments: 32 })));
+        assert!(matches!(
+            p.stop,
+            Some(Stop::MostSegmentsDiffer {
+                level: 1,
+                differing: 32,
+                segments: 32
+            })
+        ));
         assert_eq!(p.leaves.len(), 32);
     }
 
     #[test]
     fn counts_only_ignores_checksums() {
         let src = Fake { rows: data(100) };
-        let tgt = Fake { rows: data(100).into_iter().map(|(k, h)| (k, h ^ 1)).collect() };
+        let tgt = Fake {
+            rows: data(100).into_iter().map(|(k, h)| (k, h ^ 1)).collect(),
+        };
         let mut pp = params(Strategy::Quantile);
         pp.counts_only = true;
         let (p, _) = run(pp, &src, &tgt);
@@ -377,8 +466,24 @@ mod tests {
     fn bucket_bounds_must_agree() {
         let mut planner = Planner::new(params(Strategy::Hash));
         let plan = planner.next_level().unwrap();
-        let a = vec![BucketResult { parent: 0, child: 0, segment: Segment::whole(), agg: agg(1, 1) }];
-        let b = vec![BucketResult { parent: 0, child: 0, segment: Segment { hash: Some((0, 1)), ..Segment::default() }, agg: agg(1, 1) }];
-        assert!(matches!(planner.observe(&plan, &a, &b), Err(PlanError::BoundsMismatch { .. })));
+        let a = vec![BucketResult {
+            parent: 0,
+            child: 0,
+            segment: Segment::whole(),
+            agg: agg(1, 1),
+        }];
+        let b = vec![BucketResult {
+            parent: 0,
+            child: 0,
+            segment: Segment {
+                hash: Some((0, 1)),
+                ..Segment::default()
+            },
+            agg: agg(1, 1),
+        }];
+        assert!(matches!(
+            planner.observe(&plan, &a, &b),
+            Err(PlanError::BoundsMismatch { .. })
+        ));
     }
 }

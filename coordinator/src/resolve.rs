@@ -33,15 +33,30 @@ pub struct Resolved {
 
 impl Resolved {
     pub fn source_columns(&self) -> Vec<ColumnSpec> {
-        self.columns.iter().map(|c| ColumnSpec { name: c.source_name.clone(), format: c.format }).collect()
+        self.columns
+            .iter()
+            .map(|c| ColumnSpec {
+                name: c.source_name.clone(),
+                format: c.format,
+            })
+            .collect()
     }
 
     pub fn target_columns(&self) -> Vec<ColumnSpec> {
-        self.columns.iter().map(|c| ColumnSpec { name: c.target_name.clone(), format: c.format }).collect()
+        self.columns
+            .iter()
+            .map(|c| ColumnSpec {
+                name: c.target_name.clone(),
+                format: c.format,
+            })
+            .collect()
     }
 
     pub fn compared_names(&self) -> Vec<String> {
-        self.columns[self.key_len..].iter().map(|c| c.source_name.clone()).collect()
+        self.columns[self.key_len..]
+            .iter()
+            .map(|c| c.source_name.clone())
+            .collect()
     }
 }
 
@@ -58,7 +73,12 @@ fn resolve_format(name: &str, s: &pb::Column, t: &pb::Column) -> Result<FieldFor
     use TypeClass::*;
     let (a, b) = (class(s), class(t));
     let resolved = match (a, b) {
-        (Other, _) | (_, Other) => return Err(format!("column {name} has no canonical form ({} / {})", s.declared_type, t.declared_type)),
+        (Other, _) | (_, Other) => {
+            return Err(format!(
+                "column {name} has no canonical form ({} / {})",
+                s.declared_type, t.declared_type
+            ));
+        }
         (x, y) if x == y => x,
         (Boolean, Integer) | (Integer, Boolean) => Boolean,
         (Integer, Decimal) | (Decimal, Integer) => Decimal,
@@ -71,19 +91,39 @@ fn resolve_format(name: &str, s: &pb::Column, t: &pb::Column) -> Result<FieldFor
     };
     let scale = match resolved {
         // the larger declared scale of the two sides; an unconstrained numeric is read at 6
-        Decimal => s.scale.into_iter().chain(t.scale).max().unwrap_or(DEFAULT_FLOAT_SCALE),
+        Decimal => s
+            .scale
+            .into_iter()
+            .chain(t.scale)
+            .max()
+            .unwrap_or(DEFAULT_FLOAT_SCALE),
         Float => DEFAULT_FLOAT_SCALE,
-        Timestamp | TimestampTz | Time => s.scale.into_iter().chain(t.scale).max().unwrap_or(DEFAULT_TIME_PRECISION),
+        Timestamp | TimestampTz | Time => s
+            .scale
+            .into_iter()
+            .chain(t.scale)
+            .max()
+            .unwrap_or(DEFAULT_TIME_PRECISION),
         _ => 0,
     };
-    Ok(FieldFormat::new(resolved).with_scale(scale).fixed_char(s.fixed_char || t.fixed_char))
+    Ok(FieldFormat::new(resolved)
+        .with_scale(scale)
+        .fixed_char(s.fixed_char || t.fixed_char))
 }
 
-pub fn resolve(spec: &Spec, src: &pb::DescribeResponse, tgt: &pb::DescribeResponse) -> Result<Resolved, RunError> {
+pub fn resolve(
+    spec: &Spec,
+    src: &pb::DescribeResponse,
+    tgt: &pb::DescribeResponse,
+) -> Result<Resolved, RunError> {
     let mut drift = Vec::new();
     let mut warnings = Vec::new();
     // the key: the spec's, or the source agent's configured key; both agents must agree
-    let key: Vec<String> = if spec.key.is_empty() { src.key.clone() } else { spec.key.clone() };
+    let key: Vec<String> = if spec.key.is_empty() {
+        src.key.clone()
+    } else {
+        spec.key.clone()
+    };
     for (side, d) in [("source", src), ("target", tgt)] {
         let same = d.key.len() == key.len() && d.key.iter().zip(&key).all(|(a, b)| a.eq_ignore_ascii_case(b));
         if !same {
@@ -102,16 +142,25 @@ pub fn resolve(spec: &Spec, src: &pb::DescribeResponse, tgt: &pb::DescribeRespon
                 continue;
             }
             match find(tgt, &c.name) {
-                None => warnings.push(format!("column {} exists on the source only: not compared", c.name)),
+                None => warnings.push(format!(
+                    "column {} exists on the source only: not compared",
+                    c.name
+                )),
                 Some(t) if class(c) == TypeClass::Other || class(t) == TypeClass::Other => {
-                    warnings.push(format!("column {} ({}) has no canonical form: not compared", c.name, c.declared_type))
+                    warnings.push(format!(
+                        "column {} ({}) has no canonical form: not compared",
+                        c.name, c.declared_type
+                    ))
                 }
                 Some(_) => v.push(c.name.clone()),
             }
         }
         for c in &tgt.columns {
             if find(src, &c.name).is_none() {
-                warnings.push(format!("column {} exists on the target only: not compared", c.name));
+                warnings.push(format!(
+                    "column {} exists on the target only: not compared",
+                    c.name
+                ));
             }
         }
         v
@@ -136,8 +185,14 @@ pub fn resolve(spec: &Spec, src: &pb::DescribeResponse, tgt: &pb::DescribeRespon
                 }
                 Err(e) => drift.push(format!("incompatible types: {e}")),
             },
-            (None, _) => drift.push(format!("missing column: {name} is not in the source dataset {}", src.dataset)),
-            (_, None) => drift.push(format!("missing column: {name} is not in the target dataset {}", tgt.dataset)),
+            (None, _) => drift.push(format!(
+                "missing column: {name} is not in the source dataset {}",
+                src.dataset
+            )),
+            (_, None) => drift.push(format!(
+                "missing column: {name} is not in the target dataset {}",
+                tgt.dataset
+            )),
         }
     }
     if !drift.is_empty() {
@@ -160,7 +215,9 @@ pub fn resolve(spec: &Spec, src: &pb::DescribeResponse, tgt: &pb::DescribeRespon
     };
     for (side, d) in [("source", src), ("target", tgt)] {
         if !supports(d, method) {
-            return Err(RunError::Config(format!("the {side} agent does not support hash {method}")));
+            return Err(RunError::Config(format!(
+                "the {side} agent does not support hash {method}"
+            )));
         }
     }
     Ok(Resolved {
@@ -238,8 +295,22 @@ mod tests {
 
     #[test]
     fn columns_match_case_insensitively_and_scales_widen() {
-        let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None), col("Amount", TypeClass::Decimal, "numeric(12,2)", Some(2)), col("only_src", TypeClass::Text, "text", None)]);
-        let t = describe("y", vec![col("ID", TypeClass::Integer, "int", None), col("amount", TypeClass::Decimal, "decimal(14,4)", Some(4)), col("flag", TypeClass::Boolean, "tinyint(1)", None)]);
+        let s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("Amount", TypeClass::Decimal, "numeric(12,2)", Some(2)),
+                col("only_src", TypeClass::Text, "text", None),
+            ],
+        );
+        let t = describe(
+            "y",
+            vec![
+                col("ID", TypeClass::Integer, "int", None),
+                col("amount", TypeClass::Decimal, "decimal(14,4)", Some(4)),
+                col("flag", TypeClass::Boolean, "tinyint(1)", None),
+            ],
+        );
         let r = resolve(&spec(), &s, &t).unwrap();
         assert_eq!(r.key_len, 1);
         assert_eq!(r.columns.len(), 2);
@@ -253,17 +324,37 @@ mod tests {
 
     #[test]
     fn drift_is_reported_before_any_scan() {
-        let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None), col("at", TypeClass::Timestamp, "timestamp", Some(6))]);
-        let t = describe("y", vec![col("id", TypeClass::Integer, "int", None), col("at", TypeClass::Date, "date", None)]);
+        let s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("at", TypeClass::Timestamp, "timestamp", Some(6)),
+            ],
+        );
+        let t = describe(
+            "y",
+            vec![
+                col("id", TypeClass::Integer, "int", None),
+                col("at", TypeClass::Date, "date", None),
+            ],
+        );
         let e = resolve(&spec(), &s, &t).unwrap_err().to_string();
-        assert!(e.contains("schema drift") && e.contains("column at is timestamp"), "{e}");
+        assert!(
+            e.contains("schema drift") && e.contains("column at is timestamp"),
+            "{e}"
+        );
         let mut sp = spec();
         sp.columns = vec!["missing".into()];
         let e = resolve(&sp, &s, &t).unwrap_err().to_string();
         assert!(e.contains("missing column: missing"), "{e}");
         let mut t2 = t.clone();
         t2.key = vec!["other".into()];
-        assert!(resolve(&spec(), &s, &t2).unwrap_err().to_string().contains("key mismatch"));
+        assert!(
+            resolve(&spec(), &s, &t2)
+                .unwrap_err()
+                .to_string()
+                .contains("key mismatch")
+        );
     }
 
     #[test]
@@ -282,12 +373,16 @@ mod tests {
         let s = describe("x", vec![]);
         let mut sp = spec();
         sp.reporting.level = PrivacyLevel::WithKeys;
-        let e = check_policies(&sp, [("a", &s), ("b", &s)]).unwrap_err().to_string();
+        let e = check_policies(&sp, [("a", &s), ("b", &s)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_level") && e.contains("agent a"), "{e}");
         let mut hidden = s.clone();
         hidden.max_level = pb::PrivacyLevel::WithKeys as i32;
         hidden.expose_key_bounds = false;
-        let e = check_policies(&sp, [("a", &hidden), ("b", &hidden)]).unwrap_err().to_string();
+        let e = check_policies(&sp, [("a", &hidden), ("b", &hidden)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("expose_key_bounds"), "{e}");
     }
 }

@@ -177,7 +177,11 @@ impl RunResult {
             self.source.dataset,
             count(&self.source),
             self.source.queries,
-            self.source.path.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
+            self.source
+                .path
+                .as_ref()
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default()
         );
         let _ = writeln!(
             o,
@@ -186,23 +190,39 @@ impl RunResult {
             self.target.dataset,
             count(&self.target),
             self.target.queries,
-            self.target.path.as_ref().map(|p| format!(" ({p})")).unwrap_or_default()
+            self.target
+                .path
+                .as_ref()
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default()
         );
         let _ = writeln!(
             o,
             "  {} checksums{}, strategy {}, false-match probability {:.1e} per segment",
             self.hash_method,
-            if self.xor_compared { " (SUM and XOR)" } else { " (SUM only)" },
+            if self.xor_compared {
+                " (SUM and XOR)"
+            } else {
+                " (SUM only)"
+            },
             self.strategy,
             self.false_match_probability
         );
         for l in &self.levels {
-            let _ = writeln!(o, "  level {}: {} segments, {} differing ({} ms)", l.level, l.segments, l.differing, l.elapsed_ms);
+            let _ = writeln!(
+                o,
+                "  level {}: {} segments, {} differing ({} ms)",
+                l.level, l.segments, l.differing, l.elapsed_ms
+            );
         }
         if !self.leaves.is_empty() {
             let _ = writeln!(o, "  differing segments:");
             for (i, l) in self.leaves.iter().enumerate() {
-                let branch = if i + 1 == self.leaves.len() { "└─" } else { "├─" };
+                let branch = if i + 1 == self.leaves.len() {
+                    "└─"
+                } else {
+                    "├─"
+                };
                 let _ = writeln!(
                     o,
                     "  {branch} {}  source {} rows / target {} rows",
@@ -223,7 +243,11 @@ impl RunResult {
             );
             for d in diffs {
                 let key = tally_common::segment::format_tuple(&d.key);
-                let cols = d.columns.as_ref().map(|c| format!("  [{}]", c.join(", "))).unwrap_or_default();
+                let cols = d
+                    .columns
+                    .as_ref()
+                    .map(|c| format!("  [{}]", c.join(", ")))
+                    .unwrap_or_default();
                 let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
             }
         }

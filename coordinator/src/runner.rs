@@ -47,7 +47,11 @@ fn method_pb(m: HashMethod) -> i32 {
 }
 
 fn agg_out(a: &AnyAggregate) -> AggOut {
-    AggOut { count: a.count(), checksum: format!("{:016x}", a.sum()), xor: a.xor().map(|x| format!("{x:016x}")) }
+    AggOut {
+        count: a.count(),
+        checksum: format!("{:016x}", a.sum()),
+        xor: a.xor().map(|x| format!("{x:016x}")),
+    }
 }
 
 /// Runs `spec` between two agents; never fails: errors become verdict `error`.
@@ -69,8 +73,16 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
             xor_compared: false,
             false_match_probability: 0.0,
             false_match_bound: 0.0,
-            source: SideStats { agent: spec.source.agent.clone(), dataset: spec.source.dataset.clone(), ..Default::default() },
-            target: SideStats { agent: spec.target.agent.clone(), dataset: spec.target.dataset.clone(), ..Default::default() },
+            source: SideStats {
+                agent: spec.source.agent.clone(),
+                dataset: spec.source.dataset.clone(),
+                ..Default::default()
+            },
+            target: SideStats {
+                agent: spec.target.agent.clone(),
+                dataset: spec.target.dataset.clone(),
+                ..Default::default()
+            },
             levels: Vec::new(),
             leaves: Vec::new(),
             differences: None,
@@ -85,13 +97,19 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
     let outcome = match spec.gates.max_seconds {
         Some(s) => match tokio::time::timeout(std::time::Duration::from_secs(s), r.drive()).await {
             Ok(o) => o,
-            Err(_) => Err(RunError::Gate { gate: "max_seconds", message: format!("the run took longer than {s} s") }),
+            Err(_) => Err(RunError::Gate {
+                gate: "max_seconds",
+                message: format!("the run took longer than {s} s"),
+            }),
         },
         None => r.drive().await,
     };
     if let Err(e) = outcome {
         r.res.verdict = Verdict::Error;
-        r.res.error = Some(ErrorOut { code: e.code().to_string(), message: e.to_string() });
+        r.res.error = Some(ErrorOut {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        });
     }
     if let Some(m) = r.resolved.as_ref().map(|x| x.method) {
         r.res.false_match_probability = m.false_match_probability();
@@ -104,13 +122,20 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
 impl Run<'_> {
     fn say(&self, msg: impl AsRef<str>) {
         if self.progress {
-            eprintln!("[{:>7.2}s] {}", self.started.elapsed().as_secs_f64(), msg.as_ref());
+            eprintln!(
+                "[{:>7.2}s] {}",
+                self.started.elapsed().as_secs_f64(),
+                msg.as_ref()
+            );
         }
     }
 
     async fn drive(&mut self) -> Result<(), RunError> {
         let spec = self.spec;
-        let (s, t) = tokio::join!(self.source.describe(&spec.source.dataset), self.target.describe(&spec.target.dataset));
+        let (s, t) = tokio::join!(
+            self.source.describe(&spec.source.dataset),
+            self.target.describe(&spec.target.dataset)
+        );
         let (s, t) = (s?, t?);
         self.res.source.engine = Some(format!("{} {}", s.engine, s.engine_version));
         self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
@@ -156,7 +181,11 @@ impl Run<'_> {
                     message: format!("{leaves} differing segments exceed the gate of {limit}"),
                 });
             }
-            Some(Stop::MostSegmentsDiffer { level, differing, segments }) => {
+            Some(Stop::MostSegmentsDiffer {
+                level,
+                differing,
+                segments,
+            }) => {
                 self.res.advice = Some(format!(
                     "{differing} of {segments} segments differ at level {level}: most of the data differs, so bisection \
                      cannot narrow it down. Compare aggregate measures per group first (or check the mapping), then \
@@ -165,11 +194,17 @@ impl Run<'_> {
             }
             None => {}
         }
-        self.res.verdict = if planner.leaves.is_empty() { Verdict::Match } else { Verdict::Differ };
+        self.res.verdict = if planner.leaves.is_empty() {
+            Verdict::Match
+        } else {
+            Verdict::Differ
+        };
         self.leaf_sql(&planner.leaves).await?;
         if spec.reporting.level >= PrivacyLevel::WithKeys && !planner.leaves.is_empty() {
             if planner.stop.is_some() {
-                self.res.warnings.push("rows were not classified: the drill stopped early".into());
+                self.res
+                    .warnings
+                    .push("rows were not classified: the drill stopped early".into());
             } else {
                 self.rows_phase(&planner.leaves).await?;
             }
@@ -185,11 +220,23 @@ impl Run<'_> {
         self.res.leaves = planner
             .leaves
             .iter()
-            .map(|l| LeafOut { level: l.level, bounds: l.segment.clone(), source: agg_out(&l.source), target: agg_out(&l.target), sql: None })
+            .map(|l| LeafOut {
+                level: l.level,
+                bounds: l.segment.clone(),
+                source: agg_out(&l.source),
+                target: agg_out(&l.target),
+                sql: None,
+            })
             .collect();
     }
 
-    fn aggregate_request(&self, side_cols: Vec<ColumnSpec>, dataset: &str, parents: &[Segment], splits: &[Split]) -> pb::AggregateRequest {
+    fn aggregate_request(
+        &self,
+        side_cols: Vec<ColumnSpec>,
+        dataset: &str,
+        parents: &[Segment],
+        splits: &[Split],
+    ) -> pb::AggregateRequest {
         let r = self.resolved.as_ref().expect("resolved");
         pb::AggregateRequest {
             dataset: dataset.to_string(),
@@ -199,7 +246,10 @@ impl Run<'_> {
             segments: parents
                 .iter()
                 .zip(splits)
-                .map(|(seg, split)| pb::SegmentSplit { segment: Some(pb::Segment::from(seg)), split: Some(split.to_pb()) })
+                .map(|(seg, split)| pb::SegmentSplit {
+                    segment: Some(pb::Segment::from(seg)),
+                    split: Some(split.to_pb()),
+                })
                 .collect(),
             in_process: false,
         }
@@ -213,7 +263,12 @@ impl Run<'_> {
                 let segment = Segment::from_pb(b.segment.clone().unwrap_or_default(), "bucket.segment")
                     .map_err(|e| RunError::Internal(format!("{side} agent sent a bad bucket: {e}")))?;
                 let xor = if r.xor { b.xor } else { None };
-                Ok(BucketResult { parent: b.parent as usize, child: b.child as usize, segment, agg: AnyAggregate::new(r.method, b.count, b.sum, xor) })
+                Ok(BucketResult {
+                    parent: b.parent as usize,
+                    child: b.child as usize,
+                    segment,
+                    agg: AnyAggregate::new(r.method, b.count, b.sum, xor),
+                })
             })
             .collect()
     }
@@ -224,7 +279,10 @@ impl Run<'_> {
         {
             return Err(RunError::Gate {
                 gate: "max_queries",
-                message: format!("the next level would send query {} to each side, the gate allows {max}", self.res.source.queries + 1),
+                message: format!(
+                    "the next level would send query {} to each side, the gate allows {max}",
+                    self.res.source.queries + 1
+                ),
             });
         }
         Ok(())
@@ -245,10 +303,17 @@ impl Run<'_> {
             self.res.target.path = Some(tgt_resp.path.clone());
             let sb = self.buckets(&src_resp, "source")?;
             let tb = self.buckets(&tgt_resp, "target")?;
-            let stats = planner.observe(&plan, &sb, &tb).map_err(|e| RunError::Internal(e.to_string()))?;
+            let stats = planner
+                .observe(&plan, &sb, &tb)
+                .map_err(|e| RunError::Internal(e.to_string()))?;
             self.segments_compared += stats.segments as u64;
             let ms = level_start.elapsed().as_millis() as u64;
-            self.res.levels.push(LevelOut { level: stats.level, segments: stats.segments, differing: stats.differing, elapsed_ms: ms });
+            self.res.levels.push(LevelOut {
+                level: stats.level,
+                segments: stats.segments,
+                differing: stats.differing,
+                elapsed_ms: ms,
+            });
             self.say(format!(
                 "level {}: {} segments, {} differing, {} + {} rows covered",
                 stats.level, stats.segments, stats.differing, stats.source_rows, stats.target_rows
@@ -256,7 +321,10 @@ impl Run<'_> {
             if let Some(max) = self.spec.gates.max_rows_scanned {
                 let scanned = self.res.source.rows_scanned + self.res.target.rows_scanned;
                 if scanned > max && planner.next_level().is_some() {
-                    return Err(RunError::Gate { gate: "max_rows_scanned", message: format!("{scanned} rows read, the gate allows {max}") });
+                    return Err(RunError::Gate {
+                        gate: "max_rows_scanned",
+                        message: format!("{scanned} rows read, the gate allows {max}"),
+                    });
                 }
             }
         }
@@ -265,18 +333,25 @@ impl Run<'_> {
 
     /// One level: one aggregate per side. Quantile levels ask the source first (it
     /// picks the cut points); hash levels ask both sides at once.
-    async fn level(&self, plan: &LevelPlan, scols: &[ColumnSpec], tcols: &[ColumnSpec]) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
+    async fn level(
+        &self,
+        plan: &LevelPlan,
+        scols: &[ColumnSpec],
+        tcols: &[ColumnSpec],
+    ) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
         let splits = vec![plan.split.clone(); plan.parents.len()];
         let sreq = self.aggregate_request(scols.to_vec(), &self.spec.source.dataset, &plan.parents, &splits);
         if plan.target_follows_source {
             let s = self.source.aggregate(sreq).await?;
             let sb = self.buckets(&s, "source")?;
             let tsplits = Planner::target_splits(plan, &sb);
-            let treq = self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &tsplits);
+            let treq =
+                self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &tsplits);
             let t = self.target.aggregate(treq).await?;
             Ok((s, t))
         } else {
-            let treq = self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &splits);
+            let treq =
+                self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &splits);
             let (s, t) = tokio::join!(self.source.aggregate(sreq), self.target.aggregate(treq));
             Ok((s?, t?))
         }
@@ -292,13 +367,20 @@ impl Run<'_> {
                 segment: Some(pb::Segment::from(&leaf.segment)),
             };
             let (s, t) = tokio::join!(
-                self.source.investigation_sql(req(r.source_columns(), &self.spec.source.dataset)),
-                self.target.investigation_sql(req(r.target_columns(), &self.spec.target.dataset))
+                self.source
+                    .investigation_sql(req(r.source_columns(), &self.spec.source.dataset)),
+                self.target
+                    .investigation_sql(req(r.target_columns(), &self.spec.target.dataset))
             );
-            self.res.leaves[i].sql = Some(SqlPair { source: s?, target: t? });
+            self.res.leaves[i].sql = Some(SqlPair {
+                source: s?,
+                target: t?,
+            });
         }
         if leaves.len() > MAX_LEAVES_WITH_SQL {
-            self.res.warnings.push(format!("investigation SQL shown for the first {MAX_LEAVES_WITH_SQL} leaves only"));
+            self.res.warnings.push(format!(
+                "investigation SQL shown for the first {MAX_LEAVES_WITH_SQL} leaves only"
+            ));
         }
         Ok(())
     }
@@ -322,8 +404,10 @@ impl Run<'_> {
                 level,
             };
             let (s, t) = tokio::join!(
-                self.source.row_digests(req(r.source_columns(), &spec.source.dataset)),
-                self.target.row_digests(req(r.target_columns(), &spec.target.dataset))
+                self.source
+                    .row_digests(req(r.source_columns(), &spec.source.dataset)),
+                self.target
+                    .row_digests(req(r.target_columns(), &spec.target.dataset))
             );
             let s: HashMap<u64, u64> = s?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
             let t: HashMap<u64, u64> = t?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
@@ -335,7 +419,11 @@ impl Run<'_> {
                     _ => {}
                 }
             }
-            here.extend(t.keys().filter(|k| !s.contains_key(k)).map(|k| (DiffKind::ExtraInTarget, *k)));
+            here.extend(
+                t.keys()
+                    .filter(|k| !s.contains_key(k))
+                    .map(|k| (DiffKind::ExtraInTarget, *k)),
+            );
             here.sort();
             for (kind, kh) in here {
                 match kind {
@@ -357,7 +445,11 @@ impl Run<'_> {
             if mine.is_empty() {
                 continue;
             }
-            let from_source: Vec<u64> = mine.iter().filter(|f| f.1 != DiffKind::ExtraInTarget).map(|f| f.2).collect();
+            let from_source: Vec<u64> = mine
+                .iter()
+                .filter(|f| f.1 != DiffKind::ExtraInTarget)
+                .map(|f| f.2)
+                .collect();
             let from_target: Vec<u64> = mine
                 .iter()
                 .filter(|f| f.1 == DiffKind::ExtraInTarget || (detailed && f.1 == DiffKind::Changed))
@@ -378,13 +470,23 @@ impl Run<'_> {
                     if from_source.is_empty() {
                         return Ok(pb::RevealResponse::default());
                     }
-                    self.source.reveal(reveal(r.source_columns(), &spec.source.dataset, from_source.clone()), detailed).await
+                    self.source
+                        .reveal(
+                            reveal(r.source_columns(), &spec.source.dataset, from_source.clone()),
+                            detailed,
+                        )
+                        .await
                 },
                 async {
                     if from_target.is_empty() {
                         return Ok(pb::RevealResponse::default());
                     }
-                    self.target.reveal(reveal(r.target_columns(), &spec.target.dataset, from_target.clone()), detailed).await
+                    self.target
+                        .reveal(
+                            reveal(r.target_columns(), &spec.target.dataset, from_target.clone()),
+                            detailed,
+                        )
+                        .await
                 }
             );
             let by_hash = |resp: pb::RevealResponse| -> Result<HashMap<u64, (KeyTuple, Vec<Option<String>>)>, RunError> {
@@ -400,8 +502,14 @@ impl Run<'_> {
             for (_, kind, kh) in mine {
                 let side = if *kind == DiffKind::ExtraInTarget { &t } else { &s };
                 let Some((key, _)) = side.get(kh) else { continue };
-                let mut d = Difference { kind: *kind, key: key.clone(), columns: None, values: None };
-                if detailed && *kind == DiffKind::Changed
+                let mut d = Difference {
+                    kind: *kind,
+                    key: key.clone(),
+                    columns: None,
+                    values: None,
+                };
+                if detailed
+                    && *kind == DiffKind::Changed
                     && let (Some((_, sv)), Some((_, tv))) = (s.get(kh), t.get(kh))
                 {
                     let mut cols = Vec::new();

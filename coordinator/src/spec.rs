@@ -169,7 +169,10 @@ impl Spec {
         }
         for (k, s) in [("source", &self.source), ("target", &self.target)] {
             if s.agent.is_empty() {
-                return bad(&format!("{k}.agent"), "must name an agent of the coordinator config");
+                return bad(
+                    &format!("{k}.agent"),
+                    "must name an agent of the coordinator config",
+                );
             }
             if s.dataset.is_empty() {
                 return bad(&format!("{k}.dataset"), "must name a dataset of that agent");
@@ -196,7 +199,10 @@ impl Spec {
             );
         }
         if self.mode == Mode::Count && r.level != PrivacyLevel::CountOnly {
-            return bad("reporting.level", "mode count compares counts only; keys need mode checksum");
+            return bad(
+                "reporting.level",
+                "mode count compares counts only; keys need mode checksum",
+            );
         }
         for (k, v) in [
             ("gates.max_queries", self.gates.max_queries),
@@ -233,7 +239,8 @@ mod tests {
         Ok(s)
     }
 
-    const BASE: &str = "name: orders\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n";
+    const BASE: &str =
+        "name: orders\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n";
 
     #[test]
     fn defaults() {
@@ -248,7 +255,9 @@ mod tests {
     #[test]
     fn the_shipped_examples_parse() {
         for f in ["spec.yaml", "spec-hash.yaml"] {
-            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples").join(f);
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../docs/examples")
+                .join(f);
             Spec::load(&p).unwrap_or_else(|e| panic!("{e}"));
         }
     }
@@ -257,7 +266,10 @@ mod tests {
     fn errors_name_file_and_key() {
         let cases = [
             ("bisection: { factor: 2000 }\n", "bisection.factor"),
-            ("reporting: { level: detailed }\n", "reporting.consent_acknowledged"),
+            (
+                "reporting: { level: detailed }\n",
+                "reporting.consent_acknowledged",
+            ),
             ("gates: { max_queries: 0 }\n", "gates.max_queries"),
             ("bisection: { strategy: random }\n", "strategy"),
             ("url: postgres://x\n", "url"),

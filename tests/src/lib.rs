@@ -1,1 +1,11 @@
-//! placeholder
+//! Whole-system test support: throw-away PostgreSQL and MariaDB servers started from
+//! the binaries on the machine, the `tally` and `tally-agent` binaries built from this
+//! workspace, and child processes that are killed when the test lets go of them.
+//!
+//! Servers are started once per test process and removed when the process exits
+//! (a reaper process watches the test process). `TALLY_TEST_PG_URL` and
+//! `TALLY_TEST_MYSQL_URL` point the tests at existing servers instead.
+
+pub mod bins;
+pub mod db;
+pub mod proc;

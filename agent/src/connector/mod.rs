@@ -70,9 +70,15 @@ impl EngineKind {
                 ));
             }
             "mssql" | "sqlserver" | "oracle" => {
-                return Err(AgentError::Config(format!("{scheme}:// is not supported by this agent build yet")));
+                return Err(AgentError::Config(format!(
+                    "{scheme}:// is not supported by this agent build yet"
+                )));
             }
-            _ => return Err(AgentError::Config(format!("unknown database URL scheme {scheme:?}"))),
+            _ => {
+                return Err(AgentError::Config(format!(
+                    "unknown database URL scheme {scheme:?}"
+                )));
+            }
         })
     }
 }
@@ -158,11 +164,18 @@ impl Connector {
     }
 
     /// Runs a bucketed aggregate rendered by [`dialect::aggregate`].
-    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+    pub async fn aggregate(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
         match self {
             Connector::Postgres(c) => c.aggregate(dataset, sql, key_classes).await,
             Connector::MySql(c) => c.aggregate(dataset, sql, key_classes).await,
-            Connector::Sqlite(_) => Err(AgentError::Unsupported("sqlite has no pushed-down aggregate".into())),
+            Connector::Sqlite(_) => Err(AgentError::Unsupported(
+                "sqlite has no pushed-down aggregate".into(),
+            )),
         }
     }
 
@@ -181,16 +194,22 @@ impl Connector {
 }
 
 /// Key parts from canonical key texts (canonical-shape fetches).
-pub fn key_from_canonical(fields: &[Option<String>], cols: &[BoundColumn], key_len: usize) -> Result<KeyTuple> {
+pub fn key_from_canonical(
+    fields: &[Option<String>],
+    cols: &[BoundColumn],
+    key_len: usize,
+) -> Result<KeyTuple> {
     fields[..key_len]
         .iter()
         .zip(cols)
         .map(|(v, c)| match (c.info.class, v) {
-            (_, None) => Err(AgentError::InvalidArgument(format!("key column {} holds NULL", c.info.name))),
-            (TypeClass::Integer, Some(t)) => t
-                .parse::<i64>()
-                .map(KeyPart::Int)
-                .map_err(|_| AgentError::InvalidArgument(format!("key column {} is not a 64-bit integer", c.info.name))),
+            (_, None) => Err(AgentError::InvalidArgument(format!(
+                "key column {} holds NULL",
+                c.info.name
+            ))),
+            (TypeClass::Integer, Some(t)) => t.parse::<i64>().map(KeyPart::Int).map_err(|_| {
+                AgentError::InvalidArgument(format!("key column {} is not a 64-bit integer", c.info.name))
+            }),
             (_, Some(t)) => Ok(KeyPart::Text(t.clone())),
         })
         .collect()

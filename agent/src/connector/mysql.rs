@@ -38,7 +38,8 @@ fn get_text(row: &MySqlRow, i: usize) -> std::result::Result<Option<String>, sql
         Ok(v) => Ok(v),
         Err(_) => {
             let b: Option<Vec<u8>> = row.try_get(i)?;
-            b.map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e)))).transpose()
+            b.map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e))))
+                .transpose()
         }
     }
 }
@@ -47,7 +48,12 @@ fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
     row.try_get::<Option<i64>, _>(i)
         .ok()
         .flatten()
-        .or_else(|| row.try_get::<Option<u64>, _>(i).ok().flatten().and_then(|v| i64::try_from(v).ok()))
+        .or_else(|| {
+            row.try_get::<Option<u64>, _>(i)
+                .ok()
+                .flatten()
+                .and_then(|v| i64::try_from(v).ok())
+        })
         .or_else(|| row.try_get::<Option<i32>, _>(i).ok().flatten().map(i64::from))
         .or_else(|| get_text(row, i).ok().flatten().and_then(|s| s.parse().ok()))
 }
@@ -68,7 +74,10 @@ impl MySqlConnector {
 
     pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
-        let version: String = sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.pool).await.map_err(db)?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
         let mut columns = Vec::new();
         let mut row_estimate = 0;
         match source {
@@ -96,7 +105,10 @@ impl MySqlConnector {
                     columns.push(column_info(name, declared, &data_type, nullable));
                 }
                 if columns.is_empty() {
-                    return Err(AgentError::Config(format!("dataset {dataset}: table {} not found", parts.join("."))));
+                    return Err(AgentError::Config(format!(
+                        "dataset {dataset}: table {} not found",
+                        parts.join(".")
+                    )));
                 }
                 let est = sqlx::query(
                     "SELECT CAST(COALESCE(TABLE_ROWS, 0) AS SIGNED) FROM information_schema.TABLES \
@@ -111,7 +123,10 @@ impl MySqlConnector {
             }
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
-                let described = (&self.pool).prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql))).await.map_err(db)?;
+                let described = (&self.pool)
+                    .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
+                    .await
+                    .map_err(db)?;
                 for c in described.columns() {
                     let t = c.type_info().name().to_ascii_lowercase();
                     columns.push(column_info(c.name().to_string(), t.clone(), &t, true));
@@ -122,7 +137,11 @@ impl MySqlConnector {
             columns,
             key: Vec::new(),
             row_estimate,
-            engine: if version.to_ascii_lowercase().contains("mariadb") { "mariadb" } else { "mysql" },
+            engine: if version.to_ascii_lowercase().contains("mariadb") {
+                "mariadb"
+            } else {
+                "mysql"
+            },
             engine_version: version,
         })
     }
@@ -137,7 +156,11 @@ impl MySqlConnector {
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(|e| AgentError::from_db(dataset, e))? {
+        while let Some(row) = rows
+            .try_next()
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?
+        {
             let fields = (0..cols.len())
                 .map(|i| get_text(&row, i))
                 .collect::<Result<Vec<_>, _>>()
@@ -150,13 +173,24 @@ impl MySqlConnector {
 
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let row = q.fetch_one(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let row = q
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
     }
 
-    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+    pub async fn aggregate(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let rows = q.fetch_all(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
         let db = |e| AgentError::from_db(dataset, e);
         let bad = || AgentError::Query {
             dataset: dataset.to_string(),
@@ -180,7 +214,10 @@ impl MySqlConnector {
                     child: get_i64(r, 1).ok_or_else(bad)?.max(0) as usize,
                     count: get_i64(r, 2).ok_or_else(bad)? as u64,
                     sum: parse_sum(dataset, get_text(r, 3).map_err(db)?)?,
-                    xor: get_text(r, 4).map_err(db)?.map(|t| parse_sum(dataset, Some(t))).transpose()?,
+                    xor: get_text(r, 4)
+                        .map_err(db)?
+                        .map(|t| parse_sum(dataset, Some(t)))
+                        .transpose()?,
                     first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
                 })
             })

@@ -38,15 +38,26 @@ fn get_i64(row: &PgRow, i: usize) -> Option<i64> {
         .flatten()
         .or_else(|| row.try_get::<Option<i32>, _>(i).ok().flatten().map(i64::from))
         .or_else(|| row.try_get::<Option<i16>, _>(i).ok().flatten().map(i64::from))
-        .or_else(|| row.try_get::<Option<String>, _>(i).ok().flatten().and_then(|s| s.parse().ok()))
+        .or_else(|| {
+            row.try_get::<Option<String>, _>(i)
+                .ok()
+                .flatten()
+                .and_then(|s| s.parse().ok())
+        })
 }
 
 impl PgConnector {
     pub fn open(url: &str) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
-            .map_err(|_| AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into()))?
+            .map_err(|_| {
+                AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into())
+            })?
             .application_name("tally-agent")
-            .options([("extra_float_digits", "1"), ("TimeZone", "UTC"), ("client_encoding", "UTF8")]);
+            .options([
+                ("extra_float_digits", "1"),
+                ("TimeZone", "UTC"),
+                ("client_encoding", "UTF8"),
+            ]);
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -59,8 +70,14 @@ impl PgConnector {
 
     pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
-        let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(&self.pool).await.map_err(db)?;
-        let encoding: String = sqlx::query_scalar("SHOW server_encoding").fetch_one(&self.pool).await.map_err(db)?;
+        let version: String = sqlx::query_scalar("SHOW server_version")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
+        let encoding: String = sqlx::query_scalar("SHOW server_encoding")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
         if encoding != "UTF8" {
             return Err(AgentError::Unsupported(format!(
                 "dataset {dataset}: server_encoding is {encoding}; only UTF8 databases hash identically"
@@ -86,8 +103,11 @@ impl PgConnector {
                     _ => AgentError::from_db(dataset, e),
                 })?;
                 for r in rows {
-                    let (name, declared, nullable): (String, String, bool) =
-                        (r.try_get(0).map_err(db)?, r.try_get(1).map_err(db)?, r.try_get(2).map_err(db)?);
+                    let (name, declared, nullable): (String, String, bool) = (
+                        r.try_get(0).map_err(db)?,
+                        r.try_get(1).map_err(db)?,
+                        r.try_get(2).map_err(db)?,
+                    );
                     columns.push(column_info(name, declared, nullable));
                 }
                 let est: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
@@ -99,15 +119,30 @@ impl PgConnector {
             }
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
-                let described = (&self.pool).prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql))).await.map_err(db)?;
+                let described = (&self.pool)
+                    .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
+                    .await
+                    .map_err(db)?;
                 for c in described.columns() {
-                    columns.push(column_info(c.name().to_string(), c.type_info().name().to_ascii_lowercase(), true));
+                    columns.push(column_info(
+                        c.name().to_string(),
+                        c.type_info().name().to_ascii_lowercase(),
+                        true,
+                    ));
                 }
             }
         }
-        let major: u32 = version.split(['.', ' ']).next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        let major: u32 = version
+            .split(['.', ' '])
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
         if major < 14 {
-            tracing::info!(dataset, version, "no bit_xor before PostgreSQL 14: comparing SUM only");
+            tracing::info!(
+                dataset,
+                version,
+                "no bit_xor before PostgreSQL 14: comparing SUM only"
+            );
         }
         Ok(DatasetInfo {
             columns,
@@ -128,7 +163,11 @@ impl PgConnector {
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(|e| AgentError::from_db(dataset, e))? {
+        while let Some(row) = rows
+            .try_next()
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?
+        {
             let fields = (0..cols.len())
                 .map(|i| row.try_get::<Option<String>, _>(i))
                 .collect::<Result<Vec<_>, _>>()
@@ -141,13 +180,24 @@ impl PgConnector {
 
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let row = q.fetch_one(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let row = q
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
     }
 
-    pub async fn aggregate(&self, dataset: &str, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+    pub async fn aggregate(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let rows = q.fetch_all(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
         rows.iter().map(|r| agg_row(dataset, r, key_classes)).collect()
     }
 
@@ -171,7 +221,11 @@ fn agg_row(dataset: &str, r: &PgRow, key_classes: &[TypeClass]) -> Result<AggRow
         let i = 5 + j;
         let part = match class {
             TypeClass::Integer => get_i64(r, i).map(KeyPart::Int),
-            _ => r.try_get::<Option<String>, _>(i).ok().flatten().map(KeyPart::Text),
+            _ => r
+                .try_get::<Option<String>, _>(i)
+                .ok()
+                .flatten()
+                .map(KeyPart::Text),
         };
         match part {
             Some(p) => first.push(p),

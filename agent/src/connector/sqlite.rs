@@ -36,14 +36,19 @@ fn bind_all<'q>(
 impl SqliteConnector {
     pub fn open(url: &str) -> Result<SqliteConnector> {
         let opts = SqliteConnectOptions::from_str(url)
-            .map_err(|_| AgentError::Config("invalid sqlite URL (expected sqlite:///path/to/file.db)".into()))?
+            .map_err(|_| {
+                AgentError::Config("invalid sqlite URL (expected sqlite:///path/to/file.db)".into())
+            })?
             .read_only(true)
             .busy_timeout(std::time::Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
-        Ok(SqliteConnector { pool, dialect: Sqlite })
+        Ok(SqliteConnector {
+            pool,
+            dialect: Sqlite,
+        })
     }
 
     pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
@@ -56,8 +61,15 @@ impl SqliteConnector {
                     [s, t] => (s.as_str(), t.as_str()),
                     _ => return Err(AgentError::Config("bad table name".into())),
                 };
-                let sql = format!("PRAGMA {}.table_info({})", self.dialect_quote(schema), self.dialect_quote(table));
-                let rows = sqlx::query(AssertSqlSafe(sql)).fetch_all(&self.pool).await.map_err(db)?;
+                let sql = format!(
+                    "PRAGMA {}.table_info({})",
+                    self.dialect_quote(schema),
+                    self.dialect_quote(table)
+                );
+                let rows = sqlx::query(AssertSqlSafe(sql))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(db)?;
                 for r in rows {
                     let name: String = r.try_get("name").map_err(db)?;
                     let declared: String = r.try_get("type").map_err(db)?;
@@ -66,26 +78,46 @@ impl SqliteConnector {
                     columns.push(column_info(name, declared, notnull == 0 && pk == 0));
                 }
                 if columns.is_empty() {
-                    return Err(AgentError::Config(format!("dataset {dataset}: table {} not found", parts.join("."))));
+                    return Err(AgentError::Config(format!(
+                        "dataset {dataset}: table {} not found",
+                        parts.join(".")
+                    )));
                 }
             }
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
-                let described = sqlx::Executor::prepare(&self.pool, sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql))).await.map_err(db)?;
+                let described =
+                    sqlx::Executor::prepare(&self.pool, sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
+                        .await
+                        .map_err(db)?;
                 for c in described.columns() {
-                    columns.push(column_info(c.name().to_string(), c.type_info().name().to_string(), true));
+                    columns.push(column_info(
+                        c.name().to_string(),
+                        c.type_info().name().to_string(),
+                        true,
+                    ));
                 }
             }
         }
         // max(rowid) is an index lookup, never a scan; queries have no estimate
         let row_estimate = match source {
             Source::Table(_) => {
-                let sql = format!("SELECT COALESCE(MAX(rowid), 0) FROM {}", relation(&self.dialect, source));
-                sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(&self.pool).await.unwrap_or(0).max(0) as u64
+                let sql = format!(
+                    "SELECT COALESCE(MAX(rowid), 0) FROM {}",
+                    relation(&self.dialect, source)
+                );
+                sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap_or(0)
+                    .max(0) as u64
             }
             Source::Query(_) => 0,
         };
-        let version: String = sqlx::query_scalar("SELECT sqlite_version()").fetch_one(&self.pool).await.map_err(db)?;
+        let version: String = sqlx::query_scalar("SELECT sqlite_version()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
         Ok(DatasetInfo {
             columns,
             key: Vec::new(),
@@ -110,7 +142,11 @@ impl SqliteConnector {
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(|e| AgentError::from_db(dataset, e))? {
+        while let Some(row) = rows
+            .try_next()
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?
+        {
             f(decode_row(dataset, &row, cols, key_len)?)?;
         }
         Ok(())
@@ -118,7 +154,10 @@ impl SqliteConnector {
 
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let row = q.fetch_one(&self.pool).await.map_err(|e| AgentError::from_db(dataset, e))?;
+        let row = q
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| AgentError::from_db(dataset, e))?;
         let n: i64 = row.try_get(0).map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(n.max(0) as u64)
     }
@@ -150,40 +189,57 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
     let mut key = Vec::with_capacity(key_len);
     for (i, c) in cols.iter().enumerate() {
         let raw = row.try_get_raw(i).map_err(db)?;
-        let storage = if raw.is_null() { "NULL".to_string() } else { raw.type_info().name().to_ascii_uppercase() };
+        let storage = if raw.is_null() {
+            "NULL".to_string()
+        } else {
+            raw.type_info().name().to_ascii_uppercase()
+        };
         let text = match storage.as_str() {
             "NULL" => None,
             "INTEGER" => {
                 let v: i64 = row.try_get(i).map_err(db)?;
                 if i < key_len {
-                    key.push(if c.info.class == TypeClass::Text { KeyPart::Text(v.to_string()) } else { KeyPart::Int(v) });
+                    key.push(if c.info.class == TypeClass::Text {
+                        KeyPart::Text(v.to_string())
+                    } else {
+                        KeyPart::Int(v)
+                    });
                 }
                 canonical_value(&c.spec.format, &Value::Int(i128::from(v)))
                     .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
             "REAL" => {
                 let v: f64 = row.try_get(i).map_err(db)?;
-                canonical_value(&c.spec.format, &Value::Float(v)).map_err(|e| canonical_error(dataset, &c.info.name, e))?
+                canonical_value(&c.spec.format, &Value::Float(v))
+                    .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
             "BLOB" => {
                 let v: Vec<u8> = row.try_get(i).map_err(db)?;
-                canonical_value(&c.spec.format, &Value::Bytes(&v)).map_err(|e| canonical_error(dataset, &c.info.name, e))?
+                canonical_value(&c.spec.format, &Value::Bytes(&v))
+                    .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
             _ => {
                 let v: String = row.try_get(i).map_err(db)?;
                 if i < key_len {
                     key.push(match c.info.class {
                         TypeClass::Integer => KeyPart::Int(v.parse().map_err(|_| {
-                            AgentError::InvalidArgument(format!("key column {} holds a non-integer", c.info.name))
+                            AgentError::InvalidArgument(format!(
+                                "key column {} holds a non-integer",
+                                c.info.name
+                            ))
                         })?),
                         _ => KeyPart::Text(v.clone()),
                     });
                 }
-                canonical_value(&c.spec.format, &Value::Text(&v)).map_err(|e| canonical_error(dataset, &c.info.name, e))?
+                canonical_value(&c.spec.format, &Value::Text(&v))
+                    .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
         };
         if i < key_len && text.is_none() {
-            return Err(AgentError::InvalidArgument(format!("key column {} holds NULL", c.info.name)));
+            return Err(AgentError::InvalidArgument(format!(
+                "key column {} holds NULL",
+                c.info.name
+            )));
         }
         if i < key_len && key.len() != i + 1 {
             // REAL or BLOB keys: compare by canonical text

@@ -76,7 +76,11 @@ struct Binder<'a> {
 
 impl<'a> Binder<'a> {
     fn new(d: &'a dyn Dialect) -> Self {
-        Binder { d, binds: Vec::new(), inline: false }
+        Binder {
+            d,
+            binds: Vec::new(),
+            inline: false,
+        }
     }
 
     fn bind(&mut self, v: KeyPart, col: &ColumnInfo) -> String {
@@ -92,20 +96,32 @@ impl<'a> Binder<'a> {
 
     fn tuple(&mut self, t: &KeyTuple, key: &[&ColumnInfo]) -> String {
         let parts: Vec<String> = t.iter().zip(key).map(|(v, c)| self.bind(v.clone(), c)).collect();
-        if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+        if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("({})", parts.join(", "))
+        }
     }
 }
 
 fn key_tuple_expr(d: &dyn Dialect, key: &[&ColumnInfo]) -> String {
     let parts: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();
-    if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("({})", parts.join(", "))
+    }
 }
 
 /// Checks that the segment's bounds match the key's shape and classes.
 pub fn check_bounds(seg: &Segment, key: &[&ColumnInfo]) -> Result<(), String> {
     for t in [&seg.lower, &seg.upper].into_iter().flatten() {
         if t.len() != key.len() {
-            return Err(format!("a bound has {} part(s), the key has {}", t.len(), key.len()));
+            return Err(format!(
+                "a bound has {} part(s), the key has {}",
+                t.len(),
+                key.len()
+            ));
         }
         for (v, c) in t.iter().zip(key) {
             match (v, c.class) {
@@ -138,7 +154,11 @@ fn range_conditions(b: &mut Binder<'_>, seg: &Segment, key: &[&ColumnInfo]) -> V
 }
 
 fn where_clause(conds: &[String]) -> String {
-    if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) }
+    if conds.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conds.join(" AND "))
+    }
 }
 
 fn order_by(d: &dyn Dialect, key: &[&ColumnInfo]) -> String {
@@ -175,15 +195,25 @@ pub fn fetch_rows(
     ordered: bool,
 ) -> Sql {
     let mut b = Binder::new(d);
+    // aliased, so ORDER BY names the table's columns, not these expressions
     let select: Vec<String> = cols
         .iter()
-        .map(|c| match shape {
-            FetchShape::Raw => d.quote(&c.info.name),
-            FetchShape::Canonical => d.canonical_expr(c).unwrap_or_else(|| d.quote(&c.info.name)),
+        .enumerate()
+        .map(|(i, c)| {
+            let e = match shape {
+                FetchShape::Raw => d.quote(&c.info.name),
+                FetchShape::Canonical => d.canonical_expr(c).unwrap_or_else(|| d.quote(&c.info.name)),
+            };
+            format!("{e} AS {}", d.quote(&format!("tally_f{i}")))
         })
         .collect();
     let conds = range_conditions(&mut b, seg, key);
-    let mut text = format!("SELECT {} FROM {}{}", select.join(", "), relation(d, source), where_clause(&conds));
+    let mut text = format!(
+        "SELECT {} FROM {}{}",
+        select.join(", "),
+        relation(d, source),
+        where_clause(&conds)
+    );
     if ordered {
         text.push_str(&format!(" ORDER BY {}", order_by(d, key)));
     }
@@ -195,15 +225,28 @@ pub fn count_rows(d: &dyn Dialect, source: &Source, key: &[&ColumnInfo], seg: &S
     let mut b = Binder::new(d);
     let conds = range_conditions(&mut b, seg, key);
     Sql {
-        text: format!("SELECT COUNT(*) FROM {}{}", relation(d, source), where_clause(&conds)),
+        text: format!(
+            "SELECT COUNT(*) FROM {}{}",
+            relation(d, source),
+            where_clause(&conds)
+        ),
         binds: b.binds,
     }
 }
 
 /// Ready-to-run SQL a person can paste to see a segment's rows (bounds inlined as
 /// literals: this text is for humans, never executed by the agent).
-pub fn investigation_sql(d: &dyn Dialect, source: &Source, cols: &[BoundColumn], key: &[&ColumnInfo], seg: &Segment) -> String {
-    let mut b = Binder { inline: true, ..Binder::new(d) };
+pub fn investigation_sql(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    seg: &Segment,
+) -> String {
+    let mut b = Binder {
+        inline: true,
+        ..Binder::new(d)
+    };
     let mut conds = range_conditions(&mut b, seg, key);
     if let Some((lo, hi)) = seg.hash
         && let Some(bh) = cols
@@ -215,7 +258,10 @@ pub fn investigation_sql(d: &dyn Dialect, source: &Source, cols: &[BoundColumn],
     }
     let mut text = format!(
         "SELECT {} FROM {}{} ORDER BY {}",
-        cols.iter().map(|c| d.quote(&c.info.name)).collect::<Vec<_>>().join(", "),
+        cols.iter()
+            .map(|c| d.quote(&c.info.name))
+            .collect::<Vec<_>>()
+            .join(", "),
         relation(d, source),
         where_clause(&conds),
         order_by(d, key)
@@ -247,7 +293,9 @@ pub fn aggregate(
 ) -> Option<Sql> {
     let row = row_string_expr(d, cols)?;
     let h = d.row_hash_expr(&row, method)?;
-    let needs_bh = parents.iter().any(|(s, r)| s.hash.is_some() || matches!(r, ChildRule::Hash { .. }));
+    let needs_bh = parents
+        .iter()
+        .any(|(s, r)| s.hash.is_some() || matches!(r, ChildRule::Hash { .. }));
     let bh = if needs_bh {
         Some(d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?)?)
     } else {
@@ -258,15 +306,13 @@ pub fn aggregate(
     let kx = key_tuple_expr(d, key);
     let mut arms = Vec::new();
     for (i, (seg, rule)) in parents.iter().enumerate() {
-        let mut conds = range_conditions(&mut b, seg, key);
-        if let (Some((lo, hi)), Some(bh)) = (seg.hash, &bh) {
-            conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
-        }
+        // binds in text order: `?` placeholders are positional
         let child = match rule {
             ChildRule::Whole => "0".to_string(),
-            ChildRule::Hash { lo, width } => {
-                d.int_div(&format!("({} - {lo})", bh.as_ref().expect("hash rule has bh")), &width.to_string())
-            }
+            ChildRule::Hash { lo, width } => d.int_div(
+                &format!("({} - {lo})", bh.as_ref().expect("hash rule has bh")),
+                &width.to_string(),
+            ),
             ChildRule::Cuts(cuts) if cuts.is_empty() => "0".to_string(),
             ChildRule::Cuts(cuts) => {
                 let whens: Vec<String> = cuts
@@ -281,6 +327,10 @@ pub fn aggregate(
             }
             ChildRule::Quantile(n) => format!("NTILE({n}) OVER (ORDER BY {}) - 1", order_by(d, key)),
         };
+        let mut conds = range_conditions(&mut b, seg, key);
+        if let (Some((lo, hi)), Some(bh)) = (seg.hash, &bh) {
+            conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+        }
         arms.push(format!(
             "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}",
             kq.join(", "),
@@ -291,10 +341,20 @@ pub fn aggregate(
     // first-row flags let quantile parents report each child's first key
     let quantile = parents.iter().any(|(_, r)| matches!(r, ChildRule::Quantile(_)));
     let kq_inner: Vec<String> = kq.clone();
-    let union = arms.iter().map(|a| format!("({a})")).collect::<Vec<_>>().join(" UNION ALL ");
+    let union = arms
+        .iter()
+        .map(|a| format!("({a})"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
     let firsts: Vec<String> = kq_inner
         .iter()
-        .map(|k| if quantile { format!("MAX(CASE WHEN f = 1 THEN {k} END)") } else { "NULL".into() })
+        .map(|k| {
+            if quantile {
+                format!("MAX(CASE WHEN f = 1 THEN {k} END)")
+            } else {
+                "NULL".into()
+            }
+        })
         .collect();
     let inner = if quantile {
         let ord: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();

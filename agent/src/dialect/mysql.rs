@@ -14,7 +14,11 @@ use crate::schema::{BoundColumn, ColumnInfo};
 pub struct MySql;
 
 fn zero(s: u32) -> String {
-    if s == 0 { "0".to_string() } else { format!("0.{}", "0".repeat(s as usize)) }
+    if s == 0 {
+        "0".to_string()
+    } else {
+        format!("0.{}", "0".repeat(s as usize))
+    }
 }
 
 fn fraction(x: &str, p: u32) -> String {
@@ -40,7 +44,10 @@ impl Dialect for MySql {
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
-            TypeClass::Text => format!("CONVERT({} USING utf8mb4) COLLATE utf8mb4_bin", self.quote(&col.name)),
+            TypeClass::Text => format!(
+                "CONVERT({} USING utf8mb4) COLLATE utf8mb4_bin",
+                self.quote(&col.name)
+            ),
             _ => self.quote(&col.name),
         }
     }
@@ -71,9 +78,14 @@ impl Dialect for MySql {
             TypeClass::Text if f.fixed_char => format!("TRIM(TRAILING ' ' FROM CONVERT({x} USING utf8mb4))"),
             TypeClass::Text => format!("CONVERT({x} USING utf8mb4)"),
             TypeClass::Date => format!("DATE_FORMAT({x}, '%Y-%m-%d')"),
-            TypeClass::Timestamp => format!("CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){})", fraction(&x, s)),
+            TypeClass::Timestamp => {
+                format!("CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){})", fraction(&x, s))
+            }
             TypeClass::TimestampTz => {
-                format!("CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')", fraction(&x, s))
+                format!(
+                    "CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')",
+                    fraction(&x, s)
+                )
             }
             TypeClass::Time => format!("CONCAT(TIME_FORMAT({x}, '%H:%i:%s'){})", fraction(&x, s)),
             TypeClass::Uuid => format!("LOWER(CAST({x} AS CHAR))"),
@@ -87,18 +99,26 @@ impl Dialect for MySql {
     }
 
     fn concat(&self, parts: &[String]) -> String {
-        if parts.len() == 1 { parts[0].clone() } else { format!("CONCAT({})", parts.join(", ")) }
+        if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("CONCAT({})", parts.join(", "))
+        }
     }
 
     fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
         Some(match method {
-            HashMethod::Md5_48 => format!("(CAST(CONV(LEFT(MD5({row}), 12), 16, 10) AS SIGNED) - 140737488355328)"),
+            HashMethod::Md5_48 => {
+                format!("(CAST(CONV(LEFT(MD5({row}), 12), 16, 10) AS SIGNED) - 140737488355328)")
+            }
             HashMethod::Sha256_64 => format!("CAST(CONV(LEFT(SHA2({row}, 256), 16), 16, 10) AS UNSIGNED)"),
         })
     }
 
     fn bucket_hash_expr(&self, key_row: &str) -> Option<String> {
-        Some(format!("CAST(CONV(LEFT(SHA2({key_row}, 256), 15), 16, 10) AS SIGNED)"))
+        Some(format!(
+            "CAST(CONV(LEFT(SHA2({key_row}, 256), 15), 16, 10) AS SIGNED)"
+        ))
     }
 
     fn xor_aggregate(&self, h: &str) -> Option<String> {

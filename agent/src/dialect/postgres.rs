@@ -63,16 +63,26 @@ impl Dialect for Postgres {
         let s = f.scale;
         Some(match f.class {
             TypeClass::Integer => match col.info.class {
-                TypeClass::Boolean => format!("CASE WHEN {x} THEN '1' ELSE '0' END"),
+                TypeClass::Boolean => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
                 TypeClass::Decimal => format!("round({x}, 0)::text"),
                 _ => format!("{x}::text"),
             },
             TypeClass::Decimal => {
-                let zero = if s == 0 { "0".to_string() } else { format!("0.{}", "0".repeat(s as usize)) };
-                format!("CASE WHEN round({x}::numeric, {s}) = 0 THEN '{zero}' ELSE round({x}::numeric, {s})::text END")
+                let zero = if s == 0 {
+                    "0".to_string()
+                } else {
+                    format!("0.{}", "0".repeat(s as usize))
+                };
+                format!(
+                    "CASE WHEN round({x}::numeric, {s}) = 0 THEN '{zero}' ELSE round({x}::numeric, {s})::text END"
+                )
             }
             TypeClass::Float => {
-                let zero = if s == 0 { "0".to_string() } else { format!("0.{}", "0".repeat(s as usize)) };
+                let zero = if s == 0 {
+                    "0".to_string()
+                } else {
+                    format!("0.{}", "0".repeat(s as usize))
+                };
                 // float8 text is the shortest round-trip decimal (extra_float_digits >= 1,
                 // set per connection); numeric input reads its exponent form exactly
                 format!(
@@ -84,13 +94,17 @@ impl Dialect for Postgres {
             }
             TypeClass::Boolean => match col.info.class {
                 TypeClass::Integer => format!("{x}::text"),
-                _ => format!("CASE WHEN {x} THEN '1' ELSE '0' END"),
+                // NULL matches neither branch and stays NULL
+                _ => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
             },
             TypeClass::Text if f.fixed_char => format!("rtrim({x}::text, ' ')"),
             TypeClass::Text => format!("{x}::text"),
             TypeClass::Date => format!("to_char({x}, 'YYYY-MM-DD')"),
             TypeClass::Timestamp => {
-                format!("to_char({x}, 'YYYY-MM-DD\"T\"HH24:MI:SS'){}", fraction(&format!("to_char({x}, 'US')"), s))
+                format!(
+                    "to_char({x}, 'YYYY-MM-DD\"T\"HH24:MI:SS'){}",
+                    fraction(&format!("to_char({x}, 'US')"), s)
+                )
             }
             TypeClass::TimestampTz => {
                 let u = format!("({x} AT TIME ZONE 'UTC')");
@@ -101,7 +115,10 @@ impl Dialect for Postgres {
             }
             TypeClass::Time => {
                 let i = format!("{x}::interval");
-                format!("to_char({i}, 'HH24:MI:SS'){}", fraction(&format!("to_char({i}, 'US')"), s))
+                format!(
+                    "to_char({i}, 'HH24:MI:SS'){}",
+                    fraction(&format!("to_char({i}, 'US')"), s)
+                )
             }
             TypeClass::Uuid => format!("{x}::text"),
             TypeClass::Binary => format!("encode({x}, 'hex')"),
@@ -114,16 +131,24 @@ impl Dialect for Postgres {
     }
 
     fn concat(&self, parts: &[String]) -> String {
-        if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(" || ")) }
+        if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("({})", parts.join(" || "))
+        }
     }
 
     fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
         Some(match method {
             HashMethod::Md5_48 => {
-                format!("(('x' || substr(md5(convert_to({row}, 'UTF8')), 1, 12))::bit(48)::bigint - 140737488355328)")
+                format!(
+                    "(('x' || substr(md5(convert_to({row}, 'UTF8')), 1, 12))::bit(48)::bigint - 140737488355328)"
+                )
             }
             HashMethod::Sha256_64 => {
-                format!("('x' || substr(encode(sha256(convert_to({row}, 'UTF8')), 'hex'), 1, 16))::bit(64)::bigint")
+                format!(
+                    "('x' || substr(encode(sha256(convert_to({row}, 'UTF8')), 'hex'), 1, 16))::bit(64)::bigint"
+                )
             }
         })
     }

@@ -93,7 +93,11 @@ mod tests {
 
     #[test]
     fn golden_fetch_and_count() {
-        let cols = [col("region", TypeClass::Text), col("id", TypeClass::Integer), col("amount", TypeClass::Decimal)];
+        let cols = [
+            col("region", TypeClass::Text),
+            col("id", TypeClass::Integer),
+            col("amount", TypeClass::Decimal),
+        ];
         let key = [&cols[0].info, &cols[1].info];
         let seg = Segment {
             lower: Some(vec![KeyPart::Text("EU".into()), KeyPart::Int(7)]),
@@ -104,12 +108,20 @@ mod tests {
         let sql = fetch_rows(&Sqlite, &src, &cols, &key, &seg, FetchShape::Raw, true);
         assert_eq!(
             sql.text,
-            "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" \
+            "SELECT \"region\" AS \"tally_f0\", \"id\" AS \"tally_f1\", \"amount\" AS \"tally_f2\" FROM \"main\".\"or\"\"ders\" \
              WHERE (\"region\" COLLATE BINARY, \"id\") >= (?, ?) ORDER BY \"region\" COLLATE BINARY, \"id\""
         );
         assert_eq!(sql.binds, vec![KeyPart::Text("EU".into()), KeyPart::Int(7)]);
-        let count = count_rows(&Sqlite, &Source::Query("SELECT * FROM t".into()), &key, &Segment::whole());
-        assert_eq!(count.text, "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\"");
+        let count = count_rows(
+            &Sqlite,
+            &Source::Query("SELECT * FROM t".into()),
+            &key,
+            &Segment::whole(),
+        );
+        assert_eq!(
+            count.text,
+            "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\""
+        );
         let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg);
         assert_eq!(
             inv,

@@ -1,0 +1,51 @@
+//! The workspace's binaries, built once per test process with the same cargo and
+//! target directory as the tests themselves.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The directory holding `tally` and `tally-agent`.
+pub fn bin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // tests run from <target>/<profile>/deps/<test-binary>
+        let exe = std::env::current_exe().expect("current exe");
+        let dir = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("target profile dir")
+            .to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+        let status = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "--manifest-path",
+                manifest,
+                "-p",
+                "tally-agent",
+                "-p",
+                "tally-coordinator",
+                "--bins",
+            ])
+            .status()
+            .expect("running cargo build for the binaries");
+        assert!(status.success(), "building tally and tally-agent failed");
+        assert!(
+            dir.join("tally").exists(),
+            "{} has no tally binary",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
+}
+
+pub fn tally() -> PathBuf {
+    bin_dir().join("tally")
+}
+
+pub fn tally_agent() -> PathBuf {
+    bin_dir().join("tally-agent")
+}

@@ -1,0 +1,378 @@
+//! Throw-away database servers for live tests.
+//!
+//! PostgreSQL: `initdb` + `pg_ctl` from `pg_config --bindir` (run as the `postgres`
+//! user when the tests run as root), trust auth, listening on 127.0.0.1 only.
+//! MariaDB: `mariadb-install-db` + `mariadbd`, root without password, 127.0.0.1 only.
+//! Each server lives in a fresh temp directory; a detached reaper stops it and
+//! removes the directory when the test process exits, however it exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::proc::{free_port, wait_for_port};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Postgres,
+    MariaDb,
+}
+
+#[derive(Debug)]
+pub struct Server {
+    pub kind: Kind,
+    pub host: String,
+    pub port: u16,
+    /// URL of the server without a database (admin user).
+    base_url: String,
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Starts a detached process that runs `cleanup` once this test process is gone.
+fn reaper(cleanup: &str) {
+    let script = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 1; done; {cleanup}",
+        std::process::id()
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("setsid (util-linux) is needed to clean up test servers");
+}
+
+fn temp_dir(prefix: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn pg_bindir() -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .filter(|p| p.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!("PostgreSQL server binaries not found: install them (apt install postgresql) or set TALLY_TEST_PG_URL")
+    })
+}
+
+fn start_postgres() -> Server {
+    if let Ok(url) = std::env::var("TALLY_TEST_PG_URL") {
+        return Server::from_url(Kind::Postgres, &url);
+    }
+    let bin = pg_bindir();
+    let dir = temp_dir("tally-pg");
+    let data = dir.join("data");
+    let port = free_port();
+    let root = is_root();
+    let as_pg = |exe: &str| -> Command {
+        let mut c = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin.join(exe));
+            c
+        } else {
+            Command::new(bin.join(exe))
+        };
+        c.stdin(Stdio::null());
+        c
+    };
+    if root {
+        run(
+            Command::new("chown").args(["-R", "postgres"]).arg(&dir),
+            "chown test dir",
+        );
+    }
+    run(
+        as_pg("initdb").args(["-D"]).arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]),
+        "initdb",
+    );
+    let pg_ctl = bin.join("pg_ctl");
+    reaper(&format!(
+        "{} {} -D {} stop -m immediate; rm -rf {}",
+        if root { "runuser -u postgres --" } else { "" },
+        pg_ctl.display(),
+        data.display(),
+        dir.display()
+    ));
+    let opts = format!(
+        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
+        dir.display()
+    );
+    run(
+        as_pg("pg_ctl")
+            .args(["-D"])
+            .arg(&data)
+            .args(["-l"])
+            .arg(dir.join("log"))
+            .args(["-o", &opts, "-w", "-t", "60", "start"]),
+        "pg_ctl start",
+    );
+    assert!(
+        wait_for_port(port, Duration::from_secs(30)),
+        "postgres did not listen on {port}"
+    );
+    Server {
+        kind: Kind::Postgres,
+        host: "127.0.0.1".into(),
+        port,
+        base_url: format!("postgres://postgres@127.0.0.1:{port}"),
+    }
+}
+
+fn start_mariadb() -> Server {
+    if let Ok(url) = std::env::var("TALLY_TEST_MYSQL_URL") {
+        return Server::from_url(Kind::MariaDb, &url);
+    }
+    let (install, server) = (
+        Path::new("/usr/bin/mariadb-install-db"),
+        Path::new("/usr/sbin/mariadbd"),
+    );
+    assert!(
+        install.exists() && server.exists(),
+        "MariaDB server binaries not found: install them (apt install mariadb-server) or set TALLY_TEST_MYSQL_URL"
+    );
+    let dir = temp_dir("tally-mariadb");
+    let data = dir.join("data");
+    let port = free_port();
+    let sock = dir.join("sock");
+    run(
+        Command::new(install)
+            .args([
+                "--no-defaults",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .arg(format!("--datadir={}", data.display())),
+        "mariadb-install-db",
+    );
+    let child = Command::new(server)
+        .args([
+            "--no-defaults",
+            "--user=root",
+            "--bind-address=127.0.0.1",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=256M",
+        ])
+        .args([
+            "--innodb-flush-log-at-trx-commit=0",
+            "--innodb-doublewrite=0",
+            "--character-set-server=utf8mb4",
+        ])
+        .args(["--collation-server=utf8mb4_general_ci", "--max-connections=200"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--socket={}", sock.display()))
+        .arg(format!("--pid-file={}", dir.join("pid").display()))
+        .arg(format!("--log-error={}", dir.join("log").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting mariadbd");
+    reaper(&format!(
+        "kill -9 {} 2>/dev/null; sleep 1; rm -rf {}",
+        child.id(),
+        dir.display()
+    ));
+    assert!(
+        wait_for_port(port, Duration::from_secs(60)),
+        "mariadbd did not listen on {port}; see {}/log",
+        dir.display()
+    );
+    let s = Server {
+        kind: Kind::MariaDb,
+        host: "127.0.0.1".into(),
+        port,
+        base_url: format!("mysql://root@127.0.0.1:{port}"),
+    };
+    // the port opens before the server accepts logins
+    for _ in 0..100 {
+        if s.try_exec(None, "SELECT 1").is_ok() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "mariadbd on {port} does not accept logins; see {}/log",
+        dir.display()
+    );
+}
+
+/// The test process's PostgreSQL.
+pub fn postgres() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(start_postgres)
+}
+
+/// The test process's MariaDB.
+pub fn mariadb() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(start_mariadb)
+}
+
+impl Server {
+    fn from_url(kind: Kind, url: &str) -> Server {
+        let rest = url.split("://").nth(1).unwrap_or("");
+        let hostport = rest
+            .rsplit('@')
+            .next()
+            .unwrap_or("")
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let (host, port) = hostport
+            .rsplit_once(':')
+            .unwrap_or((hostport, if kind == Kind::Postgres { "5432" } else { "3306" }));
+        Server {
+            kind,
+            host: host.to_string(),
+            port: port.parse().expect("port in test URL"),
+            base_url: url
+                .trim_end_matches('/')
+                .rsplit_once('/')
+                .filter(|(a, _)| a.contains("://") && a.matches('/').count() > 2)
+                .map_or(url.to_string(), |(a, _)| a.to_string()),
+        }
+    }
+
+    /// Creates (or re-creates) a database and returns its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        match self.kind {
+            Kind::Postgres => {
+                self.exec(None, &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
+                self.exec(None, &format!("CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"));
+            }
+            Kind::MariaDb => {
+                self.exec(
+                    None,
+                    &format!(
+                        "DROP DATABASE IF EXISTS `{name}`; CREATE DATABASE `{name}` CHARACTER SET utf8mb4"
+                    ),
+                );
+            }
+        }
+        self.url(name)
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("{}/{db}", self.base_url)
+    }
+
+    fn client(&self, db: Option<&str>) -> Command {
+        match self.kind {
+            Kind::Postgres => {
+                let mut c = Command::new("psql");
+                c.args([
+                    "-X",
+                    "-q",
+                    "-A",
+                    "-t",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-h",
+                    &self.host,
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                ]);
+                c.args(["-d", db.unwrap_or("postgres")]);
+                c
+            }
+            Kind::MariaDb => {
+                let mut c = Command::new("mariadb");
+                c.args([
+                    "--no-defaults",
+                    "-N",
+                    "-B",
+                    "--protocol=TCP",
+                    "-h",
+                    &self.host,
+                    "-P",
+                    &self.port.to_string(),
+                    "-u",
+                    "root",
+                ]);
+                c.arg("--default-character-set=utf8mb4");
+                if let Some(d) = db {
+                    c.arg(d);
+                }
+                c
+            }
+        }
+    }
+
+    fn try_exec(&self, db: Option<&str>, sql: &str) -> Result<String, String> {
+        use std::io::Write;
+        let mut child = self
+            .client(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start the SQL client: {e}"))?;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(sql.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Runs SQL (one or more statements) through the engine's own CLI client; panics
+    /// with the client's message on error. Returns the output (tab-separated rows).
+    pub fn exec(&self, db: Option<&str>, sql: &str) -> String {
+        self.try_exec(db, sql)
+            .unwrap_or_else(|e| panic!("{:?} SQL failed: {e}\n{}", self.kind, &sql[..sql.len().min(2000)]))
+    }
+}
