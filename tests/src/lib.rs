@@ -9,3 +9,4 @@
 pub mod bins;
 pub mod db;
 pub mod proc;
+pub mod zones;

@@ -1,0 +1,342 @@
+//! Whole-system tests: the real `tally-agent` and `tally` binaries as separate
+//! processes, PostgreSQL (source) against MariaDB (target), each database behind its
+//! own agent, mutual TLS with certificates from `tally certs init`.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tally_e2e::db;
+use tally_e2e::zones::{Deployment, parse_run};
+
+const N: i64 = 20_000;
+
+/// Keys 1..: gaps at multiples of 7.
+fn keys() -> Vec<i64> {
+    (1..).filter(|k| k % 7 != 0).take(N as usize).collect()
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// One row's literal values; `bump` changes its amount by a cent.
+fn row(id: i64, bump: bool) -> String {
+    let names = [
+        "Zoë Müller",
+        "Łukasz",
+        "山田",
+        "O'Brien",
+        "ñandú",
+        "plain",
+        "Ärger",
+        "zz",
+    ];
+    let cents = (id * 7919) % 1_000_000 + i64::from(bump);
+    let note = if id % 5 == 0 {
+        "NULL".into()
+    } else {
+        quote(&format!("note {}", id % 31))
+    };
+    format!(
+        "({id}, {}, {}.{:02}, '2024-{:02}-{:02} {:02}:{:02}:{:02}.{:06}', {note})",
+        quote(names[(id % 8) as usize]),
+        cents / 100,
+        cents % 100,
+        1 + id % 12,
+        1 + id % 28,
+        id % 24,
+        id % 60,
+        (id * 13) % 60,
+        (id * 104_729) % 1_000_000
+    )
+}
+
+#[derive(Debug, Default, Clone)]
+struct Plant {
+    changed: Vec<i64>,
+    missing: Vec<i64>,
+    extra: Vec<i64>,
+}
+
+fn plant() -> Plant {
+    let k = keys();
+    Plant {
+        changed: vec![k[100], k[9_000], k[19_990]],
+        missing: vec![k[4_321], k[15_000]],
+        extra: vec![7 * 700, k[k.len() - 1] + 5],
+    }
+}
+
+fn orders_sql(mariadb: bool, p: Option<&Plant>) -> String {
+    let ts = if mariadb { "DATETIME(6)" } else { "timestamp(6)" };
+    let text = if mariadb {
+        "VARCHAR(40) CHARACTER SET utf8mb4"
+    } else {
+        "varchar(40)"
+    };
+    let mut sql = format!(
+        "DROP TABLE IF EXISTS orders;\nCREATE TABLE orders (id BIGINT PRIMARY KEY, customer {text} NOT NULL, \
+         amount DECIMAL(12,2) NOT NULL, created_at {ts} NOT NULL, note TEXT);\n"
+    );
+    let mut ids = keys();
+    if let Some(p) = p {
+        ids.retain(|k| !p.missing.contains(k));
+        ids.extend(&p.extra);
+        ids.sort();
+    }
+    for chunk in ids.chunks(1000) {
+        let vals: Vec<String> = chunk
+            .iter()
+            .map(|&id| row(id, p.is_some_and(|p| p.changed.contains(&id))))
+            .collect();
+        sql.push_str(&format!("INSERT INTO orders VALUES {};\n", vals.join(", ")));
+    }
+    sql
+}
+
+/// PostgreSQL `dc1` holding the source, MariaDB `vpc2` holding the target.
+fn deploy(db_name: &str, target: Option<&Plant>, src_policy: &str, tgt_policy: &str) -> Deployment {
+    let pg = db::postgres();
+    let my = db::mariadb();
+    let pg_url = pg.create_database(db_name);
+    let my_url = my.create_database(db_name);
+    pg.exec(Some(db_name), &orders_sql(false, None));
+    pg.exec(Some(db_name), "ANALYZE orders;");
+    my.exec(Some(db_name), &orders_sql(true, target));
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    d.start_agent(
+        "dc1",
+        "orders",
+        &format!("{{ url: '{pg_url}', table: orders, key: [id], policy: {src_policy} }}"),
+    );
+    d.start_agent(
+        "vpc2",
+        "orders",
+        &format!("{{ url: '{my_url}', table: orders, key: [id], policy: {tgt_policy} }}"),
+    );
+    d
+}
+
+fn spec(strategy: &str, level: &str) -> String {
+    format!(
+        "name: e2e\nsource: {{ agent: dc1, dataset: orders }}\ntarget: {{ agent: vpc2, dataset: orders }}\n\
+         bisection: {{ strategy: {strategy}, factor: 16, threshold: 500 }}\nreporting: {{ level: {level} }}\n"
+    )
+}
+
+fn differences(j: &Value) -> BTreeSet<(String, i64)> {
+    j["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_string(),
+                d["key"][0].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn expected(p: &Plant) -> BTreeSet<(String, i64)> {
+    let mut e = BTreeSet::new();
+    e.extend(p.changed.iter().map(|k| ("changed".to_string(), *k)));
+    e.extend(p.missing.iter().map(|k| ("missing_in_target".to_string(), *k)));
+    e.extend(p.extra.iter().map(|k| ("extra_in_target".to_string(), *k)));
+    e
+}
+
+const OPEN: &str = "{ max_level: with_keys }";
+
+#[test]
+fn identical_data_matches_with_one_query_per_side() {
+    let d = deploy("e2e_same", None, OPEN, OPEN);
+    let out = d.run(&spec("quantile", "with_keys"));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let j = &out.json;
+    assert_eq!(j["verdict"], "match");
+    assert_eq!(j["source"]["count"], N);
+    assert_eq!(j["target"]["count"], N);
+    assert_eq!(j["source"]["queries"], 1);
+    assert_eq!(j["target"]["queries"], 1);
+    assert_eq!(j["source"]["path"], "pushdown");
+    assert_eq!(j["hash_method"], "sha256_64");
+    assert_eq!(j["levels"][0]["segments"], 16);
+    assert!(j["leaves"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn planted_differences_are_found_exactly_with_every_strategy() {
+    let p = plant();
+    let d = deploy("e2e_diff", Some(&p), OPEN, OPEN);
+    for strategy in ["quantile", "hash"] {
+        let out = d.run(&spec(strategy, "with_keys"));
+        assert_eq!(out.code, 1, "{strategy}: {}\n{}", out.stdout, out.stderr);
+        let j = &out.json;
+        assert_eq!(j["verdict"], "differ");
+        assert_eq!(j["strategy"], strategy);
+        assert_eq!(differences(j), expected(&p), "{strategy}");
+        assert_eq!(j["difference_counts"]["changed"], 3);
+        assert_eq!(j["target"]["count"], N - 2 + 2);
+        let leaves = j["leaves"].as_array().unwrap();
+        assert!(
+            !leaves.is_empty() && leaves.len() <= 7,
+            "{strategy}: {} leaves",
+            leaves.len()
+        );
+        for l in leaves {
+            let sql = l["sql"]["source"].as_str().unwrap();
+            assert!(sql.starts_with("SELECT") && sql.contains("\"orders\""), "{sql}");
+            assert!(l["sql"]["target"].as_str().unwrap().contains("`orders`"));
+            if strategy == "hash" {
+                assert!(
+                    l["bounds"].get("lower").is_none() && l["bounds"].get("upper").is_none(),
+                    "hash leaves carry no key bounds: {l}"
+                );
+            }
+        }
+        let levels = j["levels"].as_array().unwrap().len() as u64;
+        assert_eq!(
+            j["source"]["queries"].as_u64().unwrap(),
+            levels,
+            "one aggregate per side per level"
+        );
+    }
+}
+
+#[test]
+fn count_only_reports_leaves_without_keys() {
+    let p = plant();
+    let d = deploy(
+        "e2e_count_only",
+        Some(&p),
+        "{ max_level: count_only }",
+        "{ max_level: count_only }",
+    );
+    let out = d.run(&spec("hash", "count_only"));
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.json.get("differences").is_none());
+    assert!(!out.json["leaves"].as_array().unwrap().is_empty());
+    // no planted key appears anywhere in what the coordinator printed
+    for k in p.changed.iter().chain(&p.missing).chain(&p.extra) {
+        assert!(
+            !out.stdout.contains(&format!("[{k}]")) && !out.stdout.contains(&format!(" {k},")),
+            "key {k} leaked"
+        );
+    }
+    // and the agents released no keys
+    for a in &d.agents {
+        let log = std::fs::read_to_string(&a.release_log).unwrap();
+        assert!(
+            !log.contains("RevealKeys") && !log.contains("RowDigests"),
+            "{}: {log}",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn a_count_only_agent_refuses_a_with_keys_run() {
+    let d = deploy("e2e_refuse", Some(&plant()), OPEN, "{ max_level: count_only }");
+    let out = d.run(&spec("quantile", "with_keys"));
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["verdict"], "error");
+    assert_eq!(out.json["error"]["code"], "policy_refused");
+    let msg = out.json["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("max_level") && msg.contains("vpc2"), "{msg}");
+}
+
+#[test]
+fn an_agent_killed_mid_run_gives_a_clear_error() {
+    let mut d = deploy("e2e_kill", Some(&plant()), OPEN, OPEN);
+    let mut child = d.spawn_run(&spec("quantile", "with_keys"));
+    // wait until the run has resolved the schemas, then kill the target's agent
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        let line = lines.next().expect("run ended before resolving").unwrap();
+        if line.contains("resolved") {
+            break;
+        }
+    }
+    d.agent("vpc2").guard.kill();
+    let started = Instant::now();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "no hang");
+    let mut out = parse_run(out);
+    out.stderr = rest.join("\n");
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["error"]["code"], "agent_unreachable", "{}", out.stdout);
+    assert!(out.json["error"]["message"].as_str().unwrap().contains("vpc2"));
+}
+
+#[test]
+fn composite_and_collation_trap_keys() {
+    let pg = db::postgres();
+    let my = db::mariadb();
+    let words = [
+        "apple", "Banana", "cherry", "Ärger", "zebra", "Éclair", "éclat", "Zoë", "ñu", "日本", "a b", "A-c",
+    ];
+    let mut rows = Vec::new();
+    for i in 0..3000 {
+        let region = ["EU", "eu-west", "Asia", "ÅLAND"][i % 4];
+        rows.push((
+            region.to_string(),
+            format!("{}-{}", words[i % words.len()], i),
+            i as i64 % 1000,
+        ));
+    }
+    let sql = |mariadb: bool, changed: bool| {
+        let text = if mariadb {
+            "VARCHAR(60) CHARACTER SET utf8mb4"
+        } else {
+            "varchar(60)"
+        };
+        let mut s = format!(
+            "DROP TABLE IF EXISTS items;\nCREATE TABLE items (region {text} NOT NULL, code {text} NOT NULL, qty INTEGER, PRIMARY KEY (region, code));\n"
+        );
+        let vals: Vec<String> = rows
+            .iter()
+            .map(|(r, c, q)| {
+                let q = if changed && c == "Éclair-5" { q + 1 } else { *q };
+                format!("({}, {}, {q})", quote(r), quote(c))
+            })
+            .collect();
+        for chunk in vals.chunks(500) {
+            s.push_str(&format!("INSERT INTO items VALUES {};\n", chunk.join(", ")));
+        }
+        s
+    };
+    let pg_url = pg.create_database("e2e_keys");
+    let my_url = my.create_database("e2e_keys");
+    pg.exec(Some("e2e_keys"), &sql(false, false));
+    my.exec(Some("e2e_keys"), &sql(true, true));
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    d.start_agent(
+        "dc1",
+        "items",
+        &format!("{{ url: '{pg_url}', table: items, key: [region, code], policy: {OPEN} }}"),
+    );
+    d.start_agent(
+        "vpc2",
+        "items",
+        &format!("{{ url: '{my_url}', table: items, key: [region, code], policy: {OPEN} }}"),
+    );
+    let spec = "name: keys\nsource: { agent: dc1, dataset: items }\ntarget: { agent: vpc2, dataset: items }\n\
+                bisection: { factor: 8, threshold: 50 }\nreporting: { level: with_keys }\n";
+    let out = d.run(spec);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    let diffs = out.json["differences"].as_array().unwrap();
+    assert_eq!(diffs.len(), 1, "{}", out.stdout);
+    assert_eq!(diffs[0]["kind"], "changed");
+    assert_eq!(diffs[0]["key"], serde_json::json!(["eu-west", "Éclair-5"]));
+    // more than one level: the drill bisected text ranges that both engines ordered the same way
+    assert!(
+        out.json["levels"].as_array().unwrap().len() >= 2,
+        "{}",
+        out.stdout
+    );
+}
