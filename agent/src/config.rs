@@ -161,14 +161,12 @@ impl AgentConfig {
                         "missing: give url or url_env",
                     ));
                 }
-                (Some(u), None) => {
-                    if !u.contains("://") && !u.starts_with("sqlite:") {
-                        return Err(ConfigError::invalid(
-                            file,
-                            key("url"),
-                            "expected a URL such as postgres://user@host/db",
-                        ));
-                    }
+                (Some(u), None) if !u.contains("://") && !u.starts_with("sqlite:") => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("url"),
+                        "expected a URL such as postgres://user@host/db",
+                    ));
                 }
                 _ => {}
             }

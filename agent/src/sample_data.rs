@@ -49,7 +49,7 @@ fn row(id: i64, changed: bool) -> String {
     let secs = 1_700_000_000 + (id * 37) % 31_536_000;
     let micros = rng.next() % 1_000_000;
     let t = time::OffsetDateTime::from_unix_timestamp(secs).expect("in range");
-    let note = if rng.next() % 5 == 0 {
+    let note = if rng.next().is_multiple_of(5) {
         "NULL".to_string()
     } else {
         format!("'note {}'", rng.next() % 1000)

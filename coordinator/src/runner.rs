@@ -19,6 +19,9 @@ use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
 use crate::spec::{Mode, Spec};
 
+/// Revealed rows by key hash: the key and (at detailed) the canonical values.
+type Revealed = HashMap<u64, (KeyTuple, Vec<Option<String>>)>;
+
 /// Investigation SQL is fetched for at most this many leaves.
 const MAX_LEAVES_WITH_SQL: usize = 100;
 
@@ -489,12 +492,16 @@ impl Run<'_> {
                         .await
                 }
             );
-            let by_hash = |resp: pb::RevealResponse| -> Result<HashMap<u64, (KeyTuple, Vec<Option<String>>)>, RunError> {
+            let by_hash = |resp: pb::RevealResponse| -> Result<Revealed, RunError> {
                 resp.rows
                     .into_iter()
                     .map(|row| {
-                        let key = tuple_from_pb(row.key.unwrap_or_default(), "key").map_err(|e| RunError::Internal(e.to_string()))?;
-                        Ok((row.key_hash, (key, row.values.into_iter().map(|v| v.text).collect())))
+                        let key = tuple_from_pb(row.key.unwrap_or_default(), "key")
+                            .map_err(|e| RunError::Internal(e.to_string()))?;
+                        Ok((
+                            row.key_hash,
+                            (key, row.values.into_iter().map(|v| v.text).collect()),
+                        ))
                     })
                     .collect()
             };

@@ -51,6 +51,8 @@ fn is_root() -> bool {
 }
 
 /// Starts a detached process that runs `cleanup` once this test process is gone.
+// detached on purpose: it must outlive this process, so nobody here waits for it
+#[allow(clippy::zombie_processes)]
 fn reaper(cleanup: &str) {
     let script = format!(
         "while kill -0 {} 2>/dev/null; do sleep 1; done; {cleanup}",
@@ -162,6 +164,8 @@ fn start_postgres() -> Server {
     }
 }
 
+// mariadbd outlives the handle on purpose: the reaper stops it when this process ends
+#[allow(clippy::zombie_processes)]
 fn start_mariadb() -> Server {
     if let Ok(url) = std::env::var("TALLY_TEST_MYSQL_URL") {
         return Server::from_url(Kind::MariaDb, &url);
