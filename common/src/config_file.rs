@@ -30,15 +30,20 @@ impl ConfigError {
 }
 
 /// Parses YAML text that came from `path` (used in messages only). Errors name the
-/// key path (`datasets.orders.policy.max_level`), not just a line and column.
+/// key path (`datasets.orders.policy.max_level`) as well as the line and column.
+///
+/// The YAML is deserialized straight into the typed struct, never through an untyped
+/// value: a plain `y` or `no` stays a string where the struct expects one.
 pub fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
-    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-        path: path.to_path_buf(),
-        message: e.to_string().lines().next().unwrap_or("invalid YAML").to_string(),
-    })?;
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let key = e.path().to_string();
-        let message = e.into_inner().to_string();
+    let mut key = String::new();
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            key = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let message = e.to_string().lines().next().unwrap_or("invalid YAML").to_string();
         if key.is_empty() || key == "." {
             ConfigError::Parse {
                 path: path.to_path_buf(),
@@ -77,9 +82,16 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
     struct Small {
         listen: String,
+    }
+
+    #[test]
+    fn plain_scalars_stay_strings_where_strings_are_expected() {
+        let s: Small = parse_yaml(Path::new("x.yaml"), "listen: y\n").unwrap();
+        assert_eq!(s.listen, "y");
+        let s: Small = parse_yaml(Path::new("x.yaml"), "listen: no\n").unwrap();
+        assert_eq!(s.listen, "no");
     }
 
     #[test]

@@ -319,7 +319,8 @@ mod tests {
         assert_eq!(r.columns[1].format.scale, 4);
         assert_eq!(r.method, HashMethod::Sha256_64);
         assert!(r.xor);
-        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert_eq!(r.warnings.len(), 3, "{:?}", r.warnings);
+        assert!(r.warnings[2].contains("key column id is nullable"));
     }
 
     #[test]
