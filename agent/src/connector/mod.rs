@@ -17,7 +17,7 @@ use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
 /// How long to wait for a database connection before reporting it unavailable.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One row in canonical form: its key and the canonical text of every requested
 /// column (key columns first), `None` for NULL.

@@ -1,0 +1,167 @@
+//! Golden tests of the SQL each dialect renders: a change to any engine's SQL shows up
+//! as a diff of a file under tests/golden/ that a reviewer reads. Regenerate with
+//! `TALLY_UPDATE_GOLDEN=1 cargo test -p tally-agent --test golden` and review the diff.
+
+use std::path::Path;
+
+use tally_agent::config::Source;
+use tally_agent::dialect::{self, ChildRule, Dialect, FetchShape};
+use tally_agent::schema::{BoundColumn, ColumnInfo};
+use tally_common::canonical::FieldFormat;
+use tally_common::checksum::HashMethod;
+use tally_common::segment::{ColumnSpec, KeyPart, Segment};
+use tally_common::types::TypeClass;
+
+fn col(name: &str, class: TypeClass, scale: u32, fixed_char: bool) -> BoundColumn {
+    BoundColumn {
+        info: ColumnInfo {
+            name: name.into(),
+            class,
+            declared_type: String::new(),
+            nullable: true,
+            scale: Some(scale),
+            fixed_char,
+        },
+        spec: ColumnSpec {
+            name: name.into(),
+            format: FieldFormat::new(class).with_scale(scale).fixed_char(fixed_char),
+        },
+    }
+}
+
+fn every_class() -> Vec<BoundColumn> {
+    vec![
+        col("region", TypeClass::Text, 0, false),
+        col("id", TypeClass::Integer, 0, false),
+        col("amount", TypeClass::Decimal, 2, false),
+        col("ratio", TypeClass::Float, 6, false),
+        col("ok", TypeClass::Boolean, 0, false),
+        col("code", TypeClass::Text, 0, true),
+        col("day", TypeClass::Date, 0, false),
+        col("at", TypeClass::Timestamp, 3, false),
+        col("at_utc", TypeClass::TimestampTz, 6, false),
+        col("t", TypeClass::Time, 0, false),
+        col("u", TypeClass::Uuid, 0, false),
+        col("b", TypeClass::Binary, 0, false),
+    ]
+}
+
+fn render(d: &dyn Dialect) -> String {
+    let cols = every_class();
+    let key: Vec<&ColumnInfo> = cols[..2].iter().map(|c| &c.info).collect();
+    let src = Source::Table(vec!["shop".into(), "orders".into()]);
+    let t = |s: &str| KeyPart::Text(s.into());
+    let seg = Segment {
+        lower: Some(vec![t("EU"), KeyPart::Int(10)]),
+        upper: Some(vec![t("US"), KeyPart::Int(0)]),
+        hash: None,
+    };
+    let mut out = String::new();
+    let mut section = |title: &str, sql: String, binds: &[KeyPart]| {
+        out.push_str(&format!("-- {title}\n{sql}\n"));
+        if !binds.is_empty() {
+            out.push_str(&format!("-- binds: {binds:?}\n"));
+        }
+        out.push('\n');
+    };
+    let rs = dialect::row_string_expr(d, &cols);
+    section(
+        "row string",
+        rs.clone().unwrap_or_else(|| "(in-process)".into()),
+        &[],
+    );
+    for m in [HashMethod::Md5_48, HashMethod::Sha256_64] {
+        let h = rs
+            .as_ref()
+            .and_then(|r| d.row_hash_expr(r, m))
+            .unwrap_or_else(|| "(in-process)".into());
+        section(&format!("row checksum {m}"), h, &[]);
+    }
+    for shape in [FetchShape::Raw, FetchShape::Canonical] {
+        let s = dialect::fetch_rows(d, &src, &cols, &key, &seg, shape, true);
+        section(&format!("fetch rows ({shape:?}, ordered)"), s.text, &s.binds);
+    }
+    let s = dialect::count_rows(d, &src, &key, &seg);
+    section("count", s.text, &s.binds);
+    let parents = vec![
+        (Segment::whole(), ChildRule::Quantile(4)),
+        (
+            seg.clone(),
+            ChildRule::Cuts(vec![
+                vec![t("EU"), KeyPart::Int(500)],
+                vec![t("JP"), KeyPart::Int(1)],
+            ]),
+        ),
+        (
+            Segment {
+                hash: Some((0, 1 << 59)),
+                ..Segment::default()
+            },
+            ChildRule::Hash {
+                lo: 0,
+                width: 1 << 57,
+            },
+        ),
+    ];
+    match dialect::aggregate(d, &src, &cols[..4], &key, HashMethod::Sha256_64, &parents) {
+        Some(s) => section(
+            "aggregate: quantile, cuts and hash parents in one query",
+            s.text,
+            &s.binds,
+        ),
+        None => section("aggregate", "(in-process)".into(), &[]),
+    }
+    let hashed = Segment {
+        hash: Some((1 << 58, 1 << 59)),
+        ..seg.clone()
+    };
+    section(
+        "investigation",
+        dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed),
+        &[],
+    );
+    out
+}
+
+fn check(name: &str, d: &dyn Dialect) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.sql"));
+    let got = render(d);
+    if std::env::var_os("TALLY_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with TALLY_UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    assert!(
+        got == want,
+        "{name}: rendered SQL differs from {}; rerun with TALLY_UPDATE_GOLDEN=1 and review the diff",
+        path.display()
+    );
+}
+
+#[test]
+fn postgres_sql() {
+    check("postgres", &dialect::postgres::Postgres::default());
+}
+
+#[test]
+fn postgres_13_compares_sum_only() {
+    let d = dialect::postgres::Postgres { has_bit_xor: false };
+    assert!(d.xor_aggregate("h").is_none());
+}
+
+#[test]
+fn mysql_sql() {
+    check("mysql", &dialect::mysql::MySql);
+}
+
+#[test]
+fn sqlite_sql() {
+    check("sqlite", &dialect::sqlite::Sqlite);
+}
