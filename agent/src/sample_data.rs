@@ -67,22 +67,9 @@ fn row(id: i64, changed: bool) -> String {
     )
 }
 
-/// Writes `rows` orders (keys 1..=rows with gaps every 7th) to a new SQLite file;
-/// with `plant`, the copy carries the returned differences.
-pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted, sqlx::Error> {
-    let _ = std::fs::remove_file(path);
-    let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
-    let pool = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect_with(opts)
-        .await?;
-    let mut conn = pool.acquire().await?;
-    sqlx::query(
-        "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount NUMERIC(12,2) NOT NULL, \
-         status VARCHAR(16) NOT NULL, created_at TIMESTAMP NOT NULL, note TEXT)",
-    )
-    .execute(&mut *conn)
-    .await?;
+/// The orders table and its rows as SQL statements (batches of 500 rows), and what was
+/// planted: keys 1.. with gaps every 7th; with `plant`, the copy's differences.
+pub fn orders_sql(rows: i64, plant: bool) -> (Vec<String>, Planted) {
     let keys: Vec<i64> = (1..=rows + rows / 6)
         .filter(|k| k % 7 != 0)
         .take(rows as usize)
@@ -100,21 +87,52 @@ pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted
         ids.extend(&planted.extra_in_target);
         ids.sort();
     }
-    let mut tx = conn.begin().await?;
+    let mut sql = vec![
+        "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR(40) NOT NULL, amount DECIMAL(12,2) NOT NULL, \
+         status VARCHAR(16) NOT NULL, created_at TIMESTAMP NOT NULL, note TEXT)"
+            .to_string(),
+    ];
     for chunk in ids.chunks(500) {
         let values: Vec<String> = chunk
             .iter()
             .map(|&id| row(id, plant && planted.changed.contains(&id)))
             .collect();
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO orders VALUES {}",
-            values.join(", ")
-        )))
-        .execute(&mut *tx)
+        sql.push(format!("INSERT INTO orders VALUES {}", values.join(", ")));
+    }
+    (sql, planted)
+}
+
+/// Writes the orders of [`orders_sql`] to a new SQLite file.
+pub async fn write_orders(path: &Path, rows: i64, plant: bool) -> Result<Planted, sqlx::Error> {
+    let _ = std::fs::remove_file(path);
+    let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
         .await?;
+    let mut conn = pool.acquire().await?;
+    let (sql, planted) = orders_sql(rows, plant);
+    let mut tx = conn.begin().await?;
+    for stmt in sql {
+        sqlx::query(AssertSqlSafe(stmt)).execute(&mut *tx).await?;
     }
     tx.commit().await?;
     drop(conn);
     pool.close().await;
+    Ok(planted)
+}
+
+/// Writes the orders of [`orders_sql`] to a new DuckDB file.
+#[cfg(feature = "duckdb")]
+pub fn write_orders_duckdb(path: &Path, rows: i64, plant: bool) -> Result<Planted, duckdb::Error> {
+    let _ = std::fs::remove_file(path);
+    let conn = duckdb::Connection::open(path)?;
+    let (sql, planted) = orders_sql(rows, plant);
+    conn.execute_batch("BEGIN")?;
+    for stmt in sql {
+        conn.execute_batch(&stmt)?;
+    }
+    conn.execute_batch("COMMIT; CHECKPOINT")?;
+    drop(conn);
     Ok(planted)
 }

@@ -29,6 +29,17 @@ enum Engine {
     Postgres,
     MariaDb,
     Sqlite,
+    #[cfg_attr(not(feature = "duckdb"), allow(dead_code))]
+    DuckDb,
+}
+
+/// Every engine this build can run.
+fn engines() -> Vec<Engine> {
+    let mut v = vec![Engine::Postgres, Engine::MariaDb, Engine::Sqlite];
+    if cfg!(feature = "duckdb") {
+        v.push(Engine::DuckDb);
+    }
+    v
 }
 
 fn fraction_digits(v: &str) -> usize {
@@ -47,7 +58,7 @@ fn cannot_store(e: Engine, v: &RowVector) -> Option<&'static str> {
         f.class.starts_with("timestamp") && f.value.as_deref().is_some_and(|s| fraction_digits(s) > 6)
     };
     match e {
-        Engine::Postgres | Engine::MariaDb if has(&seventh_digit) => {
+        Engine::Postgres | Engine::MariaDb | Engine::DuckDb if has(&seventh_digit) => {
             Some("stores 6 fractional digits and rounds the 7th on input")
         }
         Engine::MariaDb if has(&nonfinite) => Some("DOUBLE has no NaN or infinities"),
@@ -57,6 +68,17 @@ fn cannot_store(e: Engine, v: &RowVector) -> Option<&'static str> {
             Some("TIMESTAMP starts at 1970-01-01 UTC")
         }
         Engine::Sqlite if has(&|f| f.class == "float" && val(f, "NaN")) => Some("REAL stores NaN as NULL"),
+        Engine::DuckDb
+            if has(&|f| {
+                f.class == "decimal"
+                    && f.value.as_deref().is_some_and(|s| {
+                        s.chars().filter(char::is_ascii_digit).count() + f.scale.unwrap_or(0) as usize
+                            > 38 + 1
+                    })
+            }) =>
+        {
+            Some("DECIMAL is at most 38 digits wide")
+        }
         Engine::Sqlite
             if has(&|f| f.class == "decimal" && f.value.as_deref().is_some_and(|s| s.len() > 17)) =>
         {
@@ -111,6 +133,18 @@ fn sql_type(e: Engine, f: &VectorField) -> String {
         (Engine::Sqlite, "time") => "TIME".into(),
         (Engine::Sqlite, "uuid") => "UUID".into(),
         (Engine::Sqlite, "binary") => "BLOB".into(),
+        (Engine::DuckDb, "integer") if big => "UBIGINT".into(),
+        (Engine::DuckDb, "integer") => "BIGINT".into(),
+        (Engine::DuckDb, "decimal") => format!("DECIMAL(38,{s})"),
+        (Engine::DuckDb, "float") => "DOUBLE".into(),
+        (Engine::DuckDb, "boolean") => "BOOLEAN".into(),
+        (Engine::DuckDb, "text") => "VARCHAR".into(),
+        (Engine::DuckDb, "date") => "DATE".into(),
+        (Engine::DuckDb, "timestamp") => "TIMESTAMP".into(),
+        (Engine::DuckDb, "timestamptz") => "TIMESTAMPTZ".into(),
+        (Engine::DuckDb, "time") => "TIME".into(),
+        (Engine::DuckDb, "uuid") => "UUID".into(),
+        (Engine::DuckDb, "binary") => "BLOB".into(),
         (e, c) => panic!("no {e:?} type for {c}"),
     }
 }
@@ -129,6 +163,8 @@ fn literal(e: Engine, f: &VectorField) -> String {
         (Engine::Sqlite, "decimal") => quote(v),
         (_, "decimal") => v.to_string(),
         (Engine::Postgres, "float") => format!("{}::float8", quote(v)),
+        (Engine::DuckDb, "float") => format!("CAST({} AS DOUBLE)", quote(v)),
+        (Engine::DuckDb, "binary") => format!("from_hex({})", quote(v)),
         (Engine::Sqlite, "float") => match v {
             "Infinity" => "9e999".into(),
             "-Infinity" => "-9e999".into(),
@@ -185,74 +221,62 @@ fn create_and_insert(e: Engine, table: &str, v: &RowVector) -> String {
 struct Live {
     engine: Engine,
     connector: Connector,
-    /// Runs DDL and DML on the engine.
-    exec: Box<dyn Fn(&str) + Send + Sync>,
+    db: String,
+    sqlite: Option<std::path::PathBuf>,
 }
 
-fn sqlite_exec(path: std::path::PathBuf) -> Box<dyn Fn(&str) + Send + Sync> {
-    Box::new(move |sql: &str| {
-        let path = path.clone();
-        let sql = sql.to_string();
-        // a thread of its own: the caller may be inside a runtime
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
+impl Live {
+    /// Runs DDL and DML on the engine.
+    async fn exec(&self, sql: &str) {
+        match self.engine {
+            Engine::Postgres => {
+                db::postgres().exec(Some(&self.db), sql);
+            }
+            Engine::MariaDb => {
+                db::mariadb().exec(Some(&self.db), &format!("SET time_zone = '+00:00';\n{sql}"));
+            }
+            Engine::Sqlite => {
                 use sqlx::Connection;
+                let path = self.sqlite.clone().unwrap();
                 let opts = sqlx::sqlite::SqliteConnectOptions::new()
                     .filename(&path)
                     .create_if_missing(true);
                 let mut c = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
                     .execute(&mut c)
                     .await
                     .unwrap();
                 c.close().await.unwrap();
-            });
-        })
-        .join()
-        .unwrap();
-    })
+            }
+            Engine::DuckDb =>
+            {
+                #[cfg(feature = "duckdb")]
+                match &self.connector {
+                    Connector::DuckDb(c) => c.execute_batch("t", sql).await.unwrap(),
+                    _ => unreachable!(),
+                }
+            }
+        }
+    }
 }
 
 fn live(engine: Engine, dbname: &str, dir: &std::path::Path) -> Live {
-    match engine {
-        Engine::Postgres => {
-            let s = db::postgres();
-            let url = s.create_database(dbname);
-            let name = dbname.to_string();
-            Live {
-                engine,
-                connector: Connector::open(&url).unwrap(),
-                exec: Box::new(move |sql| {
-                    s.exec(Some(&name), sql);
-                }),
-            }
-        }
-        Engine::MariaDb => {
-            let s = db::mariadb();
-            let url = s.create_database(dbname);
-            let name = dbname.to_string();
-            Live {
-                engine,
-                connector: Connector::open(&url).unwrap(),
-                exec: Box::new(move |sql| {
-                    s.exec(Some(&name), &format!("SET time_zone = '+00:00';\n{sql}"));
-                }),
-            }
-        }
+    let (url, sqlite) = match engine {
+        Engine::Postgres => (db::postgres().create_database(dbname), None),
+        Engine::MariaDb => (db::mariadb().create_database(dbname), None),
         Engine::Sqlite => {
             let path = dir.join(format!("{dbname}.db"));
-            let exec = sqlite_exec(path.clone());
-            exec("SELECT 1");
-            Live {
-                engine,
-                connector: Connector::open(&format!("sqlite://{}", path.display())).unwrap(),
-                exec,
-            }
+            std::fs::File::create(&path).unwrap();
+            (format!("sqlite://{}", path.display()), Some(path))
         }
+        // in memory: the connector's own connection loads the tables
+        Engine::DuckDb => ("duckdb://".to_string(), None),
+    };
+    Live {
+        engine,
+        connector: Connector::open(&url).unwrap(),
+        db: dbname.to_string(),
+        sqlite,
     }
 }
 
@@ -268,6 +292,7 @@ async fn bound(l: &Live, table: &str, cols: Vec<ColumnSpec>) -> Vec<BoundColumn>
 fn as_text(e: Engine, expr: &str) -> String {
     match e {
         Engine::Postgres => format!("({expr})::text"),
+        Engine::DuckDb => format!("CAST({expr} AS VARCHAR)"),
         _ => format!("CAST({expr} AS CHAR)"),
     }
 }
@@ -332,7 +357,7 @@ async fn vectors_on(engine: Engine) {
             continue;
         }
         let table = format!("v_{}", v.id);
-        (l.exec)(&create_and_insert(engine, &table, v));
+        l.exec(&create_and_insert(engine, &table, v)).await;
         stored += 1;
         let cols = bound(&l, &table, columns_for(v)).await;
         let (rs, md5, sha) = engine_row(&l, &table, &cols).await;
@@ -396,7 +421,7 @@ async fn aggregates_on(engine: Engine) {
             ));
         }
     }
-    (l.exec)(&sql);
+    l.exec(&sql).await;
     let d = l.connector.dialect();
     for a in &file.aggregates {
         for method in [HashMethod::Md5_48, HashMethod::Sha256_64] {
@@ -478,6 +503,18 @@ async fn sqlite_aggregates_match_the_vectors() {
     aggregates_on(Engine::Sqlite).await;
 }
 
+#[cfg(feature = "duckdb")]
+#[tokio::test(flavor = "multi_thread")]
+async fn duckdb_reproduces_every_vector() {
+    vectors_on(Engine::DuckDb).await;
+}
+
+#[cfg(feature = "duckdb")]
+#[tokio::test(flavor = "multi_thread")]
+async fn duckdb_aggregates_match_the_vectors() {
+    aggregates_on(Engine::DuckDb).await;
+}
+
 // ---- one logical table, every engine, every split --------------------------------
 
 const ROWS: i64 = 3000;
@@ -487,9 +524,10 @@ fn orders_sql(e: Engine, table: &str) -> String {
         Engine::Postgres => ("varchar(40)", "timestamp(6)", "boolean"),
         Engine::MariaDb => ("VARCHAR(40) CHARACTER SET utf8mb4", "DATETIME(6)", "TINYINT(1)"),
         Engine::Sqlite => ("VARCHAR(40)", "TIMESTAMP", "BOOLEAN"),
+        Engine::DuckDb => ("VARCHAR", "TIMESTAMP", "BOOLEAN"),
     };
     let mut sql = format!(
-        "CREATE TABLE {table} (id BIGINT PRIMARY KEY, code {text_t} NOT NULL, amount DECIMAL(12,2), at {ts_t}, note TEXT, ok {bool_t});\n"
+        "CREATE TABLE {table} (id BIGINT PRIMARY KEY, code {text_t} NOT NULL, amount DECIMAL(12,2), placed {ts_t}, note TEXT, ok {bool_t});\n"
     );
     let names = ["Zoë", "Øre", "ñandú", "日本", "a:b", "~", "", "Ärger", "zz", "AA"];
     for chunk in (1..=ROWS).collect::<Vec<_>>().chunks(500) {
@@ -534,7 +572,7 @@ fn orders_columns() -> Vec<ColumnSpec> {
         c("id", TypeClass::Integer, 0),
         c("code", TypeClass::Text, 0),
         c("amount", TypeClass::Decimal, 2),
-        c("at", TypeClass::Timestamp, 6),
+        c("placed", TypeClass::Timestamp, 6),
         c("note", TypeClass::Text, 0),
         c("ok", TypeClass::Boolean, 0),
     ]
@@ -594,9 +632,9 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             ],
         ),
     ];
-    for engine in [Engine::Postgres, Engine::MariaDb, Engine::Sqlite] {
+    for engine in engines() {
         let l = live(engine, "orders", dir.path());
-        (l.exec)(&orders_sql(engine, "orders"));
+        l.exec(&orders_sql(engine, "orders")).await;
         let ds = Dataset {
             name: "orders".into(),
             config: tally_common::config_file::parse_yaml(
@@ -638,4 +676,5 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         }
     }
     assert_eq!(results.len(), 6);
+    eprintln!("identical buckets on {:?}", engines());
 }

@@ -165,3 +165,9 @@ fn mysql_sql() {
 fn sqlite_sql() {
     check("sqlite", &dialect::sqlite::Sqlite);
 }
+
+#[cfg(feature = "duckdb")]
+#[test]
+fn duckdb_sql() {
+    check("duckdb", &dialect::duckdb::DuckDb);
+}

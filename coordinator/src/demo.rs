@@ -1,5 +1,6 @@
-//! `tally demo`: a whole reconciliation with no setup. Two SQLite datasets (a source
-//! and a copy with planted differences), two agents started in this process on
+//! `tally demo`: a whole reconciliation with no setup. Two embedded datasets (DuckDB
+//! with the `duckdb` feature, SQLite otherwise: a source and a copy with planted
+//! differences), two agents started in this process on
 //! loopback with fresh certificates and mutual TLS, and a real run at with_keys.
 //!
 //! This module is the one place the `tally` binary links the agent crate.
@@ -8,7 +9,9 @@ use std::path::Path;
 
 use anyhow::Context;
 use tally_agent::config::AgentConfig;
-use tally_agent::sample_data::{Planted, write_orders};
+use tally_agent::sample_data::Planted;
+#[cfg(not(feature = "duckdb"))]
+use tally_agent::sample_data::write_orders;
 use tally_common::config_file::parse_yaml;
 use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
@@ -23,22 +26,50 @@ pub struct DemoOptions {
     pub keep: Option<std::path::PathBuf>,
 }
 
+/// The embedded engine the demo's datasets live in.
+const ENGINE: &str = if cfg!(feature = "duckdb") {
+    "duckdb"
+} else {
+    "sqlite"
+};
+
 fn agent_yaml(name: &str, db: &Path, release_log: &Path) -> String {
     format!(
         "listen: 127.0.0.1:0\n\
          tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, allowed_clients: [coordinator] }}\n\
          release_log: {}\n\
-         datasets:\n  orders:\n    url: 'sqlite://{}'\n    table: orders\n    key: [id]\n    policy: {{ max_level: with_keys }}\n",
+         datasets:\n  orders:\n    url: '{ENGINE}://{}'\n    table: orders\n    key: [id]\n    policy: {{ max_level: with_keys }}\n",
         release_log.display(),
         db.display()
     )
+}
+
+#[cfg(not(feature = "duckdb"))]
+async fn write_datasets(dir: &Path, rows: i64) -> anyhow::Result<Planted> {
+    write_orders(&dir.join("dc1.sqlite"), rows, false)
+        .await
+        .context("writing the source dataset")?;
+    write_orders(&dir.join("vpc2.sqlite"), rows, true)
+        .await
+        .context("writing the target dataset")
+}
+
+#[cfg(feature = "duckdb")]
+async fn write_datasets(dir: &Path, rows: i64) -> anyhow::Result<Planted> {
+    use tally_agent::sample_data::write_orders_duckdb;
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        write_orders_duckdb(&dir.join("dc1.duckdb"), rows, false).context("writing the source dataset")?;
+        write_orders_duckdb(&dir.join("vpc2.duckdb"), rows, true).context("writing the target dataset")
+    })
+    .await?
 }
 
 async fn start_agent(dir: &Path, name: &str) -> anyhow::Result<(String, tokio::sync::oneshot::Sender<()>)> {
     let path = dir.join(format!("{name}.yaml"));
     let text = agent_yaml(
         name,
-        &dir.join(format!("{name}.db")),
+        &dir.join(format!("{name}.{ENGINE}")),
         &dir.join(format!("{name}-release.jsonl")),
     );
     std::fs::write(&path, &text)?;
@@ -78,16 +109,11 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         }
     };
     say(&format!(
-        "tally demo: writing two SQLite datasets of {} orders in {}",
+        "tally demo: writing two {ENGINE} datasets of {} orders in {}",
         opts.rows,
         dir.display()
     ));
-    write_orders(&dir.join("dc1.db"), opts.rows, false)
-        .await
-        .context("writing the source dataset")?;
-    let planted = write_orders(&dir.join("vpc2.db"), opts.rows, true)
-        .await
-        .context("writing the target dataset")?;
+    let planted = write_datasets(&dir, opts.rows).await?;
     pki::init_dir(&dir, &["dc1".into(), "vpc2".into()], &[])?;
     let (ep1, stop1) = start_agent(&dir, "dc1").await?;
     let (ep2, stop2) = start_agent(&dir, "vpc2").await?;

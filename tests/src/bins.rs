@@ -17,20 +17,23 @@ pub fn bin_dir() -> PathBuf {
             .to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "--manifest-path",
-                manifest,
-                "-p",
-                "tally-agent",
-                "-p",
-                "tally-coordinator",
-                "--bins",
-            ])
-            .status()
-            .expect("running cargo build for the binaries");
+        // the same package selection and features as the test run (.ci/run exports
+        // TALLY_FEATURES), so cargo finds everything fresh instead of relinking variants
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "--manifest-path",
+            manifest,
+            "--workspace",
+            "--bins",
+        ]);
+        if let Ok(features) = std::env::var("TALLY_FEATURES")
+            && !features.is_empty()
+        {
+            cmd.args(["--features", &features]);
+        }
+        let status = cmd.status().expect("running cargo build for the binaries");
         assert!(status.success(), "building tally and tally-agent failed");
         assert!(
             dir.join("tally").exists(),

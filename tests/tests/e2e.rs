@@ -356,7 +356,10 @@ fn detailed_reports_the_differing_columns_and_values_but_never_masked_ones() {
     for c in changed {
         assert_eq!(c["columns"], serde_json::json!(["amount"]), "{c}");
         let v = &c["values"]["amount"];
-        let (s, t): (f64, f64) = (v["source"].as_str().unwrap().parse().unwrap(), v["target"].as_str().unwrap().parse().unwrap());
+        let (s, t): (f64, f64) = (
+            v["source"].as_str().unwrap().parse().unwrap(),
+            v["target"].as_str().unwrap().parse().unwrap(),
+        );
         assert!((t - s - 0.01).abs() < 1e-9, "{v}");
         assert!(c["values"].get("note").is_none());
     }
@@ -371,13 +374,28 @@ fn gates_stop_the_run_with_a_clear_verdict() {
     let out = d.run(&format!("{base}gates: {{ max_queries: 1 }}\n"));
     assert_eq!(out.code, 2, "{}", out.stdout);
     assert_eq!(out.json["error"]["code"], "gate_tripped");
-    assert!(out.json["error"]["message"].as_str().unwrap().contains("max_queries"));
+    assert!(
+        out.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_queries")
+    );
     // what was found before the gate is still reported
     assert_eq!(out.json["levels"].as_array().unwrap().len(), 1);
     let out = d.run(&format!("{base}gates: {{ max_rows_scanned: 1000 }}\n"));
     assert_eq!(out.code, 2);
-    assert!(out.json["error"]["message"].as_str().unwrap().contains("max_rows_scanned"), "{}", out.stdout);
-    assert!(out.json["levels"].as_array().unwrap().is_empty(), "refused before scanning");
+    assert!(
+        out.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_rows_scanned"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.json["levels"].as_array().unwrap().is_empty(),
+        "refused before scanning"
+    );
 }
 
 #[test]
@@ -386,15 +404,32 @@ fn schema_drift_is_reported_before_any_scan() {
     let my = db::mariadb();
     let pg_url = pg.create_database("e2e_drift");
     let my_url = my.create_database("e2e_drift");
-    pg.exec(Some("e2e_drift"), "CREATE TABLE t (id BIGINT PRIMARY KEY, amount NUMERIC(10,2), at TIMESTAMP);");
-    my.exec(Some("e2e_drift"), "CREATE TABLE t (id BIGINT PRIMARY KEY, amount DECIMAL(10,2), at DATE);");
+    pg.exec(
+        Some("e2e_drift"),
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, amount NUMERIC(10,2), at TIMESTAMP);",
+    );
+    my.exec(
+        Some("e2e_drift"),
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, amount DECIMAL(10,2), at DATE);",
+    );
     let mut d = Deployment::new(&["dc1", "vpc2"]);
     d.start_agent("dc1", "t", &format!("{{ url: '{pg_url}', table: t, key: [id] }}"));
-    d.start_agent("vpc2", "t", &format!("{{ url: '{my_url}', table: t, key: [id] }}"));
+    d.start_agent(
+        "vpc2",
+        "t",
+        &format!("{{ url: '{my_url}', table: t, key: [id] }}"),
+    );
     let out = d.run("name: drift\nsource: { agent: dc1, dataset: t }\ntarget: { agent: vpc2, dataset: t }\n");
     assert_eq!(out.code, 2);
     assert_eq!(out.json["error"]["code"], "schema_drift");
-    assert!(out.json["error"]["message"].as_str().unwrap().contains("column at is timestamp"), "{}", out.stdout);
+    assert!(
+        out.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("column at is timestamp"),
+        "{}",
+        out.stdout
+    );
     assert_eq!(out.json["source"]["queries"], 0);
 }
 
@@ -402,7 +437,10 @@ fn schema_drift_is_reported_before_any_scan() {
 fn agent_check_reports_each_dataset() {
     let pg = db::postgres();
     let url = pg.create_database("e2e_check");
-    pg.exec(Some("e2e_check"), "CREATE TABLE t (id BIGINT PRIMARY KEY, doc JSONB, amount NUMERIC(12,2));");
+    pg.exec(
+        Some("e2e_check"),
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, doc JSONB, amount NUMERIC(12,2));",
+    );
     let d = Deployment::new(&["dc1"]);
     let cfg = format!(
         "listen: 127.0.0.1:0\ntls: {{ ca: certs/ca.pem, cert: certs/dc1.pem, key: certs/dc1-key.pem }}\n\
@@ -410,16 +448,70 @@ fn agent_check_reports_each_dataset() {
     );
     let path = d.path().join("check.yaml");
     std::fs::write(&path, cfg).unwrap();
-    let out = std::process::Command::new(tally_e2e::bins::tally_agent()).args(["check", "-c"]).arg(&path).output().unwrap();
+    let out = std::process::Command::new(tally_e2e::bins::tally_agent())
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{stdout}");
     assert!(stdout.contains("dataset good: postgres"), "{stdout}");
-    assert!(stdout.contains("amount") && stdout.contains("decimal") && stdout.contains("numeric(12,2)"), "{stdout}");
+    assert!(
+        stdout.contains("amount") && stdout.contains("decimal") && stdout.contains("numeric(12,2)"),
+        "{stdout}"
+    );
     assert!(stdout.contains("not comparable"), "jsonb is flagged: {stdout}");
-    assert!(stdout.contains("dataset bad: database of dataset bad unavailable"), "{stdout}");
+    assert!(
+        stdout.contains("dataset bad: database of dataset bad unavailable"),
+        "{stdout}"
+    );
     // a config error names the key and exits 2
-    std::fs::write(&path, "listen: 127.0.0.1:0\ntls: { ca: a, cert: b, key: c }\ndatasets:\n  x: { table: t, key: [id] }\n").unwrap();
-    let out = std::process::Command::new(tally_e2e::bins::tally_agent()).args(["check", "-c"]).arg(&path).output().unwrap();
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:0\ntls: { ca: a, cert: b, key: c }\ndatasets:\n  x: { table: t, key: [id] }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(tally_e2e::bins::tally_agent())
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("datasets.x.url"));
+}
+
+#[test]
+fn tally_demo_finds_exactly_what_it_planted() {
+    let out = std::process::Command::new(tally_e2e::bins::tally())
+        .args(["demo", "--json", "--rows", "30000"])
+        .output()
+        .expect("tally demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    let counts = &j["difference_counts"];
+    assert_eq!(
+        (
+            counts["changed"].as_u64(),
+            counts["missing_in_target"].as_u64(),
+            counts["extra_in_target"].as_u64()
+        ),
+        (Some(3), Some(2), Some(2))
+    );
+    assert_eq!(j["source"]["count"], 30000);
+    assert_eq!(j["source"]["queries"], 1);
+    let engine = j["source"]["engine"].as_str().unwrap();
+    assert!(
+        engine.starts_with(if cfg!(feature = "duckdb") {
+            "duckdb"
+        } else {
+            "sqlite"
+        }),
+        "{engine}"
+    );
 }

@@ -2,6 +2,8 @@
 //! driver code lives in its own file. A connector turns a row into canonical fields
 //! ([`CanonRow`]) so everything above it is engine-independent.
 
+#[cfg(feature = "duckdb")]
+pub mod duckdb;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
@@ -55,6 +57,7 @@ pub enum EngineKind {
     Postgres,
     MySql,
     Sqlite,
+    DuckDb,
 }
 
 impl EngineKind {
@@ -64,6 +67,7 @@ impl EngineKind {
             "postgres" | "postgresql" => EngineKind::Postgres,
             "mysql" | "mariadb" => EngineKind::MySql,
             "sqlite" => EngineKind::Sqlite,
+            "duckdb" if cfg!(feature = "duckdb") => EngineKind::DuckDb,
             "duckdb" => {
                 return Err(AgentError::Config(
                     "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
@@ -87,6 +91,8 @@ pub enum Connector {
     Postgres(postgres::PgConnector),
     MySql(mysql::MySqlConnector),
     Sqlite(sqlite::SqliteConnector),
+    #[cfg(feature = "duckdb")]
+    DuckDb(duckdb::DuckDbConnector),
 }
 
 impl std::fmt::Debug for Connector {
@@ -103,6 +109,10 @@ impl Connector {
             EngineKind::Postgres => Connector::Postgres(postgres::PgConnector::open(url)?),
             EngineKind::MySql => Connector::MySql(mysql::MySqlConnector::open(url)?),
             EngineKind::Sqlite => Connector::Sqlite(sqlite::SqliteConnector::open(url)?),
+            #[cfg(feature = "duckdb")]
+            EngineKind::DuckDb => Connector::DuckDb(duckdb::DuckDbConnector::open(url)?),
+            #[cfg(not(feature = "duckdb"))]
+            EngineKind::DuckDb => unreachable!("from_url refuses duckdb without the feature"),
         })
     }
 
@@ -111,6 +121,8 @@ impl Connector {
             Connector::Postgres(c) => &c.dialect,
             Connector::MySql(c) => &c.dialect,
             Connector::Sqlite(c) => &c.dialect,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => &c.dialect,
         }
     }
 
@@ -127,6 +139,8 @@ impl Connector {
             Connector::Postgres(c) => c.describe(dataset, source).await?,
             Connector::MySql(c) => c.describe(dataset, source).await?,
             Connector::Sqlite(c) => c.describe(dataset, source).await?,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => c.describe(dataset, source).await?,
         };
         let mut resolved = Vec::with_capacity(key.len());
         for k in key {
@@ -152,6 +166,8 @@ impl Connector {
             Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, f).await,
             Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, f).await,
             Connector::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => c.scan(dataset, sql, cols, key_len, f).await,
         }
     }
 
@@ -160,6 +176,8 @@ impl Connector {
             Connector::Postgres(c) => c.count(dataset, sql).await,
             Connector::MySql(c) => c.count(dataset, sql).await,
             Connector::Sqlite(c) => c.count(dataset, sql).await,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => c.count(dataset, sql).await,
         }
     }
 
@@ -176,6 +194,8 @@ impl Connector {
             Connector::Sqlite(_) => Err(AgentError::Unsupported(
                 "sqlite has no pushed-down aggregate".into(),
             )),
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => c.aggregate(dataset, sql, key_classes).await,
         }
     }
 
@@ -185,6 +205,8 @@ impl Connector {
             Connector::Postgres(c) => c.query_text(dataset, sql).await,
             Connector::MySql(c) => c.query_text(dataset, sql).await,
             Connector::Sqlite(c) => c.query_text(dataset, sql).await,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(c) => c.query_text(dataset, sql).await,
         }
     }
 

@@ -5,6 +5,8 @@
 //! Identifiers always pass through [`Dialect::quote`]; segment bounds are bind
 //! parameters, never spliced into SQL text.
 
+#[cfg(feature = "duckdb")]
+pub mod duckdb;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;

@@ -1,0 +1,344 @@
+//! DuckDB through the duckdb crate (behind the `duckdb` cargo feature). The driver is
+//! blocking: every call runs on `spawn_blocking` with its own cloned connection, and
+//! row streams cross back to the async side through a bounded channel.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use duckdb::types::ValueRef;
+use duckdb::{AccessMode, Config, Connection};
+use tally_common::segment::KeyPart;
+use tally_common::types::TypeClass;
+
+use super::{AggRow, CanonRow, key_from_canonical, parse_sum};
+use crate::config::Source;
+use crate::dialect::{Sql, duckdb::DuckDb, relation};
+use crate::error::{AgentError, Result};
+use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+
+pub struct DuckDbConnector {
+    /// `None`: an in-memory database (datasets are queries over files).
+    path: Option<PathBuf>,
+    conn: Arc<Mutex<Option<Connection>>>,
+    pub dialect: DuckDb,
+}
+
+fn db_err(dataset: &str, e: duckdb::Error) -> AgentError {
+    tracing::warn!(dataset, error = %e, "duckdb call failed");
+    AgentError::Query {
+        dataset: dataset.to_string(),
+        kind: "duckdb error",
+    }
+}
+
+fn text(v: ValueRef<'_>) -> Option<String> {
+    match v {
+        ValueRef::Null => None,
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        ValueRef::Boolean(b) => Some(if b { "1" } else { "0" }.into()),
+        ValueRef::TinyInt(i) => Some(i.to_string()),
+        ValueRef::SmallInt(i) => Some(i.to_string()),
+        ValueRef::Int(i) => Some(i.to_string()),
+        ValueRef::BigInt(i) => Some(i.to_string()),
+        ValueRef::HugeInt(i) => Some(i.to_string()),
+        ValueRef::UHugeInt(i) => Some(i.to_string()),
+        ValueRef::UTinyInt(i) => Some(i.to_string()),
+        ValueRef::USmallInt(i) => Some(i.to_string()),
+        ValueRef::UInt(i) => Some(i.to_string()),
+        ValueRef::UBigInt(i) => Some(i.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn params(binds: &[KeyPart]) -> Vec<Box<dyn duckdb::ToSql>> {
+    binds
+        .iter()
+        .map(|b| -> Box<dyn duckdb::ToSql> {
+            match b {
+                KeyPart::Int(i) => Box::new(*i),
+                KeyPart::Text(s) => Box::new(s.clone()),
+            }
+        })
+        .collect()
+}
+
+impl DuckDbConnector {
+    /// `duckdb:///path/file.duckdb` opens a file read-only; `duckdb://` or
+    /// `duckdb::memory:` an in-memory database for queries over CSV/Parquet files.
+    pub fn open(url: &str) -> Result<DuckDbConnector> {
+        let rest = url.trim_start_matches("duckdb:").trim_start_matches("//");
+        let path = match rest {
+            "" | ":memory:" => None,
+            p => Some(PathBuf::from(p)),
+        };
+        Ok(DuckDbConnector {
+            path,
+            conn: Arc::new(Mutex::new(None)),
+            dialect: DuckDb,
+        })
+    }
+
+    /// A connection of its own for one call (opened once, then cloned).
+    fn connection(&self, dataset: &str) -> Result<Connection> {
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let c = match &self.path {
+                Some(p) => {
+                    if !p.exists() {
+                        return Err(AgentError::DatabaseUnavailable {
+                            dataset: dataset.into(),
+                            kind: "file not found",
+                        });
+                    }
+                    let cfg = Config::default()
+                        .access_mode(AccessMode::ReadOnly)
+                        .map_err(|e| db_err(dataset, e))?;
+                    Connection::open_with_flags(p, cfg)
+                }
+                None => Connection::open_in_memory(),
+            }
+            .map_err(|e| {
+                tracing::warn!(dataset, error = %e, "cannot open duckdb");
+                AgentError::DatabaseUnavailable {
+                    dataset: dataset.into(),
+                    kind: "cannot open",
+                }
+            })?;
+            // TIMESTAMPTZ renders in UTC (a no-op where the ICU extension is absent)
+            let _ = c.execute_batch("SET TimeZone = 'UTC'");
+            *guard = Some(c);
+        }
+        guard
+            .as_ref()
+            .expect("opened")
+            .try_clone()
+            .map_err(|e| db_err(dataset, e))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        dataset: &str,
+        f: impl FnOnce(Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.connection(dataset)?;
+        tokio::task::spawn_blocking(move || f(conn))
+            .await
+            .map_err(|_| AgentError::Query {
+                dataset: dataset.to_string(),
+                kind: "worker panicked",
+            })?
+    }
+
+    /// Rows of a query as text, first row only.
+    fn first_row(
+        conn: &Connection,
+        dataset: &str,
+        sql: &str,
+        binds: &[KeyPart],
+    ) -> Result<Vec<Option<String>>> {
+        let mut stmt = conn.prepare(sql).map_err(|e| db_err(dataset, e))?;
+        let p = params(binds);
+        let mut rows = stmt
+            .query(duckdb::params_from_iter(p.iter()))
+            .map_err(|e| db_err(dataset, e))?;
+        let n = rows.as_ref().map_or(0, |s| s.column_count());
+        let row = rows.next().map_err(|e| db_err(dataset, e))?;
+        Ok(match row {
+            Some(r) => (0..n).map(|i| r.get_ref(i).ok().and_then(text)).collect(),
+            None => vec![None; n.max(1)],
+        })
+    }
+
+    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        let rel = relation(&self.dialect, source);
+        let table = match source {
+            Source::Table(parts) => parts.last().cloned(),
+            Source::Query(_) => None,
+        };
+        let ds = dataset.to_string();
+        self.blocking(dataset, move |conn| {
+            let mut stmt = conn
+                .prepare(&format!("DESCRIBE SELECT * FROM {rel}"))
+                .map_err(|e| db_err(&ds, e))?;
+            let mut rows = stmt.query([]).map_err(|e| db_err(&ds, e))?;
+            let mut columns = Vec::new();
+            while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
+                let name = r.get_ref(0).ok().and_then(text).unwrap_or_default();
+                let declared = r.get_ref(1).ok().and_then(text).unwrap_or_default();
+                let nullable = r.get_ref(2).ok().and_then(text).is_none_or(|n| n != "NO");
+                let (class, scale, fixed_char) = classify_declared(&declared);
+                let scale = match (class, declared.to_ascii_uppercase().as_str()) {
+                    (TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time, d) => {
+                        Some(if d.contains("_NS") {
+                            9
+                        } else if d.contains("_MS") {
+                            3
+                        } else if d.ends_with("_S") {
+                            0
+                        } else {
+                            6
+                        })
+                    }
+                    _ => scale,
+                };
+                columns.push(ColumnInfo {
+                    name,
+                    class,
+                    declared_type: declared,
+                    nullable,
+                    scale,
+                    fixed_char,
+                });
+            }
+            let version = Self::first_row(&conn, &ds, "SELECT version()", &[])?
+                .remove(0)
+                .unwrap_or_default();
+            let row_estimate = match table {
+                Some(t) => Self::first_row(
+                    &conn,
+                    &ds,
+                    "SELECT estimated_size FROM duckdb_tables() WHERE table_name = ?",
+                    &[KeyPart::Text(t)],
+                )?
+                .remove(0)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+                None => 0,
+            };
+            Ok(DatasetInfo {
+                columns,
+                key: Vec::new(),
+                row_estimate,
+                engine: "duckdb",
+                engine_version: version,
+            })
+        })
+        .await
+    }
+
+    pub async fn scan(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
+        let (text_sql, binds, ds, n) = (
+            sql.text.clone(),
+            sql.binds.clone(),
+            dataset.to_string(),
+            cols.len(),
+        );
+        let conn = self.connection(dataset)?;
+        let worker = tokio::task::spawn_blocking(move || {
+            let run = || -> Result<()> {
+                let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
+                let p = params(&binds);
+                let mut rows = stmt
+                    .query(duckdb::params_from_iter(p.iter()))
+                    .map_err(|e| db_err(&ds, e))?;
+                while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
+                    let fields = (0..n).map(|i| r.get_ref(i).ok().and_then(text)).collect();
+                    if tx.blocking_send(Ok(fields)).is_err() {
+                        break; // the caller stopped listening
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = run() {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        while let Some(fields) = rx.recv().await {
+            let fields = fields?;
+            let key = key_from_canonical(&fields, cols, key_len)?;
+            f(CanonRow { key, fields })?;
+        }
+        worker.await.map_err(|_| AgentError::Query {
+            dataset: dataset.to_string(),
+            kind: "worker panicked",
+        })?;
+        Ok(())
+    }
+
+    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+        let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
+        self.blocking(dataset, move |conn| {
+            Ok(Self::first_row(&conn, &ds, &text_sql, &binds)?
+                .remove(0)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0))
+        })
+        .await
+    }
+
+    pub async fn aggregate(
+        &self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        let (text_sql, binds, ds, classes) = (
+            sql.text.clone(),
+            sql.binds.clone(),
+            dataset.to_string(),
+            key_classes.to_vec(),
+        );
+        self.blocking(dataset, move |conn| {
+            let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
+            let p = params(&binds);
+            let mut rows = stmt
+                .query(duckdb::params_from_iter(p.iter()))
+                .map_err(|e| db_err(&ds, e))?;
+            let mut out = Vec::new();
+            let bad = || AgentError::Query {
+                dataset: ds.clone(),
+                kind: "unexpected aggregate row",
+            };
+            while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
+                let t = |i: usize| r.get_ref(i).ok().and_then(text);
+                let int = |i: usize| t(i).and_then(|s| s.parse::<i64>().ok());
+                let mut first = Vec::new();
+                for (j, class) in classes.iter().enumerate() {
+                    let part = match class {
+                        TypeClass::Integer => int(5 + j).map(KeyPart::Int),
+                        _ => t(5 + j).map(KeyPart::Text),
+                    };
+                    match part {
+                        Some(p) => first.push(p),
+                        None => break,
+                    }
+                }
+                out.push(AggRow {
+                    parent: int(0).ok_or_else(bad)? as usize,
+                    child: int(1).ok_or_else(bad)?.max(0) as usize,
+                    count: int(2).ok_or_else(bad)? as u64,
+                    sum: parse_sum(&ds, t(3))?,
+                    xor: t(4).map(|x| parse_sum(&ds, Some(x))).transpose()?,
+                    first_key: (first.len() == classes.len() && !first.is_empty()).then_some(first),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        let (text_sql, ds) = (sql.to_string(), dataset.to_string());
+        self.blocking(dataset, move |conn| {
+            Ok(Self::first_row(&conn, &ds, &text_sql, &[])?.remove(0))
+        })
+        .await
+    }
+
+    /// Runs statements (tests and sample data).
+    pub async fn execute_batch(&self, dataset: &str, sql: &str) -> Result<()> {
+        let (text_sql, ds) = (sql.to_string(), dataset.to_string());
+        self.blocking(dataset, move |conn| {
+            conn.execute_batch(&text_sql).map_err(|e| db_err(&ds, e))
+        })
+        .await
+    }
+}

@@ -1,0 +1,147 @@
+//! DuckDB (1.x): a local `.duckdb` file, or an in-memory database whose dataset is a
+//! query over CSV or Parquet files (`read_csv`, `read_parquet`). Everything pushes
+//! down: `md5`, `sha256`, exact `SUM` into HUGEINT, `bit_xor`. Text is bytewise
+//! (DuckDB's default collation); `strlen` counts octets.
+
+use tally_common::checksum::HashMethod;
+use tally_common::types::TypeClass;
+
+use super::Dialect;
+use crate::schema::{BoundColumn, ColumnInfo};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DuckDb;
+
+fn zero(s: u32) -> String {
+    if s == 0 {
+        "0".to_string()
+    } else {
+        format!("0.{}", "0".repeat(s as usize))
+    }
+}
+
+/// `.` and the first `p` digits of the microseconds of `x`, or nothing at precision 0.
+fn fraction(x: &str, p: u32) -> String {
+    let us = format!("lpad(CAST(date_part('microseconds', {x}) % 1000000 AS VARCHAR), 6, '0')");
+    match p {
+        0 => String::new(),
+        1..=6 => format!(" || '.' || substr({us}, 1, {p})"),
+        _ => format!(" || '.' || rpad({us}, {p}, '0')"),
+    }
+}
+
+impl Dialect for DuckDb {
+    fn name(&self) -> &'static str {
+        "duckdb"
+    }
+
+    fn quote(&self, ident: &str) -> String {
+        format!("\"{}\"", ident.replace('"', "\"\""))
+    }
+
+    fn placeholder(&self, _n: usize) -> String {
+        "?".into()
+    }
+
+    fn key_expr(&self, col: &ColumnInfo) -> String {
+        self.quote(&col.name)
+    }
+
+    fn key_param(&self, _n: usize, col: &ColumnInfo) -> String {
+        match col.class {
+            TypeClass::Integer => "CAST(? AS BIGINT)".into(),
+            _ => "CAST(? AS VARCHAR)".into(),
+        }
+    }
+
+    fn canonical_expr(&self, col: &BoundColumn) -> Option<String> {
+        let x = self.quote(&col.info.name);
+        let f = col.spec.format;
+        let s = f.scale;
+        Some(match f.class {
+            TypeClass::Integer => match col.info.class {
+                TypeClass::Boolean => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
+                _ => format!("CAST({x} AS VARCHAR)"),
+            },
+            TypeClass::Decimal => {
+                let d = format!("CAST({x} AS DECIMAL(38, {s}))");
+                format!(
+                    "CASE WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS VARCHAR) END",
+                    zero(s)
+                )
+            }
+            TypeClass::Float => {
+                // the shortest round-trip text of the double, read exactly as a decimal
+                let d = format!("CAST(CAST(CAST({x} AS DOUBLE) AS VARCHAR) AS DECIMAL(38, {s}))");
+                format!(
+                    "CASE WHEN isnan({x}) THEN 'NaN' WHEN isinf({x}) AND {x} > 0 THEN 'Infinity' \
+                     WHEN isinf({x}) THEN '-Infinity' WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS VARCHAR) END",
+                    zero(s)
+                )
+            }
+            TypeClass::Boolean => match col.info.class {
+                TypeClass::Integer => format!("CAST({x} AS VARCHAR)"),
+                _ => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
+            },
+            TypeClass::Text if f.fixed_char => format!("rtrim(CAST({x} AS VARCHAR), ' ')"),
+            TypeClass::Text => format!("CAST({x} AS VARCHAR)"),
+            TypeClass::Date => format!("CAST(CAST({x} AS DATE) AS VARCHAR)"),
+            TypeClass::Timestamp | TypeClass::TimestampTz => {
+                // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time
+                let t = format!("CAST({x} AS TIMESTAMP)");
+                let z = if f.class == TypeClass::TimestampTz {
+                    " || 'Z'"
+                } else {
+                    ""
+                };
+                format!(
+                    "CAST(CAST({t} AS DATE) AS VARCHAR) || 'T' || strftime({t}, '%H:%M:%S'){}{z}",
+                    fraction(&t, s)
+                )
+            }
+            TypeClass::Time => format!("substr(CAST({x} AS VARCHAR), 1, 8){}", fraction(&x, s)),
+            TypeClass::Uuid => format!("lower(CAST({x} AS VARCHAR))"),
+            TypeClass::Binary => format!("lower(hex({x}))"),
+            TypeClass::Other => return None,
+        })
+    }
+
+    fn field_expr(&self, canonical: &str) -> String {
+        format!("COALESCE(CAST(strlen({canonical}) AS VARCHAR) || ':' || {canonical}, '~')")
+    }
+
+    fn concat(&self, parts: &[String]) -> String {
+        if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("({})", parts.join(" || "))
+        }
+    }
+
+    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
+        Some(match method {
+            HashMethod::Md5_48 => {
+                format!("(CAST('0x' || substr(md5({row}), 1, 12) AS BIGINT) - 140737488355328)")
+            }
+            HashMethod::Sha256_64 => format!("CAST('0x' || substr(sha256({row}), 1, 16) AS UBIGINT)"),
+        })
+    }
+
+    fn bucket_hash_expr(&self, key_row: &str) -> Option<String> {
+        Some(format!(
+            "CAST('0x' || substr(sha256({key_row}), 1, 15) AS BIGINT)"
+        ))
+    }
+
+    fn xor_aggregate(&self, h: &str) -> Option<String> {
+        Some(format!("CAST(bit_xor({h}) AS VARCHAR)"))
+    }
+
+    fn sum_text(&self, h: &str) -> String {
+        format!("CAST(SUM({h}) AS VARCHAR)")
+    }
+
+    fn int_div(&self, a: &str, b: &str) -> String {
+        format!("({a} // {b})")
+    }
+}
