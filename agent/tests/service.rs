@@ -238,7 +238,7 @@ async fn policy_holds_whatever_the_coordinator_asks() {
     let f = start("").await;
     let mut c = client_named(&f, "coordinator").await;
     let denied = |r: Result<_, tonic::Status>, key: &str| {
-        let e = r.err().expect("must be refused");
+        let e = r.expect_err("must be refused");
         assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
         assert!(e.message().contains(key), "{}", e.message());
     };
