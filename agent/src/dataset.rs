@@ -6,7 +6,8 @@
 use std::collections::HashSet;
 
 use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
-use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split, bucket_hash};
+use tally_common::period::period_label;
+use tally_common::segment::{ColumnSpec, KeyPart, KeyTuple, Period, Segment, Split, bucket_hash};
 use tally_common::types::TypeClass;
 
 use crate::config::{DatasetConfig, Source};
@@ -125,11 +126,149 @@ impl Dataset {
                 )));
             }
         }
+        let periods = parents
+            .iter()
+            .filter(|(_, s)| matches!(s, Split::Period { .. }))
+            .count();
+        if periods > 0 && parents.len() > 1 {
+            return Err(AgentError::InvalidArgument(
+                "a period split must be the only segment of its request".into(),
+            ));
+        }
+        for (seg, split) in parents {
+            let asked = match split {
+                Split::Period { column, granularity } => Some(Period {
+                    column: column.clone(),
+                    granularity: *granularity,
+                    label: String::new(),
+                }),
+                _ => None,
+            };
+            for p in seg.period.iter().chain(asked.as_ref()) {
+                self.period_index(b, p)?;
+            }
+        }
+        if let [(seg, Split::Period { column, granularity })] = parents {
+            let p = Period {
+                column: column.clone(),
+                granularity: *granularity,
+                label: String::new(),
+            };
+            return self.aggregate_periods(b, method, seg, &p, force_in_process).await;
+        }
         if !force_in_process && self.can_push_down(b) {
             self.aggregate_pushdown(b, method, parents).await
         } else {
             self.aggregate_in_process(b, method, parents).await
         }
+    }
+
+    /// Where a period's column is among the request's columns (it must be, with a
+    /// date or timestamp class, so both paths can compute its label).
+    fn period_index(&self, b: &Bound, p: &Period) -> Result<usize> {
+        let i = b
+            .cols
+            .iter()
+            .position(|c| c.info.name.eq_ignore_ascii_case(&p.column))
+            .ok_or_else(|| {
+                AgentError::InvalidArgument(format!(
+                    "the period column {} is not among the compared columns",
+                    p.column
+                ))
+            })?;
+        match b.cols[i].spec.format.class {
+            TypeClass::Date | TypeClass::Timestamp | TypeClass::TimestampTz => Ok(i),
+            c => Err(AgentError::InvalidArgument(format!(
+                "the period column {} is {c}, not a date or timestamp",
+                p.column
+            ))),
+        }
+    }
+
+    /// One bucket per period present, in label order (NULL times first, label "").
+    async fn aggregate_periods(
+        &self,
+        b: &Bound,
+        method: HashMethod,
+        seg: &Segment,
+        period: &Period,
+        force_in_process: bool,
+    ) -> Result<AggregateOut> {
+        let xor = method == HashMethod::Sha256_64;
+        let child = |label: String| Segment {
+            period: Some(Period {
+                label,
+                ..period.clone()
+            }),
+            ..seg.clone()
+        };
+        let d = self.connector.dialect();
+        let pushed = if force_in_process || !self.can_push_down(b) {
+            None
+        } else {
+            dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), method, seg, period)
+        };
+        let (mut found, path, scanned): (Vec<(String, AnyAggregate)>, Path, u64) = match pushed {
+            Some(sql) => {
+                let rows = self
+                    .connector
+                    .aggregate(&self.name, &sql, &[TypeClass::Text])
+                    .await?;
+                let xor_real = xor && d.xor_aggregate("h").is_some();
+                let n = rows.iter().map(|r| r.count).sum();
+                let found = rows
+                    .into_iter()
+                    .map(|r| {
+                        let label = match r.first_key.as_deref() {
+                            Some([KeyPart::Text(l)]) => l.clone(),
+                            _ => String::new(),
+                        };
+                        (
+                            label,
+                            AnyAggregate::new(method, r.count, r.sum, if xor_real { r.xor } else { None }),
+                        )
+                    })
+                    .collect();
+                (found, Path::Pushdown, n)
+            }
+            None => {
+                let i = self.period_index(b, period)?;
+                let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
+                let n = self
+                    .scan_segment(b, seg, false, &mut |row, _| {
+                        let label =
+                            period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
+                        map.entry(label)
+                            .or_insert_with(|| AnyAggregate::empty(method, xor))
+                            .add_checksum(method.row_checksum(row.row_string().as_bytes()));
+                        Ok(())
+                    })
+                    .await?;
+                (map.into_iter().collect(), Path::InProcess, n)
+            }
+        };
+        const MAX_PERIODS: usize = 100_000;
+        if found.len() > MAX_PERIODS {
+            return Err(AgentError::InvalidArgument(format!(
+                "{} periods in one level (at most {MAX_PERIODS}): use a coarser time_granularity",
+                found.len()
+            )));
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(AggregateOut {
+            buckets: found
+                .into_iter()
+                .enumerate()
+                .map(|(i, (label, agg))| BucketOut {
+                    parent: 0,
+                    child: i,
+                    segment: child(label),
+                    agg,
+                })
+                .collect(),
+            path,
+            rows_scanned: scanned,
+        })
     }
 
     async fn aggregate_pushdown(
@@ -151,6 +290,7 @@ impl Dataset {
                     }
                     Split::Cuts(c) => ChildRule::Cuts(c.clone()),
                     Split::Quantile(n) => ChildRule::Quantile(*n),
+                    Split::Period { .. } => unreachable!("period splits are aggregated alone"),
                 };
                 (seg.clone(), rule)
             })
@@ -176,6 +316,7 @@ impl Dataset {
                         mine.iter().skip(1).filter_map(|r| r.first_key.clone()).collect();
                     seg.cut_children(&cuts)
                 }
+                Split::Period { .. } => unreachable!("period splits are aggregated alone"),
             };
             for (i, child) in children.into_iter().enumerate() {
                 // quantile rows are numbered by NTILE; the others by child index
@@ -223,10 +364,20 @@ impl Dataset {
             ordered,
         );
         let key_len = b.key_len;
+        // the period is checked here too: SQL may not have filtered it (SQLite)
+        let period = match &seg.period {
+            Some(p) => Some((self.period_index(b, p)?, p)),
+            None => None,
+        };
         let mut seen = 0u64;
         self.connector
             .scan(&self.name, &sql, &b.cols, key_len, &mut |row: CanonRow| {
                 seen += 1;
+                if let Some((i, p)) = period
+                    && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
+                {
+                    return Ok(());
+                }
                 let kh = key_hash(row.key_string(key_len).as_bytes());
                 if seg
                     .hash
@@ -252,8 +403,8 @@ impl Dataset {
         for (p, (seg, split)) in parents.iter().enumerate() {
             let (children, aggs) = match split {
                 Split::Quantile(n) => {
-                    let total = match seg.hash {
-                        None => {
+                    let total = match (&seg.hash, &seg.period) {
+                        (None, None) => {
                             let sql = dialect::count_rows(
                                 self.connector.dialect(),
                                 &self.source,
@@ -262,7 +413,7 @@ impl Dataset {
                             );
                             self.connector.count(&self.name, &sql).await?
                         }
-                        Some(_) => {
+                        _ => {
                             let mut n = 0u64;
                             scanned += self
                                 .scan_segment(b, seg, false, &mut |_, _| {
@@ -274,13 +425,12 @@ impl Dataset {
                         }
                     };
                     let n = u64::from(*n).max(1);
-                    let chunk = total.div_ceil(n).max(1);
                     let mut cuts: Vec<KeyTuple> = Vec::new();
                     let mut aggs: Vec<AnyAggregate> = vec![AnyAggregate::empty(method, xor)];
                     let mut i = 0u64;
                     scanned += self
                         .scan_segment(b, seg, true, &mut |row, _| {
-                            let child = (i / chunk).min(n - 1) as usize;
+                            let child = ntile(i, total, n).min(aggs.len() as u64) as usize;
                             if child == aggs.len() {
                                 cuts.push(row.key.clone());
                                 aggs.push(AnyAggregate::empty(method, xor));
@@ -387,5 +537,39 @@ impl Dataset {
             &b.key_infos(),
             seg,
         )
+    }
+}
+
+/// The 0-based NTILE bucket of the `i`-th of `total` ordered rows in `n` buckets, as
+/// SQL's NTILE numbers them: the first `total % n` buckets hold one row more. Rows past
+/// `total` (written since it was counted) stay in the last bucket.
+fn ntile(i: u64, total: u64, n: u64) -> u64 {
+    let (q, r) = (total / n, total % n);
+    let big = r * (q + 1);
+    let b = if i < big {
+        i / (q + 1)
+    } else if q == 0 {
+        n - 1
+    } else {
+        r + (i - big) / q
+    };
+    b.min(n - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ntile;
+
+    #[test]
+    fn ntile_matches_sql() {
+        // 250 rows in 4 buckets: 63, 63, 62, 62
+        let sizes = (0..250).fold([0u64; 4], |mut acc, i| {
+            acc[ntile(i, 250, 4) as usize] += 1;
+            acc
+        });
+        assert_eq!(sizes, [63, 63, 62, 62]);
+        // fewer rows than buckets: one row each
+        assert_eq!((0..3).map(|i| ntile(i, 3, 8)).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(ntile(10, 3, 8), 7);
     }
 }

@@ -19,7 +19,8 @@ use tally_agent::dialect;
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::FieldFormat;
 use tally_common::checksum::{AnyAggregate, HashMethod, md5_48, sha256_64, wrap_decimal_sum};
-use tally_common::segment::{ColumnSpec, KeyPart, Segment, Split};
+use tally_common::period::Granularity;
+use tally_common::segment::{ColumnSpec, KeyPart, Period, Segment, Split};
 use tally_common::types::TypeClass;
 use tally_common::vectors::{RowVector, VectorField, VectorFile};
 use tally_e2e::db;
@@ -601,7 +602,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
     let dir = tempfile::tempdir().unwrap();
     let mut results: BTreeMap<String, Summary> = BTreeMap::new();
     let int = |i: i64| vec![KeyPart::Int(i)];
-    let splits: Vec<(&str, Vec<(Segment, Split)>)> = vec![
+    let splits: Vec<(&'static str, Vec<(Segment, Split)>)> = vec![
         ("quantile", vec![(Segment::whole(), Split::Quantile(8))]),
         ("hash", vec![(Segment::whole(), Split::Hash(8))]),
         (
@@ -612,6 +613,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                         lower: Some(int(100)),
                         upper: Some(int(5000)),
                         hash: None,
+                        period: None,
                     },
                     Split::Cuts(vec![int(700), int(2500)]),
                 ),
@@ -632,6 +634,36 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             ],
         ),
     ];
+    let period = |g: Granularity| Split::Period {
+        column: "placed".into(),
+        granularity: g,
+    };
+    let march = Period {
+        column: "placed".into(),
+        granularity: Granularity::Month,
+        label: "2024-03".into(),
+    };
+    let mut splits = splits;
+    for g in [
+        Granularity::Hour,
+        Granularity::Day,
+        Granularity::Week,
+        Granularity::Month,
+        Granularity::Quarter,
+        Granularity::Year,
+    ] {
+        splits.push((g.name(), vec![(Segment::whole(), period(g))]));
+    }
+    splits.push((
+        "quantile inside a month",
+        vec![(
+            Segment {
+                period: Some(march),
+                ..Segment::default()
+            },
+            Split::Quantile(4),
+        )],
+    ));
     for engine in engines() {
         let l = live(engine, "orders", dir.path());
         l.exec(&orders_sql(engine, "orders")).await;
@@ -675,6 +707,9 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             }
         }
     }
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 20);
+    let months = &results["month/sha256_64"];
+    assert_eq!(months.len(), 12, "one bucket per month present");
+    assert_eq!(months[2].2.period.as_ref().unwrap().label, "2024-03");
     eprintln!("identical buckets on {:?}", engines());
 }

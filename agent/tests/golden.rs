@@ -55,6 +55,7 @@ fn render(d: &dyn Dialect) -> String {
         lower: Some(vec![t("EU"), KeyPart::Int(10)]),
         upper: Some(vec![t("US"), KeyPart::Int(0)]),
         hash: None,
+        period: None,
     };
     let mut out = String::new();
     let mut section = |title: &str, sql: String, binds: &[KeyPart]| {
@@ -111,6 +112,30 @@ fn render(d: &dyn Dialect) -> String {
         ),
         None => section("aggregate", "(in-process)".into(), &[]),
     }
+    let period = tally_common::segment::Period {
+        column: "at".into(),
+        granularity: tally_common::period::Granularity::Week,
+        label: "2024-03-11".into(),
+    };
+    let cols8 = &cols[..8];
+    match dialect::aggregate_periods(
+        d,
+        &src,
+        cols8,
+        &key,
+        HashMethod::Md5_48,
+        &Segment::whole(),
+        &period,
+    ) {
+        Some(s) => section("aggregate: one bucket per ISO week", s.text, &s.binds),
+        None => section("aggregate per period", "(in-process)".into(), &[]),
+    }
+    let in_week = Segment {
+        period: Some(period),
+        ..Segment::default()
+    };
+    let s = dialect::fetch_rows(d, &src, cols8, &key, &in_week, FetchShape::Canonical, false);
+    section("fetch rows of one week", s.text, &s.binds);
     let hashed = Segment {
         hash: Some((1 << 58, 1 << 59)),
         ..seg.clone()

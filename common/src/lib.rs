@@ -6,6 +6,7 @@
 pub mod canonical;
 pub mod checksum;
 pub mod config_file;
+pub mod period;
 pub mod pki;
 pub mod segment;
 pub mod types;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 
 use crate::canonical::FieldFormat;
+use crate::period::Granularity;
 use crate::types::TypeClass;
 
 /// The bucket-hash space: `[0, HASH_SPACE)`.
@@ -79,6 +80,16 @@ pub struct Segment {
     pub upper: Option<KeyTuple>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<(u64, u64)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
+}
+
+/// A calendar period of a time column; an empty label is the rows whose time is NULL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Period {
+    pub column: String,
+    pub granularity: Granularity,
+    pub label: String,
 }
 
 impl Segment {
@@ -90,7 +101,8 @@ impl Segment {
         self.lower.is_some() || self.upper.is_some()
     }
 
-    /// Whether a row with this key and bucket hash belongs to the segment.
+    /// Whether a row with this key and bucket hash belongs to the segment (its period,
+    /// if any, is checked by the caller, which knows the row's time).
     pub fn contains(&self, key: &KeyTuple, bucket_hash: u64) -> bool {
         self.lower.as_ref().is_none_or(|l| key >= l)
             && self.upper.as_ref().is_none_or(|u| key < u)
@@ -136,24 +148,36 @@ impl Segment {
             out.push(Segment {
                 lower,
                 upper: Some(c.clone()),
-                hash: self.hash,
+                ..self.clone()
             });
             lower = Some(c.clone());
         }
         out.push(Segment {
             lower,
             upper: self.upper.clone(),
-            hash: self.hash,
+            ..self.clone()
         });
         out
     }
 
-    /// A short human form: `[10, 250)`, `[.., "m")`, `hash [0x0, 0x8000)`.
+    /// A short human form: `[10, 250)`, `[.., "m")`, `hash [0x0, 0x8000)`, `day 2024-03-15`.
     pub fn describe(&self) -> String {
         let b = |t: &Option<KeyTuple>| t.as_ref().map(format_tuple).unwrap_or_else(|| "..".into());
         let mut s = String::new();
+        if let Some(p) = &self.period {
+            let label = if p.label.is_empty() {
+                "(no time)"
+            } else {
+                p.label.as_str()
+            };
+            s = format!("{} {label}", p.granularity.name());
+            if !self.has_key_bounds() && self.hash.is_none() {
+                return s;
+            }
+            s.push(' ');
+        }
         if self.has_key_bounds() || self.hash.is_none() {
-            s = format!("[{}, {})", b(&self.lower), b(&self.upper));
+            s.push_str(&format!("[{}, {})", b(&self.lower), b(&self.upper)));
         }
         if let Some((lo, hi)) = self.hash {
             if !s.is_empty() {
@@ -173,6 +197,11 @@ pub enum Split {
     Quantile(u32),
     Hash(u32),
     Cuts(Vec<KeyTuple>),
+    /// One child per calendar period of `column` present in the segment.
+    Period {
+        column: String,
+        granularity: Granularity,
+    },
 }
 
 /// A compared column in the resolved order, with its canonical format.
@@ -230,6 +259,11 @@ impl From<&Segment> for pb::Segment {
             upper: s.upper.as_ref().map(tuple_to_pb),
             hash_lo: s.hash.map(|h| h.0),
             hash_hi: s.hash.map(|h| h.1),
+            period: s.period.as_ref().map(|p| pb::Period {
+                column: p.column.clone(),
+                granularity: p.granularity.name().to_string(),
+                label: p.label.clone(),
+            }),
         }
     }
 }
@@ -246,6 +280,25 @@ impl Segment {
                 ));
             }
         };
+        let period = s
+            .period
+            .map(|p| {
+                let granularity = Granularity::parse(&p.granularity).ok_or_else(|| {
+                    wire_err(
+                        format!("{field}.period.granularity"),
+                        "expected hour, day, week, month, quarter or year",
+                    )
+                })?;
+                if p.column.is_empty() {
+                    return Err(wire_err(format!("{field}.period.column"), "empty column name"));
+                }
+                Ok(Period {
+                    column: p.column,
+                    granularity,
+                    label: p.label,
+                })
+            })
+            .transpose()?;
         Ok(Segment {
             lower: s
                 .lower
@@ -256,6 +309,7 @@ impl Segment {
                 .map(|t| tuple_from_pb(t, &format!("{field}.upper")))
                 .transpose()?,
             hash,
+            period,
         })
     }
 }
@@ -300,6 +354,10 @@ impl Split {
             Split::Cuts(c) => S::Cuts(pb::KeyCuts {
                 cuts: c.iter().map(tuple_to_pb).collect(),
             }),
+            Split::Period { column, granularity } => S::Period(pb::PeriodSplit {
+                column: column.clone(),
+                granularity: granularity.name().to_string(),
+            }),
         }
     }
 
@@ -331,6 +389,15 @@ impl Split {
                 }
                 Split::Cuts(cuts)
             }
+            Some(S::Period(p)) => Split::Period {
+                granularity: Granularity::parse(&p.granularity).ok_or_else(|| {
+                    wire_err(
+                        format!("{field}.granularity"),
+                        "expected hour, day, week, month, quarter or year",
+                    )
+                })?,
+                column: p.column,
+            },
         })
     }
 }

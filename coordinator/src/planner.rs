@@ -6,7 +6,10 @@
 //! of the level travels in the same request. The first level doubles as the quick
 //! check: its buckets partition the whole dataset, so identical data ends there.
 
+use std::collections::BTreeMap;
+
 use tally_common::checksum::AnyAggregate;
+use tally_common::period::Granularity;
 use tally_common::segment::{KeyTuple, Segment, Split};
 
 use crate::spec::Strategy;
@@ -26,6 +29,8 @@ pub struct PlanParams {
     /// Compare counts only (mode `count`).
     pub counts_only: bool,
     pub max_leaves: Option<u64>,
+    /// Strategy time: the column and granularity of level 1.
+    pub time: Option<(String, Granularity)>,
 }
 
 /// One child bucket as an agent returned it.
@@ -124,9 +129,17 @@ impl Planner {
             return None;
         }
         let f = self.params.factor;
-        let (split, follows) = match self.params.strategy {
-            Strategy::Hash => (Split::Hash(f), false),
-            Strategy::Quantile | Strategy::Auto => (Split::Quantile(f), true),
+        let (split, follows) = match (self.params.strategy, &self.params.time) {
+            (Strategy::Hash, _) => (Split::Hash(f), false),
+            // level 1 of the time strategy: calendar periods, both sides at once
+            (Strategy::Time, Some((column, granularity))) if self.level == 0 => (
+                Split::Period {
+                    column: column.clone(),
+                    granularity: *granularity,
+                },
+                false,
+            ),
+            _ => (Split::Quantile(f), true),
         };
         Some(LevelPlan {
             level: self.level + 1,
@@ -162,7 +175,7 @@ impl Planner {
     fn can_split(&self, seg: &Segment, source: &AnyAggregate, target: &AnyAggregate) -> bool {
         match self.params.strategy {
             // the source picks the cut points, so it needs rows to cut between
-            Strategy::Quantile | Strategy::Auto => source.count() >= 2,
+            Strategy::Quantile | Strategy::Auto | Strategy::Time => source.count() >= 2,
             Strategy::Hash => {
                 seg.hash.is_none_or(|(lo, hi)| hi - lo > 1) && source.count().max(target.count()) >= 2
             }
@@ -181,32 +194,12 @@ impl Planner {
         let mut segments = 0;
         let mut differing = Vec::new();
         let (mut src_rows, mut tgt_rows) = (0, 0);
-        for p in 0..plan.parents.len() {
-            let mut s: Vec<&BucketResult> = source.iter().filter(|b| b.parent == p).collect();
-            let mut t: Vec<&BucketResult> = target.iter().filter(|b| b.parent == p).collect();
-            s.sort_by_key(|b| b.child);
-            t.sort_by_key(|b| b.child);
-            if s.len() != t.len() {
-                return Err(PlanError::BucketCount {
-                    side: "target",
-                    parent: p,
-                    got: t.len(),
-                    expected: s.len(),
-                });
-            }
-            for (a, b) in s.iter().zip(&t) {
-                if a.segment != b.segment {
-                    return Err(PlanError::BoundsMismatch {
-                        parent: p,
-                        child: a.child,
-                    });
-                }
-                segments += 1;
-                src_rows += a.agg.count();
-                tgt_rows += b.agg.count();
-                if self.differs(&a.agg, &b.agg)? {
-                    differing.push((a.segment.clone(), a.agg, b.agg));
-                }
+        for (a, b) in Self::pair(plan, source, target)? {
+            segments += 1;
+            src_rows += a.agg.count();
+            tgt_rows += b.agg.count();
+            if self.differs(&a.agg, &b.agg)? {
+                differing.push((a.segment.clone(), a.agg, b.agg));
             }
         }
         let stats = LevelStats {
@@ -265,6 +258,71 @@ impl Planner {
         Ok(stats)
     }
 
+    /// Pairs both sides' buckets. Key and hash splits give both sides the same
+    /// children, in order; period splits give each side the periods it has, so
+    /// they are matched by label and a period on one side only meets an empty one.
+    fn pair(
+        plan: &LevelPlan,
+        source: &[BucketResult],
+        target: &[BucketResult],
+    ) -> Result<Vec<(BucketResult, BucketResult)>, PlanError> {
+        let mut out = Vec::new();
+        for p in 0..plan.parents.len() {
+            let mut s: Vec<&BucketResult> = source.iter().filter(|b| b.parent == p).collect();
+            let mut t: Vec<&BucketResult> = target.iter().filter(|b| b.parent == p).collect();
+            s.sort_by_key(|b| b.child);
+            t.sort_by_key(|b| b.child);
+            if matches!(plan.split, Split::Period { .. }) {
+                let label = |b: &BucketResult| {
+                    b.segment
+                        .period
+                        .as_ref()
+                        .map(|x| x.label.clone())
+                        .unwrap_or_default()
+                };
+                let mut by_label: BTreeMap<String, (Option<&BucketResult>, Option<&BucketResult>)> =
+                    BTreeMap::new();
+                for b in &s {
+                    by_label.entry(label(b)).or_default().0 = Some(b);
+                }
+                for b in &t {
+                    by_label.entry(label(b)).or_default().1 = Some(b);
+                }
+                let empty = |other: &BucketResult| BucketResult {
+                    agg: AnyAggregate::new(other.agg.method(), 0, 0, other.agg.xor().map(|_| 0)),
+                    ..other.clone()
+                };
+                for (_, (a, b)) in by_label {
+                    match (a, b) {
+                        (Some(a), Some(b)) => out.push(((*a).clone(), (*b).clone())),
+                        (Some(a), None) => out.push(((*a).clone(), empty(a))),
+                        (None, Some(b)) => out.push((empty(b), (*b).clone())),
+                        (None, None) => {}
+                    }
+                }
+                continue;
+            }
+            if s.len() != t.len() {
+                return Err(PlanError::BucketCount {
+                    side: "target",
+                    parent: p,
+                    got: t.len(),
+                    expected: s.len(),
+                });
+            }
+            for (a, b) in s.into_iter().zip(t) {
+                if a.segment != b.segment {
+                    return Err(PlanError::BoundsMismatch {
+                        parent: p,
+                        child: a.child,
+                    });
+                }
+                out.push((a.clone(), b.clone()));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn params(&self) -> &PlanParams {
         &self.params
     }
@@ -284,11 +342,22 @@ mod tests {
             depth: 8,
             counts_only: false,
             max_leaves: None,
+            time: None,
         }
     }
 
     fn agg(count: u64, sum: u64) -> AnyAggregate {
         AnyAggregate::new(HashMethod::Sha256_64, count, sum, Some(sum))
+    }
+
+    /// The fake's "time" of key k: its hundred.
+    fn fake_label(k: i64) -> String {
+        format!("{:04}", k / 100)
+    }
+
+    fn in_seg(seg: &Segment, k: i64) -> bool {
+        seg.contains(&vec![KeyPart::Int(k)], (k as u64) % 64)
+            && seg.period.as_ref().is_none_or(|p| p.label == fake_label(k))
     }
 
     /// A fake dataset of integer keys 0..n with a per-key checksum: answers a level
@@ -301,11 +370,7 @@ mod tests {
         fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult> {
             let mut out = Vec::new();
             for (p, (seg, split)) in parents.iter().zip(splits).enumerate() {
-                let rows: Vec<&(i64, u64)> = self
-                    .rows
-                    .iter()
-                    .filter(|(k, _)| seg.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64))
-                    .collect();
+                let rows: Vec<&(i64, u64)> = self.rows.iter().filter(|(k, _)| in_seg(seg, *k)).collect();
                 let children = match split {
                     Split::Quantile(n) => {
                         let chunk = (rows.len() as u64).div_ceil(u64::from(*n)).max(1) as usize;
@@ -320,11 +385,26 @@ mod tests {
                     Split::Cuts(c) => seg.cut_children(c),
                     Split::Hash(n) => seg.hash_children(*n),
                     Split::Whole => vec![seg.clone()],
+                    Split::Period { column, granularity } => {
+                        let labels: std::collections::BTreeSet<String> =
+                            rows.iter().map(|(k, _)| fake_label(*k)).collect();
+                        labels
+                            .into_iter()
+                            .map(|label| Segment {
+                                period: Some(tally_common::segment::Period {
+                                    column: column.clone(),
+                                    granularity: *granularity,
+                                    label,
+                                }),
+                                ..seg.clone()
+                            })
+                            .collect()
+                    }
                 };
                 for (c, child) in children.into_iter().enumerate() {
                     let mut a = AnyAggregate::empty(HashMethod::Sha256_64, true);
                     for (k, h) in &rows {
-                        if child.contains(&vec![KeyPart::Int(*k)], (*k as u64) % 64) {
+                        if in_seg(&child, *k) {
                             a.add_checksum(*h);
                         }
                     }
@@ -396,6 +476,32 @@ mod tests {
         assert!(!covers(400), "a matching range must not be a leaf");
         // one query per side per level
         assert_eq!(p.levels.len(), p.levels.last().unwrap().level as usize);
+    }
+
+    #[test]
+    fn time_drill_compares_periods_then_quantiles_inside_the_differing_ones() {
+        let src = Fake { rows: data(1000) };
+        let mut t = data(1000);
+        t[150].1 ^= 1; // period 0001
+        t.push((1250, 9)); // a period the source does not have
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Time);
+        pp.time = Some(("at".into(), Granularity::Day));
+        let (p, _) = run(pp, &src, &tgt);
+        assert_eq!(
+            p.levels[0].segments, 11,
+            "10 shared periods and one on the target only"
+        );
+        assert_eq!(p.levels[0].differing, 2);
+        let covers = |k: i64| p.leaves.iter().any(|l| in_seg(&l.segment, k));
+        assert!(covers(150) && covers(1250));
+        assert!(p.leaves.iter().all(|l| l.segment.period.is_some()));
+        // inside period 0001 the drill went on by quantiles
+        assert!(
+            p.leaves.iter().any(|l| l.segment.has_key_bounds()),
+            "{:?}",
+            p.leaves
+        );
     }
 
     #[test]

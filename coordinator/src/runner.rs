@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::time::Instant;
 
-use tally_common::PrivacyLevel;
 use tally_common::checksum::{AnyAggregate, HashMethod, run_false_match_bound};
+use tally_common::period::Granularity;
 use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb};
+use tally_common::{PrivacyLevel, TypeClass};
 use tally_proto::v1 as pb;
 
 use crate::client::Agent;
@@ -17,7 +18,7 @@ use crate::error::RunError;
 use crate::planner::{BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop};
 use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
-use crate::spec::{Mode, Spec};
+use crate::spec::{Mode, Spec, Strategy};
 
 /// Revealed rows by key hash: the key and (at detailed) the canonical values.
 type Revealed = HashMap<u64, (KeyTuple, Vec<Option<String>>)>;
@@ -172,6 +173,7 @@ impl Run<'_> {
             depth: spec.bisection.depth,
             counts_only: spec.mode == Mode::Count,
             max_leaves: spec.gates.max_leaves,
+            time: self.time_split()?,
         });
         let drill = self.drill(&mut planner).await;
         // what was found so far is reported even when a gate or an agent stops the run
@@ -213,6 +215,37 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Strategy time: the period column (it must be compared, as a date or timestamp).
+    fn time_split(&self) -> Result<Option<(String, Granularity)>, RunError> {
+        let b = &self.spec.bisection;
+        let (Strategy::Time, Some(column)) = (b.strategy, &b.time_column) else {
+            return Ok(None);
+        };
+        let r = self.resolved.as_ref().expect("resolved");
+        let c = r.columns[r.key_len..]
+            .iter()
+            .find(|c| c.source_name.eq_ignore_ascii_case(column))
+            .ok_or_else(|| {
+                RunError::Config(format!(
+                    "bisection.time_column {column} is not among the compared columns ({})",
+                    r.compared_names().join(", ")
+                ))
+            })?;
+        if !matches!(
+            c.format.class,
+            TypeClass::Date | TypeClass::Timestamp | TypeClass::TimestampTz
+        ) {
+            return Err(RunError::Config(format!(
+                "bisection.time_column {column} is {}, not a date or timestamp",
+                c.format.class
+            )));
+        }
+        Ok(Some((
+            c.source_name.clone(),
+            b.time_granularity.unwrap_or(Granularity::Day),
+        )))
     }
 
     fn record_planner(&mut self, planner: &Planner) {

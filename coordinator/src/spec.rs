@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
 use tally_common::config_file::{ConfigError, load_yaml};
+use tally_common::period::Granularity;
 
 pub const DEFAULT_FACTOR: u32 = 32;
 pub const MAX_FACTOR: u32 = 1024;
@@ -71,6 +72,8 @@ pub enum Strategy {
     Auto,
     Quantile,
     Hash,
+    /// Calendar periods of `time_column`, then quantile inside a differing period.
+    Time,
 }
 
 impl Strategy {
@@ -78,6 +81,7 @@ impl Strategy {
         match self {
             Strategy::Auto | Strategy::Quantile => "quantile",
             Strategy::Hash => "hash",
+            Strategy::Time => "time",
         }
     }
 }
@@ -93,6 +97,12 @@ pub struct Bisection {
     pub threshold: u64,
     #[serde(default = "default_depth")]
     pub depth: u32,
+    /// `strategy: time`: the date or timestamp column whose periods form level 1.
+    #[serde(default)]
+    pub time_column: Option<String>,
+    /// `strategy: time`: hour, day (default), week (ISO, from Monday), month, quarter, year.
+    #[serde(default)]
+    pub time_granularity: Option<Granularity>,
 }
 
 fn default_factor() -> u32 {
@@ -115,6 +125,8 @@ impl Default for Bisection {
             factor: DEFAULT_FACTOR,
             threshold: DEFAULT_THRESHOLD,
             depth: DEFAULT_DEPTH,
+            time_column: None,
+            time_granularity: None,
         }
     }
 }
@@ -188,6 +200,23 @@ impl Spec {
         if b.depth == 0 || b.depth > 64 {
             return bad("bisection.depth", "must be between 1 and 64");
         }
+        match (b.strategy, &b.time_column) {
+            (Strategy::Time, None) => {
+                return bad(
+                    "bisection.time_column",
+                    "strategy time needs the date or timestamp column to split by",
+                );
+            }
+            (Strategy::Time, Some(c)) if c.is_empty() => {
+                return bad("bisection.time_column", "empty column name");
+            }
+            (Strategy::Time, _) => {}
+            (_, Some(_)) => return bad("bisection.time_column", "only used with strategy: time"),
+            (_, None) if b.time_granularity.is_some() => {
+                return bad("bisection.time_granularity", "only used with strategy: time");
+            }
+            _ => {}
+        }
         let r = &self.reporting;
         if r.sample_limit == 0 || r.sample_limit > 100_000 {
             return bad("reporting.sample_limit", "must be between 1 and 100000");
@@ -254,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_shipped_examples_parse() {
-        for f in ["spec.yaml", "spec-hash.yaml"] {
+        for f in ["spec.yaml", "spec-hash.yaml", "spec-time.yaml"] {
             let p = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../docs/examples")
                 .join(f);
@@ -273,6 +302,12 @@ mod tests {
             ("gates: { max_queries: 0 }\n", "gates.max_queries"),
             ("bisection: { strategy: random }\n", "strategy"),
             ("url: postgres://x\n", "url"),
+            ("bisection: { strategy: time }\n", "bisection.time_column"),
+            (
+                "bisection: { strategy: time, time_column: at, time_granularity: fortnight }\n",
+                "time_granularity",
+            ),
+            ("bisection: { time_column: at }\n", "bisection.time_column"),
         ];
         for (extra, key) in cases {
             let e = parse(&format!("{BASE}{extra}")).unwrap_err().to_string();

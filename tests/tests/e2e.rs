@@ -120,9 +120,14 @@ fn deploy(db_name: &str, target: Option<&Plant>, src_policy: &str, tgt_policy: &
 }
 
 fn spec(strategy: &str, level: &str) -> String {
+    let time = if strategy == "time" {
+        ", time_column: created_at, time_granularity: month"
+    } else {
+        ""
+    };
     format!(
         "name: e2e\nsource: {{ agent: dc1, dataset: orders }}\ntarget: {{ agent: vpc2, dataset: orders }}\n\
-         bisection: {{ strategy: {strategy}, factor: 16, threshold: 500 }}\nreporting: {{ level: {level} }}\n"
+         bisection: {{ strategy: {strategy}, factor: 16, threshold: 500{time} }}\nreporting: {{ level: {level} }}\n"
     )
 }
 
@@ -171,7 +176,7 @@ fn identical_data_matches_with_one_query_per_side() {
 fn planted_differences_are_found_exactly_with_every_strategy() {
     let p = plant();
     let d = deploy("e2e_diff", Some(&p), OPEN, OPEN);
-    for strategy in ["quantile", "hash"] {
+    for strategy in ["quantile", "hash", "time"] {
         let out = d.run(&spec(strategy, "with_keys"));
         assert_eq!(out.code, 1, "{strategy}: {}\n{}", out.stdout, out.stderr);
         let j = &out.json;
@@ -196,6 +201,12 @@ fn planted_differences_are_found_exactly_with_every_strategy() {
                     "hash leaves carry no key bounds: {l}"
                 );
             }
+            if strategy == "time" {
+                assert_eq!(l["bounds"]["period"]["granularity"], "month", "{l}");
+            }
+        }
+        if strategy == "time" {
+            assert_eq!(j["levels"][0]["segments"], 12, "one segment per month");
         }
         let levels = j["levels"].as_array().unwrap().len() as u64;
         assert_eq!(

@@ -144,4 +144,10 @@ impl Dialect for DuckDb {
     fn int_div(&self, a: &str, b: &str) -> String {
         format!("({a} // {b})")
     }
+
+    fn week_start(&self, canonical: &str) -> Option<String> {
+        Some(format!(
+            "strftime(date_trunc('week', CAST(substr({canonical}, 1, 10) AS DATE)), '%Y-%m-%d')"
+        ))
+    }
 }

@@ -12,7 +12,8 @@ pub mod postgres;
 pub mod sqlite;
 
 use tally_common::checksum::HashMethod;
-use tally_common::segment::{KeyPart, KeyTuple, Segment};
+use tally_common::period::Granularity;
+use tally_common::segment::{KeyPart, KeyTuple, Period, Segment};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
@@ -57,6 +58,38 @@ pub trait Dialect: Sync {
     fn sum_text(&self, h: &str) -> String;
     /// Integer division.
     fn int_div(&self, a: &str, b: &str) -> String;
+    /// The ISO week (its Monday, `YYYY-MM-DD`) of a canonical date/timestamp text.
+    fn week_start(&self, canonical: &str) -> Option<String>;
+}
+
+/// The period label of a canonical time text, in SQL (see `tally_common::period`).
+pub fn period_expr(d: &dyn Dialect, canonical: &str, g: Granularity) -> Option<String> {
+    let cut = |n: usize| format!("substr({canonical}, 1, {n})");
+    Some(match g {
+        Granularity::Week => d.week_start(canonical)?,
+        Granularity::Quarter => {
+            let m = format!("substr({canonical}, 6, 2)");
+            d.concat(&[
+                cut(5),
+                format!(
+                    "CASE WHEN {m} IN ('01', '02', '03') THEN '01' WHEN {m} IN ('04', '05', '06') THEN '04' \
+                     WHEN {m} IN ('07', '08', '09') THEN '07' ELSE '10' END"
+                ),
+            ])
+        }
+        _ => cut(g.prefix_len()),
+    })
+}
+
+/// The column a period names, among the request's columns.
+pub fn period_column<'a>(cols: &'a [BoundColumn], p: &Period) -> Option<&'a BoundColumn> {
+    cols.iter().find(|c| c.info.name.eq_ignore_ascii_case(&p.column))
+}
+
+/// The period label expression of a period's column, if this engine renders it.
+fn period_label_expr(d: &dyn Dialect, cols: &[BoundColumn], p: &Period) -> Option<String> {
+    let c = period_column(cols, p)?;
+    period_expr(d, &d.canonical_expr(c)?, p.granularity)
 }
 
 /// The relation rows come from.
@@ -94,6 +127,14 @@ impl<'a> Binder<'a> {
         }
         self.binds.push(v);
         self.d.key_param(self.binds.len(), col)
+    }
+
+    fn text(&mut self, v: &str) -> String {
+        if self.inline {
+            return format!("'{}'", v.replace('\'', "''"));
+        }
+        self.binds.push(KeyPart::Text(v.to_string()));
+        self.d.placeholder(self.binds.len())
     }
 
     fn tuple(&mut self, t: &KeyTuple, key: &[&ColumnInfo]) -> String {
@@ -155,6 +196,18 @@ fn range_conditions(b: &mut Binder<'_>, seg: &Segment, key: &[&ColumnInfo]) -> V
     conds
 }
 
+/// The condition of a segment's period, where the engine renders it (otherwise the
+/// agent checks the period in-process).
+fn period_condition(b: &mut Binder<'_>, seg: &Segment, cols: &[BoundColumn]) -> Option<String> {
+    let p = seg.period.as_ref()?;
+    let e = period_label_expr(b.d, cols, p)?;
+    Some(if p.label.is_empty() {
+        format!("{e} IS NULL")
+    } else {
+        format!("{e} = {}", b.text(&p.label))
+    })
+}
+
 fn where_clause(conds: &[String]) -> String {
     if conds.is_empty() {
         String::new()
@@ -209,7 +262,8 @@ pub fn fetch_rows(
             format!("{e} AS {}", d.quote(&format!("tally_f{i}")))
         })
         .collect();
-    let conds = range_conditions(&mut b, seg, key);
+    let mut conds = range_conditions(&mut b, seg, key);
+    conds.extend(period_condition(&mut b, seg, cols));
     let mut text = format!(
         "SELECT {} FROM {}{}",
         select.join(", "),
@@ -258,6 +312,7 @@ pub fn investigation_sql(
     {
         conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
     }
+    conds.extend(period_condition(&mut b, seg, cols));
     let mut text = format!(
         "SELECT {} FROM {}{} ORDER BY {}",
         cols.iter()
@@ -333,6 +388,9 @@ pub fn aggregate(
         if let (Some((lo, hi)), Some(bh)) = (seg.hash, &bh) {
             conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
         }
+        if seg.period.is_some() {
+            conds.push(period_condition(&mut b, seg, cols)?);
+        }
         arms.push(format!(
             "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}",
             kq.join(", "),
@@ -373,6 +431,41 @@ pub fn aggregate(
         "SELECT p, b, COUNT(*) AS n, {} AS s, {xor} AS x, {} FROM ({inner}) z GROUP BY p, b ORDER BY p, b",
         d.sum_text("h"),
         firsts.join(", ")
+    );
+    Some(Sql { text, binds: b.binds })
+}
+
+/// The time strategy's first level: one bucket per calendar period of `period.column`
+/// present in the segment, labelled (NULL: rows without a time). Columns of the result:
+/// p (0), b (0), n, s, x, label: the layout of [`aggregate`], with the label where a
+/// quantile child's first key would be. Ordered by label.
+pub fn aggregate_periods(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    method: HashMethod,
+    seg: &Segment,
+    period: &Period,
+) -> Option<Sql> {
+    let label = period_label_expr(d, cols, period)?;
+    let h = d.row_hash_expr(&row_string_expr(d, cols)?, method)?;
+    let mut b = Binder::new(d);
+    let mut conds = range_conditions(&mut b, seg, key);
+    if let Some((lo, hi)) = seg.hash {
+        let bh = d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?)?;
+        conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+    }
+    if seg.period.is_some() {
+        conds.push(period_condition(&mut b, seg, cols)?);
+    }
+    let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
+    let text = format!(
+        "SELECT 0 AS p, 0 AS b, COUNT(*) AS n, {} AS s, {xor} AS x, lbl FROM (SELECT {label} AS lbl, {h} AS h \
+         FROM {}{}) z GROUP BY lbl ORDER BY lbl",
+        d.sum_text("h"),
+        relation(d, source),
+        where_clause(&conds)
     );
     Some(Sql { text, binds: b.binds })
 }

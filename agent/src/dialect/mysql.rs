@@ -132,4 +132,10 @@ impl Dialect for MySql {
     fn int_div(&self, a: &str, b: &str) -> String {
         format!("({a} DIV {b})")
     }
+
+    fn week_start(&self, canonical: &str) -> Option<String> {
+        Some(format!(
+            "DATE_FORMAT(DATE(substr({canonical}, 1, 10)) - INTERVAL WEEKDAY(DATE(substr({canonical}, 1, 10))) DAY, '%Y-%m-%d')"
+        ))
+    }
 }

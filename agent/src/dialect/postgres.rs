@@ -170,4 +170,10 @@ impl Dialect for Postgres {
     fn int_div(&self, a: &str, b: &str) -> String {
         format!("({a} / {b})")
     }
+
+    fn week_start(&self, canonical: &str) -> Option<String> {
+        Some(format!(
+            "to_char(date_trunc('week', substr({canonical}, 1, 10)::date), 'YYYY-MM-DD')"
+        ))
+    }
 }

@@ -63,6 +63,10 @@ impl Dialect for Sqlite {
     fn int_div(&self, a: &str, b: &str) -> String {
         format!("({a} / {b})")
     }
+
+    fn week_start(&self, _canonical: &str) -> Option<String> {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +107,7 @@ mod tests {
             lower: Some(vec![KeyPart::Text("EU".into()), KeyPart::Int(7)]),
             upper: None,
             hash: None,
+            period: None,
         };
         let src = Source::Table(vec!["main".into(), "or\"ders".into()]);
         let sql = fetch_rows(&Sqlite, &src, &cols, &key, &seg, FetchShape::Raw, true);
