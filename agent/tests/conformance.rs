@@ -713,3 +713,78 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
     assert_eq!(months[2].2.period.as_ref().unwrap().label, "2024-03");
     eprintln!("identical buckets on {:?}", engines());
 }
+
+/// The same table with one planted difference of each kind, on every engine: the
+/// buckets that differ from a clean copy are exactly the buckets holding the planted
+/// rows, whichever engine holds which copy.
+#[tokio::test(flavor = "multi_thread")]
+async fn planted_differences_land_in_exactly_the_right_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    // key 3i + i%5 for i in 1..=3000; cuts every 1000 keys
+    let cuts: Vec<Vec<KeyPart>> = (1..9).map(|c| vec![KeyPart::Int(c * 1000)]).collect();
+    let bucket_of = |k: i64| cuts.iter().filter(|c| c[0] <= KeyPart::Int(k)).count();
+    // changed value (id 1504), missing row (4500), extra row (8000, a key the table lacks),
+    // NULL vs empty text (id 6008 has a note; set it NULL in one copy and '' in the other)
+    let plant = |e: Engine| {
+        let empty = "''".to_string();
+        let ok = if e == Engine::Sqlite { "1" } else { "TRUE" };
+        format!(
+            "UPDATE orders SET amount = amount + 1 WHERE id = 1504;\nDELETE FROM orders WHERE id = 4500;\n\
+             INSERT INTO orders VALUES (8000, 'x', 1.00, '2024-01-01 00:00:00', NULL, {ok});\n\
+             UPDATE orders SET note = {empty} WHERE id = 6008;\n"
+        )
+    };
+    let expected: std::collections::BTreeSet<usize> =
+        [1504, 4500, 8000, 6008].into_iter().map(bucket_of).collect();
+    assert_eq!(
+        expected.len(),
+        4,
+        "the planted rows sit in four different buckets"
+    );
+    let mut clean = Vec::new();
+    let mut dirty = Vec::new();
+    for engine in engines() {
+        for (planted, out) in [(false, &mut clean), (true, &mut dirty)] {
+            let name = if planted { "dirty" } else { "clean" };
+            let l = live(engine, name, dir.path());
+            l.exec(&orders_sql(engine, "orders")).await;
+            l.exec(&format!(
+                "UPDATE orders SET note = NULL WHERE id = 6008;\n{}",
+                if planted { plant(engine) } else { String::new() }
+            ))
+            .await;
+            let ds = Dataset {
+                name: name.into(),
+                config: tally_common::config_file::parse_yaml(
+                    std::path::Path::new("x"),
+                    "{ url: 'sqlite://x', table: orders, key: [id] }",
+                )
+                .unwrap(),
+                source: Source::Table(vec!["orders".into()]),
+                connector: l.connector,
+            };
+            let b = ds.bind(orders_columns(), 1).await.unwrap();
+            let o = ds
+                .aggregate(
+                    &b,
+                    HashMethod::Sha256_64,
+                    &[(Segment::whole(), Split::Cuts(cuts.clone()))],
+                    false,
+                )
+                .await
+                .unwrap();
+            out.push((engine, summary(&o)));
+        }
+    }
+    for (ce, c) in &clean {
+        for (de, d) in &dirty {
+            let differing: std::collections::BTreeSet<usize> = c
+                .iter()
+                .zip(d)
+                .filter(|(a, b)| (a.3, a.4, a.5) != (b.3, b.4, b.5))
+                .map(|(a, _)| a.1)
+                .collect();
+            assert_eq!(differing, expected, "clean on {ce:?} against dirty on {de:?}");
+        }
+    }
+}
