@@ -548,10 +548,9 @@ fn ntile(i: u64, total: u64, n: u64) -> u64 {
     let big = r * (q + 1);
     let b = if i < big {
         i / (q + 1)
-    } else if q == 0 {
-        n - 1
     } else {
-        r + (i - big) / q
+        // q == 0: fewer rows than buckets, and this row came after the count
+        (i - big).checked_div(q).map_or(n - 1, |j| r + j)
     };
     b.min(n - 1)
 }

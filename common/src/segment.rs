@@ -452,6 +452,11 @@ mod tests {
             lower: Some(vec![KeyPart::Text("a".into()), KeyPart::Int(-3)]),
             upper: None,
             hash: Some((0, 16)),
+            period: Some(Period {
+                column: "at".into(),
+                granularity: Granularity::Week,
+                label: "2024-03-11".into(),
+            }),
         };
         assert_eq!(Segment::from_pb(pb::Segment::from(&s), "s").unwrap(), s);
         let bad = pb::Segment {
