@@ -385,7 +385,10 @@ impl Split {
                     .map(|(i, t)| tuple_from_pb(t, &format!("{field}.cuts[{i}]")))
                     .collect::<Result<Vec<_>, _>>()?;
                 if cuts.windows(2).any(|w| w[0] >= w[1]) {
-                    return Err(wire_err(field, "cut points must be strictly increasing"));
+                    return Err(wire_err(
+                        field,
+                        "cut points must be strictly increasing (duplicate keys in the source dataset?)",
+                    ));
                 }
                 Split::Cuts(cuts)
             }

@@ -108,6 +108,12 @@ pub struct DiffCounts {
 }
 
 #[derive(Debug, Clone, Serialize)]
+pub struct DuplicateKeys {
+    pub source: u64,
+    pub target: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct ErrorOut {
     pub code: String,
     pub message: String,
@@ -134,6 +140,9 @@ pub struct RunResult {
     pub differences: Option<Vec<Difference>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub difference_counts: Option<DiffCounts>,
+    /// Keys found more than once in the differing segments (rows phase only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate_keys: Option<DuplicateKeys>,
     /// More differences exist than `sample_limit` let through.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,

@@ -90,6 +90,7 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
             levels: Vec::new(),
             leaves: Vec::new(),
             differences: None,
+            duplicate_keys: None,
             difference_counts: None,
             truncated: false,
             warnings: Vec::new(),
@@ -428,6 +429,7 @@ impl Run<'_> {
         let spec = self.spec;
         let level = pb::PrivacyLevel::from(spec.reporting.level) as i32;
         let mut counts = DiffCounts::default();
+        let (mut dup_source, mut dup_target) = (0u64, 0u64);
         // (leaf, kind, key hash), in leaf order
         let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
         for (i, leaf) in leaves.iter().enumerate() {
@@ -445,8 +447,18 @@ impl Run<'_> {
                 self.target
                     .row_digests(req(r.target_columns(), &spec.target.dataset))
             );
-            let s: HashMap<u64, u64> = s?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
-            let t: HashMap<u64, u64> = t?.into_iter().map(|d| (d.key_hash, d.row_hash)).collect();
+            // a key seen twice on one side is a duplicate key: reported, never folded
+            let index = |digests: Vec<pb::RowDigest>, dups: &mut u64| {
+                let mut m: HashMap<u64, u64> = HashMap::with_capacity(digests.len());
+                for d in digests {
+                    if m.insert(d.key_hash, d.row_hash).is_some() {
+                        *dups += 1;
+                    }
+                }
+                m
+            };
+            let s = index(s?, &mut dup_source);
+            let t = index(t?, &mut dup_target);
             let mut here: Vec<(DiffKind, u64)> = Vec::new();
             for (k, h) in &s {
                 match t.get(k) {
@@ -575,6 +587,16 @@ impl Run<'_> {
         }
         self.res.differences = Some(diffs);
         self.res.difference_counts = Some(counts);
+        if dup_source + dup_target > 0 {
+            self.res.duplicate_keys = Some(DuplicateKeys {
+                source: dup_source,
+                target: dup_target,
+            });
+            self.res.warnings.push(format!(
+                "duplicate keys in the differing segments: {dup_source} on the source, {dup_target} on the target; \
+                 rows sharing a key are compared as one"
+            ));
+        }
         Ok(())
     }
 }

@@ -526,3 +526,37 @@ fn tally_demo_finds_exactly_what_it_planted() {
         "{engine}"
     );
 }
+
+#[test]
+fn duplicate_keys_are_reported_not_folded() {
+    let pg = db::postgres();
+    let my = db::mariadb();
+    let pg_url = pg.create_database("e2e_dups");
+    let my_url = my.create_database("e2e_dups");
+    let rows: Vec<String> = (1..=2000).map(|i| format!("({i}, 'v{i}')")).collect();
+    let load = format!(
+        "CREATE TABLE t (id BIGINT NOT NULL, v VARCHAR(20));\nINSERT INTO t VALUES {};\n",
+        rows.join(", ")
+    );
+    pg.exec(Some("e2e_dups"), &load);
+    my.exec(
+        Some("e2e_dups"),
+        &format!("{load}INSERT INTO t VALUES (777, 'again');\n"),
+    );
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    d.start_agent(
+        "dc1",
+        "t",
+        &format!("{{ url: '{pg_url}', table: t, key: [id], policy: {OPEN} }}"),
+    );
+    d.start_agent(
+        "vpc2",
+        "t",
+        &format!("{{ url: '{my_url}', table: t, key: [id], policy: {OPEN} }}"),
+    );
+    let out = d.run("name: dups\nsource: { agent: dc1, dataset: t }\ntarget: { agent: vpc2, dataset: t }\nreporting: { level: with_keys }\n");
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["duplicate_keys"]["target"], 1, "{}", out.stdout);
+    assert_eq!(out.json["duplicate_keys"]["source"], 0);
+    assert_eq!(out.json["target"]["count"], 2001);
+}
