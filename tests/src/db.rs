@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::proc::{free_port, wait_for_port};
+use crate::proc::free_port;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -26,6 +26,8 @@ pub struct Server {
     pub port: u16,
     /// URL of the server without a database (admin user).
     base_url: String,
+    /// The network namespace it runs in, if not this process's.
+    pub ns: Option<String>,
 }
 
 fn run(cmd: &mut Command, what: &str) -> String {
@@ -93,22 +95,41 @@ fn pg_bindir() -> PathBuf {
     })
 }
 
+/// A command, run inside network namespace `ns` when given.
+pub fn in_ns(ns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 fn start_postgres() -> Server {
     if let Ok(url) = std::env::var("TALLY_TEST_PG_URL") {
         return Server::from_url(Kind::Postgres, &url);
     }
+    start_postgres_in(None)
+}
+
+/// A PostgreSQL listening on 127.0.0.1 of network namespace `ns` (of this one when
+/// `None`), removed when the test process exits.
+pub fn start_postgres_in(ns: Option<&str>) -> Server {
     let bin = pg_bindir();
     let dir = temp_dir("tally-pg");
     let data = dir.join("data");
-    let port = free_port();
+    // a fresh namespace has every port free
+    let port = if ns.is_some() { 5432 } else { free_port() };
     let root = is_root();
     let as_pg = |exe: &str| -> Command {
         let mut c = if root {
-            let mut c = Command::new("runuser");
+            let mut c = in_ns(ns, "runuser");
             c.args(["-u", "postgres", "--"]).arg(bin.join(exe));
             c
         } else {
-            Command::new(bin.join(exe))
+            in_ns(ns, bin.join(exe))
         };
         c.stdin(Stdio::null());
         c
@@ -131,16 +152,17 @@ fn start_postgres() -> Server {
         ]),
         "initdb",
     );
-    let pg_ctl = bin.join("pg_ctl");
     reaper(&format!(
-        "{} {} -D {} stop -m immediate; rm -rf {}",
+        "{}{} {} -D {} stop -m immediate; rm -rf {}",
+        ns.map(|n| format!("ip netns exec {n} ")).unwrap_or_default(),
         if root { "runuser -u postgres --" } else { "" },
-        pg_ctl.display(),
+        bin.join("pg_ctl").display(),
         data.display(),
         dir.display()
     ));
     let opts = format!(
-        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
+        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+         -c max_connections=100 -c shared_buffers=256MB",
         dir.display()
     );
     run(
@@ -152,24 +174,29 @@ fn start_postgres() -> Server {
             .args(["-o", &opts, "-w", "-t", "60", "start"]),
         "pg_ctl start",
     );
-    assert!(
-        wait_for_port(port, Duration::from_secs(30)),
-        "postgres did not listen on {port}"
-    );
-    Server {
+    let s = Server {
         kind: Kind::Postgres,
         host: "127.0.0.1".into(),
         port,
         base_url: format!("postgres://postgres@127.0.0.1:{port}"),
-    }
+        ns: ns.map(str::to_string),
+    };
+    s.wait_ready(&dir);
+    s
 }
 
-// mariadbd outlives the handle on purpose: the reaper stops it when this process ends
-#[allow(clippy::zombie_processes)]
 fn start_mariadb() -> Server {
     if let Ok(url) = std::env::var("TALLY_TEST_MYSQL_URL") {
         return Server::from_url(Kind::MariaDb, &url);
     }
+    start_mariadb_in(None)
+}
+
+/// A MariaDB listening on 127.0.0.1 of network namespace `ns` (of this one when
+/// `None`), removed when the test process exits.
+// mariadbd outlives the handle on purpose: the reaper stops it when this process ends
+#[allow(clippy::zombie_processes)]
+pub fn start_mariadb_in(ns: Option<&str>) -> Server {
     let (install, server) = (
         Path::new("/usr/bin/mariadb-install-db"),
         Path::new("/usr/sbin/mariadbd"),
@@ -180,7 +207,7 @@ fn start_mariadb() -> Server {
     );
     let dir = temp_dir("tally-mariadb");
     let data = dir.join("data");
-    let port = free_port();
+    let port = if ns.is_some() { 3306 } else { free_port() };
     let sock = dir.join("sock");
     run(
         Command::new(install)
@@ -193,13 +220,13 @@ fn start_mariadb() -> Server {
             .arg(format!("--datadir={}", data.display())),
         "mariadb-install-db",
     );
-    let child = Command::new(server)
+    let child = in_ns(ns, server)
         .args([
             "--no-defaults",
             "--user=root",
             "--bind-address=127.0.0.1",
             "--skip-log-bin",
-            "--innodb-buffer-pool-size=256M",
+            "--innodb-buffer-pool-size=512M",
         ])
         .args([
             "--innodb-flush-log-at-trx-commit=0",
@@ -218,32 +245,20 @@ fn start_mariadb() -> Server {
         .spawn()
         .expect("starting mariadbd");
     reaper(&format!(
-        "kill -9 {} 2>/dev/null; sleep 1; rm -rf {}",
+        "kill -9 {} 2>/dev/null; pkill -9 -f '{}' 2>/dev/null; sleep 1; rm -rf {}",
         child.id(),
+        data.display(),
         dir.display()
     ));
-    assert!(
-        wait_for_port(port, Duration::from_secs(60)),
-        "mariadbd did not listen on {port}; see {}/log",
-        dir.display()
-    );
     let s = Server {
         kind: Kind::MariaDb,
         host: "127.0.0.1".into(),
         port,
         base_url: format!("mysql://root@127.0.0.1:{port}"),
+        ns: ns.map(str::to_string),
     };
-    // the port opens before the server accepts logins
-    for _ in 0..100 {
-        if s.try_exec(None, "SELECT 1").is_ok() {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!(
-        "mariadbd on {port} does not accept logins; see {}/log",
-        dir.display()
-    );
+    s.wait_ready(&dir);
+    s
 }
 
 /// The test process's PostgreSQL.
@@ -280,6 +295,7 @@ impl Server {
                 .rsplit_once('/')
                 .filter(|(a, _)| a.contains("://") && a.matches('/').count() > 2)
                 .map_or(url.to_string(), |(a, _)| a.to_string()),
+            ns: None,
         }
     }
 
@@ -306,10 +322,26 @@ impl Server {
         format!("{}/{db}", self.base_url)
     }
 
+    /// Waits until the server accepts logins (its port opens before that).
+    fn wait_ready(&self, dir: &Path) {
+        for _ in 0..600 {
+            if self.try_exec(None, "SELECT 1").is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "{:?} on port {} does not accept logins; see {}/log",
+            self.kind,
+            self.port,
+            dir.display()
+        );
+    }
+
     fn client(&self, db: Option<&str>) -> Command {
         match self.kind {
             Kind::Postgres => {
-                let mut c = Command::new("psql");
+                let mut c = in_ns(self.ns.as_deref(), "psql");
                 c.args([
                     "-X",
                     "-q",
@@ -328,7 +360,7 @@ impl Server {
                 c
             }
             Kind::MariaDb => {
-                let mut c = Command::new("mariadb");
+                let mut c = in_ns(self.ns.as_deref(), "mariadb");
                 c.args([
                     "--no-defaults",
                     "-N",

@@ -8,5 +8,6 @@
 
 pub mod bins;
 pub mod db;
+pub mod netns;
 pub mod proc;
 pub mod zones;
