@@ -48,17 +48,9 @@ impl Topology {
         let (a, b) = (zone("a", 1), zone("b", 2));
         // the reaper first: whatever happens next, the namespaces go away
         let names = [&hub, &a.ns, &b.ns].map(|s| s.as_str()).join(" ");
-        let script = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 1; done; for n in {names}; do ip netns pids $n 2>/dev/null | xargs -r kill -9; ip netns del $n 2>/dev/null; done",
-            std::process::id()
-        );
-        Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("setsid (util-linux)");
+        crate::db::reaper(&format!(
+            "for n in {names}; do ip netns pids $n 2>/dev/null | xargs -r kill -9; ip netns del $n 2>/dev/null; done"
+        ));
         for n in [&hub, &a.ns, &b.ns] {
             ip(&["netns", "add", n]);
             ip(&["-n", n, "link", "set", "lo", "up"]);
