@@ -45,7 +45,7 @@ fn start_agent(dir: &std::path::Path, ns: &str, name: &str, addr: &str, url: &st
     let path = dir.join(format!("{name}.yaml"));
     std::fs::write(&path, cfg).unwrap();
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    let guard = ChildGuard::spawn(
+    ChildGuard::spawn(
         name,
         Command::new("ip")
             .args(["netns", "exec", ns])
@@ -55,8 +55,7 @@ fn start_agent(dir: &std::path::Path, ns: &str, name: &str, addr: &str, url: &st
             .stdout(log.try_clone().unwrap())
             .stderr(log),
     )
-    .unwrap();
-    guard
+    .unwrap()
 }
 
 fn run_in_hub(topo: &Topology, dir: &std::path::Path, dataset: &str) -> Command {
