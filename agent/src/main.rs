@@ -25,7 +25,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Validate the config, connect to every dataset, print what was found (exit 0 or 2).
-    Check,
+    Check {
+        /// Only validate the config file (no TLS files, environment or databases needed).
+        #[arg(long)]
+        offline: bool,
+    },
     /// Serve (the default).
     Serve,
 }
@@ -54,7 +58,11 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Check => rt.block_on(check(&cfg, &cli.config)),
+        Command::Check { offline: true } => {
+            println!("{}: valid ({} dataset(s): {})", cli.config.display(), cfg.datasets.len(), cfg.datasets.keys().cloned().collect::<Vec<_>>().join(", "));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { offline: false } => rt.block_on(check(&cfg, &cli.config)),
         Command::Serve => rt.block_on(serve(&cfg, &cli.config)),
     };
     match result {

@@ -1,0 +1,39 @@
+{{- define "tally-agent.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tally-agent.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tally-agent.labels" -}}
+app.kubernetes.io/name: {{ include "tally-agent.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "tally-agent.selector" -}}
+app.kubernetes.io/name: {{ include "tally-agent.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tally-agent.tlsSecret" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "tally-agent.fullname" .) -}}
+{{- else -}}
+{{- required "tls.existingSecret (or tls.certManager.enabled) is required: the agent speaks mutual TLS only" .Values.tls.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment variable carrying one dataset's URL. */}}
+{{- define "tally-agent.urlEnv" -}}
+{{- printf "TALLY_DATASET_%s_URL" (. | upper | replace "-" "_" | replace "." "_") -}}
+{{- end -}}
