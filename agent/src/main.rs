@@ -59,7 +59,12 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Check { offline: true } => {
-            println!("{}: valid ({} dataset(s): {})", cli.config.display(), cfg.datasets.len(), cfg.datasets.keys().cloned().collect::<Vec<_>>().join(", "));
+            println!(
+                "{}: valid ({} dataset(s): {})",
+                cli.config.display(),
+                cfg.datasets.len(),
+                cfg.datasets.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { offline: false } => rt.block_on(check(&cfg, &cli.config)),
