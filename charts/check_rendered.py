@@ -26,7 +26,7 @@ for cm in by_kind.get("ConfigMap", []):
         (outdir / key).write_text(text)
 
 def pod_specs():
-    for d in by_kind.get("Deployment", []):
+    for d in by_kind.get("Deployment", []) + by_kind.get("StatefulSet", []):
         yield d["spec"]["template"]["spec"]
     for d in by_kind.get("CronJob", []):
         yield d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
@@ -72,6 +72,12 @@ if chart == "tally-agent":
         fail("agent probes missing")
 if chart == "tally-coordinator":
     coord = yaml.safe_load((outdir / "coordinator.yaml").read_text())
+    for sts in by_kind.get("StatefulSet", []):
+        c = sts["spec"]["template"]["spec"]["containers"][0]
+        if not (c.get("readinessProbe") and c.get("livenessProbe")):
+            fail("tally serve probes missing")
+        if not coord.get("data_dir") or not by_kind.get("Service"):
+            fail("tally serve needs its data_dir and Service")
     for name, a in coord["agents"].items():
         if not a["endpoint"].startswith("https://"):
             fail(f"agent {name}: endpoint must be https")

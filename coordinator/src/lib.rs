@@ -13,4 +13,6 @@ pub mod planner;
 pub mod resolve;
 pub mod result;
 pub mod runner;
+pub mod serve;
 pub mod spec;
+pub mod store;

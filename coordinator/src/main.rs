@@ -39,6 +39,12 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
+    /// The coordinator service: an HTTP API that starts runs and keeps their results in
+    /// a hash-chained run store under `data_dir`.
+    Serve {
+        #[arg(short = 'c', long = "config", default_value = "coordinator.yaml")]
+        config: PathBuf,
+    },
     /// Certificates for trials: a development CA, the coordinator's client certificate
     /// and one server certificate per agent.
     Certs {
@@ -94,6 +100,36 @@ fn main() -> ExitCode {
             json,
             progress,
         } => rt.block_on(cmd_run(spec, config, json, progress)),
+        Command::Serve { config } => rt.block_on(async move {
+            let cfg = match CoordinatorConfig::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("tally serve: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let shutdown = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            let shutdown = async move {
+                #[cfg(unix)]
+                {
+                    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .expect("SIGTERM handler");
+                    tokio::select! { _ = shutdown => {}, _ = term.recv() => {} }
+                }
+                #[cfg(not(unix))]
+                shutdown.await;
+            };
+            let ready = |addr| eprintln!("tally serve: listening on http://{addr}");
+            match tally_coordinator::serve::serve(&cfg, &config, shutdown, ready).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tally serve: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }),
         Command::Certs {
             command: CertsCommand::Init { out, agents, sans },
         } => match pki::init_dir(&out, &agents, &sans) {

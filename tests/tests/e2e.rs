@@ -560,3 +560,113 @@ fn duplicate_keys_are_reported_not_folded() {
     assert_eq!(out.json["duplicate_keys"]["source"], 0);
     assert_eq!(out.json["target"]["count"], 2001);
 }
+
+/// A minimal HTTP/1.1 exchange (the tests need no HTTP client crate).
+fn http(port: u16, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status: u16 = resp.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
+    )
+}
+
+#[test]
+fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
+    let d = deploy("e2e_serve", Some(&plant()), OPEN, OPEN);
+    let port = tally_e2e::proc::free_port();
+    let cfg = d.coordinator_config();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let serve_cfg = d.path().join("serve.yaml");
+    std::fs::write(
+        &serve_cfg,
+        format!("listen: 127.0.0.1:{port}\ndata_dir: store\n{text}"),
+    )
+    .unwrap();
+    let start = || {
+        let mut c = std::process::Command::new(tally_e2e::bins::tally());
+        c.args(["serve", "-c"])
+            .arg(&serve_cfg)
+            .env("TALLY_API_TOKEN", "s3cret");
+        let g = tally_e2e::proc::ChildGuard::spawn("serve", &mut c).unwrap();
+        assert!(
+            tally_e2e::proc::wait_for_port(port, Duration::from_secs(20)),
+            "tally serve did not listen"
+        );
+        g
+    };
+    let mut serve = start();
+    assert_eq!(http(port, "GET", "/healthz", None, "").0, 200);
+    let spec = spec("quantile", "with_keys");
+    assert_eq!(
+        http(port, "POST", "/v1/runs", None, &spec).0,
+        401,
+        "the API needs the token"
+    );
+    let (code, body) = http(
+        port,
+        "POST",
+        "/v1/runs",
+        Some("s3cret"),
+        "name: x\nsource: { agent: nowhere, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n",
+    );
+    assert_eq!(code, 400);
+    assert!(body["error"].as_str().unwrap().contains("nowhere"), "{body}");
+    let (code, body) = http(port, "POST", "/v1/runs", Some("s3cret"), &spec);
+    assert_eq!(code, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(120);
+    let doc = loop {
+        let (code, doc) = http(port, "GET", &format!("/v1/runs/{id}"), Some("s3cret"), "");
+        if code == 200 {
+            break doc;
+        }
+        assert_eq!(code, 202, "{doc}");
+        assert!(Instant::now() < until, "run did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(doc["result"]["verdict"], "differ", "{doc}");
+    assert_eq!(differences(&doc["result"]), expected(&plant()));
+    assert_eq!(doc["spec"]["name"], "e2e");
+    let (_, list) = http(port, "GET", "/v1/runs", Some("s3cret"), "");
+    assert_eq!(list["runs"][0]["id"], id.as_str());
+    assert_eq!(list["runs"][0]["verdict"], "differ");
+    // the record survives a restart
+    serve.kill();
+    let mut serve = start();
+    assert_eq!(
+        http(port, "GET", &format!("/v1/runs/{id}"), Some("s3cret"), "").1["result"]["verdict"],
+        "differ"
+    );
+    serve.kill();
+    // and an edited record is refused
+    let doc_path = d.path().join("store").join("runs").join(format!("{id}.json"));
+    let edited = std::fs::read_to_string(&doc_path)
+        .unwrap()
+        .replace("\"differ\"", "\"match\"");
+    std::fs::write(&doc_path, edited).unwrap();
+    let out = std::process::Command::new(tally_e2e::bins::tally())
+        .args(["serve", "-c"])
+        .arg(&serve_cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not match its index entry"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
