@@ -14,10 +14,12 @@ use tally_common::segment::{KeyTuple, Segment, Split};
 
 use crate::spec::Strategy;
 
-/// More than this share of a level's segments differing stops the drill (it would
-/// degenerate into a scan of everything, slice by slice).
+/// More than this share of a level's segments differing stops the drill: the data
+/// differs nearly everywhere and further levels cannot narrow it down. Level 1 is
+/// exempt: a few scattered differences can touch most of its few, large segments, and
+/// only the next level tells the two cases apart.
 const EARLY_STOP_SHARE: f64 = 0.5;
-/// …but only once a level has at least this many differing segments.
+/// …and only once a level has at least this many differing segments.
 const EARLY_STOP_MIN: usize = 16;
 
 #[derive(Debug, Clone)]
@@ -212,8 +214,9 @@ impl Planner {
         if plan.level == 1 {
             self.totals = Some((src_rows, tgt_rows));
         }
-        let degenerate =
-            differing.len() >= EARLY_STOP_MIN && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
+        let degenerate = plan.level >= 2
+            && differing.len() >= EARLY_STOP_MIN
+            && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
         for (seg, a, b) in differing {
             let big = a.count().max(b.count()) >= self.params.threshold;
             if !degenerate && big && plan.level < self.params.depth && self.can_split(&seg, &a, &b) {
@@ -520,21 +523,42 @@ mod tests {
     fn most_segments_differing_stops_early() {
         let src = Fake { rows: data(2000) };
         let tgt = Fake {
-            rows: data(2000).into_iter().map(|(k, h)| (k, h ^ 1)).collect(),
+            rows: data(2000)
+                .into_iter()
+                .map(|(k, h)| (k, h.rotate_left(7) ^ 0x5555))
+                .collect(),
         };
         let mut pp = params(Strategy::Quantile);
         pp.factor = 32;
         let (p, q) = run(pp, &src, &tgt);
-        assert_eq!(q, 1);
-        assert!(matches!(
-            p.stop,
-            Some(Stop::MostSegmentsDiffer {
-                level: 1,
-                differing: 32,
-                segments: 32
-            })
-        ));
+        assert_eq!(
+            q, 2,
+            "level 1 never stops: scattered differences also touch most of its segments"
+        );
+        assert!(
+            matches!(p.stop, Some(Stop::MostSegmentsDiffer { level: 2, .. })),
+            "{:?}",
+            p.stop
+        );
+        assert!(p.leaves.iter().all(|l| l.level == 2));
+        assert_eq!(p.leaves.iter().map(|l| l.source.count()).sum::<u64>(), 2000);
+    }
+
+    #[test]
+    fn scattered_differences_touching_every_level_1_segment_still_drill() {
+        let src = Fake { rows: data(32_000) };
+        let mut t = data(32_000);
+        for i in (500..32_000).step_by(1000) {
+            t[i].1 ^= 1; // one difference in each of the 32 level-1 segments
+        }
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Quantile);
+        pp.factor = 32;
+        pp.threshold = 100;
+        let (p, _) = run(pp, &src, &tgt);
+        assert!(p.stop.is_none(), "{:?}", p.stop);
         assert_eq!(p.leaves.len(), 32);
+        assert!(p.leaves.iter().all(|l| l.source.count() < 100));
     }
 
     #[test]

@@ -8,13 +8,12 @@ use std::sync::OnceLock;
 pub fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // tests run from <target>/<profile>/deps/<test-binary>
+        // tests run from <target>/<profile>/deps/<test-binary>, tools from <target>/<profile>/
         let exe = std::env::current_exe().expect("current exe");
-        let dir = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .expect("target profile dir")
-            .to_path_buf();
+        let mut dir = exe.parent().expect("exe dir").to_path_buf();
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dir.pop();
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
         // the same package selection and features as the test run (.ci/run exports

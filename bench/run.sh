@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The benchmark of issue 6 / docs/performance.md, one command:
+#   bash bench/run.sh                      # 1M rows, K = 0, 10, 1000, median of 3
+#   bash bench/run.sh --rows 10000000      # or any --rows/--k/--repeat
+# It builds release binaries (without DuckDB: no C++ to compile), starts its own
+# PostgreSQL and MariaDB, installs reladiff from PyPI into ~/.cache/tally-bench/venv, and
+# writes the result table to bench/out/latest.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
+VENV="$HOME/.cache/tally-bench/venv"
+if [ ! -x "$VENV/bin/reladiff" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet "reladiff[postgresql,mysql]==0.6.0"
+fi
+cargo build --release --locked -p tally-e2e --bin tally-bench -p tally-agent -p tally-coordinator
+mkdir -p bench/out
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--rows 1000000)
+"$CARGO_TARGET_DIR/release/tally-bench" "${args[@]}" --reladiff "$VENV/bin/reladiff" --markdown bench/out/latest.md
