@@ -13,7 +13,7 @@ if [ ! -x "$VENV/bin/reladiff" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet "reladiff[postgresql,mysql]==0.6.0"
 fi
-cargo build --release --locked -p tally-e2e --bin tally-bench -p tally-agent -p tally-coordinator
+cargo build --release --locked --workspace --bins
 mkdir -p bench/out
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--rows 1000000)

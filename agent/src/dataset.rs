@@ -88,6 +88,24 @@ impl Dataset {
             .await
     }
 
+    /// The smallest and largest key of a table keyed by one integer column (an index
+    /// lookup on an indexed key); `None` for other keys and for query datasets.
+    pub async fn key_min_max(&self, info: &DatasetInfo) -> Result<Option<(i64, i64)>> {
+        let key = info.key_columns();
+        if key.len() != 1 || key[0].class != TypeClass::Integer || !matches!(self.source, Source::Table(_)) {
+            return Ok(None);
+        }
+        let (min_sql, max_sql) = dialect::key_min_max(self.connector.dialect(), &self.source, key[0]);
+        let min = self.connector.query_text(&self.name, &min_sql).await?;
+        let max = self.connector.query_text(&self.name, &max_sql).await?;
+        Ok(
+            match (min.and_then(|v| v.parse().ok()), max.and_then(|v| v.parse().ok())) {
+                (Some(a), Some(b)) => Some((a, b)),
+                _ => None,
+            },
+        )
+    }
+
     pub async fn bind(&self, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Bound> {
         let info = self.describe().await?;
         let cols = info.bind(&self.name, columns, key_len)?;
@@ -288,7 +306,7 @@ impl Dataset {
                         let (lo, width) = seg.hash_split(*n);
                         ChildRule::Hash { lo, width }
                     }
-                    Split::Cuts(c) => ChildRule::Cuts(c.clone()),
+                    Split::Cuts(c) => int_range(c, &key).unwrap_or_else(|| ChildRule::Cuts(c.clone())),
                     Split::Quantile(n) => ChildRule::Quantile(*n),
                     Split::Period { .. } => unreachable!("period splits are aggregated alone"),
                 };
@@ -538,6 +556,36 @@ impl Dataset {
             seg,
         )
     }
+}
+
+/// Evenly spaced cut points on a single integer key become one division per row.
+fn int_range(cuts: &[KeyTuple], key: &[&ColumnInfo]) -> Option<ChildRule> {
+    if key.len() != 1 || key[0].class != TypeClass::Integer || cuts.len() < 2 {
+        return None;
+    }
+    let ints: Vec<i64> = cuts
+        .iter()
+        .map(|c| match c.as_slice() {
+            [KeyPart::Int(i)] => Some(*i),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let width = ints[1].checked_sub(ints[0])?;
+    if width <= 0 || ints.windows(2).any(|w| w[1].checked_sub(w[0]) != Some(width)) {
+        return None;
+    }
+    // (k - lo) must not overflow for any key: keep to keys within ±2^62
+    let bound = 1i64 << 62;
+    if ints[0].abs() > bound || ints[ints.len() - 1].abs() > bound || width > bound {
+        return None;
+    }
+    Some(ChildRule::IntRange {
+        first: ints[0],
+        last: ints[ints.len() - 1],
+        lo: ints[0] - width,
+        width,
+        children: ints.len() + 1,
+    })
 }
 
 /// The 0-based NTILE bucket of the `i`-th of `total` ordered rows in `n` buckets, as

@@ -103,6 +103,13 @@ impl Agent for AgentService {
             let ds = self.dataset(&r.dataset)?;
             let info = ds.describe().await?;
             let p = &ds.config.policy;
+            let range = if p.expose_key_bounds {
+                ds.key_min_max(&info).await?
+            } else {
+                None
+            };
+            let int_tuple =
+                |v: i64| tally_common::segment::tuple_to_pb(&vec![tally_common::segment::KeyPart::Int(v)]);
             let d = ds.connector.dialect();
             Ok(pb::DescribeResponse {
                 dataset: r.dataset.clone(),
@@ -129,11 +136,17 @@ impl Agent for AgentService {
                 max_level: pb::PrivacyLevel::from(p.max_level) as i32,
                 expose_key_bounds: p.expose_key_bounds,
                 min_segment_rows: p.min_segment_rows,
+                key_min: range.map(|r| int_tuple(r.0)),
+                key_max: range.map(|r| int_tuple(r.1)),
             })
         }
         .instrument(span)
         .await;
-        self.record(&client, "Describe", &r.dataset, &result, json!({"schema": true}));
+        let released = match &result {
+            Ok(d) => json!({"schema": true, "key_range": d.key_min.is_some()}),
+            Err(_) => json!({}),
+        };
+        self.record(&client, "Describe", &r.dataset, &result, released);
         Ok(Response::new(result?))
     }
 

@@ -33,6 +33,9 @@ pub struct PlanParams {
     pub max_leaves: Option<u64>,
     /// Strategy time: the column and granularity of level 1.
     pub time: Option<(String, Granularity)>,
+    /// A single integer key's smallest and largest value on either side: key ranges
+    /// are then cut evenly by the coordinator, and both sides are asked at once.
+    pub int_range: Option<(i64, i64)>,
 }
 
 /// One child bucket as an agent returned it.
@@ -49,8 +52,11 @@ pub struct BucketResult {
 pub struct LevelPlan {
     pub level: u32,
     pub parents: Vec<Segment>,
-    /// The split the source is asked for (the target too, unless `target_follows_source`).
+    /// The kind of split of this level.
     pub split: Split,
+    /// Per parent, the split the source is asked for (the target too, unless
+    /// `target_follows_source`).
+    pub splits: Vec<Split>,
     /// Quantile levels: the target is asked for the source's cut points, after the source answered.
     pub target_follows_source: bool,
 }
@@ -143,10 +149,21 @@ impl Planner {
             ),
             _ => (Split::Quantile(f), true),
         };
+        let mut splits: Vec<Split> = self.pending.iter().map(|_| split.clone()).collect();
+        let mut follows = follows;
+        // a single integer key with a known range: even cuts, no need to wait for the source
+        if let (Split::Quantile(_), Some(range)) = (&split, self.params.int_range) {
+            let even: Option<Vec<Split>> = self.pending.iter().map(|seg| even_cuts(seg, range, f)).collect();
+            if let Some(even) = even {
+                splits = even;
+                follows = false;
+            }
+        }
         Some(LevelPlan {
             level: self.level + 1,
             parents: self.pending.clone(),
             split,
+            splits,
             target_follows_source: follows,
         })
     }
@@ -176,6 +193,14 @@ impl Planner {
 
     fn can_split(&self, seg: &Segment, source: &AnyAggregate, target: &AnyAggregate) -> bool {
         match self.params.strategy {
+            // even cuts need more than one key value in the range
+            Strategy::Quantile | Strategy::Auto | Strategy::Time if self.params.int_range.is_some() => {
+                source.count().max(target.count()) >= 2
+                    && self
+                        .params
+                        .int_range
+                        .is_some_and(|r| even_cuts(seg, r, 2).is_some())
+            }
             // the source picks the cut points, so it needs rows to cut between
             Strategy::Quantile | Strategy::Auto | Strategy::Time => source.count() >= 2,
             Strategy::Hash => {
@@ -331,6 +356,30 @@ impl Planner {
     }
 }
 
+/// Up to `factor` even parts of a segment's integer key range: its own bounds, or the
+/// key's smallest and largest value where it is open. `None` when it cannot be cut.
+fn even_cuts(seg: &Segment, (min, max): (i64, i64), factor: u32) -> Option<Split> {
+    use tally_common::segment::KeyPart;
+    let int = |t: &Option<KeyTuple>| match t.as_deref() {
+        None => Some(None),
+        Some([KeyPart::Int(i)]) => Some(Some(*i)),
+        _ => None,
+    };
+    let lo = int(&seg.lower)?.unwrap_or(min);
+    let hi = int(&seg.upper)?.unwrap_or(max.checked_add(1)?);
+    let span = hi.checked_sub(lo)?;
+    if span < 2 {
+        return None;
+    }
+    let width = (span as u64).div_ceil(u64::from(factor.max(2))) as i64;
+    let cuts: Vec<KeyTuple> = (1..i64::from(factor))
+        .map_while(|i| lo.checked_add(i.checked_mul(width)?))
+        .take_while(|c| *c < hi)
+        .map(|c| vec![KeyPart::Int(c)])
+        .collect();
+    (!cuts.is_empty()).then_some(Split::Cuts(cuts))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +395,7 @@ mod tests {
             counts_only: false,
             max_leaves: None,
             time: None,
+            int_range: None,
         }
     }
 
@@ -427,11 +477,11 @@ mod tests {
         let mut planner = Planner::new(p);
         let mut queries = 0;
         while let Some(plan) = planner.next_level() {
-            let s = src.answer(&plan.parents, &vec![plan.split.clone(); plan.parents.len()]);
+            let s = src.answer(&plan.parents, &plan.splits);
             let tsplits = if plan.target_follows_source {
                 Planner::target_splits(&plan, &s)
             } else {
-                vec![plan.split.clone(); plan.parents.len()]
+                plan.splits.clone()
             };
             let t = tgt.answer(&plan.parents, &tsplits);
             planner.observe(&plan, &s, &t).unwrap();
@@ -504,6 +554,49 @@ mod tests {
             p.leaves.iter().any(|l| l.segment.has_key_bounds()),
             "{:?}",
             p.leaves
+        );
+    }
+
+    #[test]
+    fn integer_key_ranges_are_cut_evenly_and_both_sides_asked_at_once() {
+        let src = Fake { rows: data(5000) };
+        let mut t = data(5000);
+        t[1234].1 ^= 0xff;
+        t.push((7000, 1)); // beyond the source's range
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Quantile);
+        pp.int_range = Some((0, 7000));
+        let mut planner = Planner::new(pp);
+        let plan = planner.next_level().unwrap();
+        assert!(!plan.target_follows_source);
+        assert!(
+            matches!(&plan.splits[0], Split::Cuts(c) if c.len() == 3),
+            "{:?}",
+            plan.splits
+        );
+        let s = src.answer(&plan.parents, &plan.splits);
+        let t2 = tgt.answer(&plan.parents, &plan.splits);
+        planner.observe(&plan, &s, &t2).unwrap();
+        let mut pp = params(Strategy::Quantile);
+        pp.int_range = Some((0, 7000));
+        let (p, _) = run(pp, &src, &tgt);
+        let covers = |k: i64| {
+            p.leaves
+                .iter()
+                .any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0))
+        };
+        assert!(covers(1234) && covers(7000));
+        assert!(
+            p.leaves
+                .iter()
+                .all(|l| l.source.count().max(l.target.count()) < 10),
+            "{:?}",
+            p.leaves
+        );
+        assert_eq!(
+            even_cuts(&Segment::whole(), (5, 5), 4),
+            None,
+            "one key value cannot be cut"
         );
     }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::time::Instant;
 
+use futures::StreamExt;
 use tally_common::checksum::{AnyAggregate, HashMethod, run_false_match_bound};
 use tally_common::period::Granularity;
 use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb};
@@ -20,12 +21,31 @@ use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
 use crate::spec::{Mode, Spec, Strategy};
 
+/// The union of both sides' integer key ranges, where both agents report one.
+fn int_range(s: &pb::DescribeResponse, t: &pb::DescribeResponse) -> Option<(i64, i64)> {
+    let one = |k: &Option<pb::KeyTuple>| match k.as_ref()?.parts.as_slice() {
+        [
+            pb::KeyValue {
+                value: Some(pb::key_value::Value::Int(i)),
+            },
+        ] => Some(*i),
+        _ => None,
+    };
+    Some((
+        one(&s.key_min)?.min(one(&t.key_min)?),
+        one(&s.key_max)?.max(one(&t.key_max)?),
+    ))
+}
+
 /// Revealed rows by key hash: the key and (at detailed) the canonical values.
 type Revealed = HashMap<u64, (KeyTuple, Vec<Option<String>>)>;
 
 /// After an early stop, rows are still classified when the differing segments hold at
 /// most this many rows (per side).
 const ROWS_PHASE_AFTER_STOP: u64 = 1_000_000;
+
+/// Leaves whose digests are fetched at once in the rows phase.
+const LEAVES_IN_FLIGHT: usize = 4;
 
 /// Investigation SQL is fetched for at most this many leaves.
 const MAX_LEAVES_WITH_SQL: usize = 100;
@@ -179,6 +199,7 @@ impl Run<'_> {
             counts_only: spec.mode == Mode::Count,
             max_leaves: spec.gates.max_leaves,
             time: self.time_split()?,
+            int_range: int_range(&s, &t),
         });
         let drill = self.drill(&mut planner).await;
         // what was found so far is reported even when a gate or an agent stops the run
@@ -198,8 +219,8 @@ impl Run<'_> {
             }) => {
                 self.res.advice = Some(format!(
                     "{differing} of {segments} segments differ at level {level}: most of the data differs, so bisection \
-                     cannot narrow it down. Compare aggregate measures per group first (or check the mapping), then \
-                     reconcile the diverging groups."
+                     cannot narrow it down. Compare per-group totals first (COUNT and SUM grouped by a date or a \
+                     region, in both databases), or check the mapping, then reconcile the diverging groups."
                 ));
             }
             None => {}
@@ -388,7 +409,7 @@ impl Run<'_> {
         scols: &[ColumnSpec],
         tcols: &[ColumnSpec],
     ) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
-        let splits = vec![plan.split.clone(); plan.parents.len()];
+        let splits = plan.splits.clone();
         let sreq = self.aggregate_request(scols.to_vec(), &self.spec.source.dataset, &plan.parents, &splits);
         if plan.target_follows_source {
             let s = self.source.aggregate(sreq).await?;
@@ -444,7 +465,9 @@ impl Run<'_> {
         let (mut dup_source, mut dup_target) = (0u64, 0u64);
         // (leaf, kind, key hash), in leaf order
         let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
-        for (i, leaf) in leaves.iter().enumerate() {
+        // a few leaves in flight at once, processed in leaf order
+        let (source, target) = (self.source, self.target);
+        let fetch = |leaf: &Leaf| {
             let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::RowDigestsRequest {
                 dataset: dataset.to_string(),
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
@@ -453,12 +476,15 @@ impl Run<'_> {
                 segment: Some(pb::Segment::from(&leaf.segment)),
                 level,
             };
-            let (s, t) = tokio::join!(
-                self.source
-                    .row_digests(req(r.source_columns(), &spec.source.dataset)),
-                self.target
-                    .row_digests(req(r.target_columns(), &spec.target.dataset))
+            let (sreq, treq) = (
+                req(r.source_columns(), &spec.source.dataset),
+                req(r.target_columns(), &spec.target.dataset),
             );
+            async move { tokio::join!(source.row_digests(sreq), target.row_digests(treq)) }
+        };
+        let mut digests = futures::stream::iter(leaves.iter().map(fetch)).buffered(LEAVES_IN_FLIGHT);
+        let mut i = 0;
+        while let Some((s, t)) = digests.next().await {
             // a key seen twice on one side is a duplicate key: reported, never folded
             let index = |digests: Vec<pb::RowDigest>, dups: &mut u64| {
                 let mut m: HashMap<u64, u64> = HashMap::with_capacity(digests.len());
@@ -494,6 +520,7 @@ impl Run<'_> {
                 found.push((i, kind, kh));
             }
             self.say(format!("rows of leaf {}/{} classified", i + 1, leaves.len()));
+            i += 1;
         }
         let limit = spec.reporting.sample_limit as usize;
         self.res.truncated = found.len() > limit;

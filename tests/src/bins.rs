@@ -27,6 +27,9 @@ pub fn bin_dir() -> PathBuf {
             "--workspace",
             "--bins",
         ]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
         if let Ok(features) = std::env::var("TALLY_FEATURES")
             && !features.is_empty()
         {

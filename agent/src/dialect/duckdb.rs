@@ -145,6 +145,10 @@ impl Dialect for DuckDb {
         format!("({a} // {b})")
     }
 
+    fn int_text(&self, e: &str) -> String {
+        format!("CAST({e} AS VARCHAR)")
+    }
+
     fn week_start(&self, canonical: &str) -> Option<String> {
         Some(format!(
             "strftime(date_trunc('week', CAST(substr({canonical}, 1, 10) AS DATE)), '%Y-%m-%d')"

@@ -60,6 +60,18 @@ pub trait Dialect: Sync {
     fn int_div(&self, a: &str, b: &str) -> String;
     /// The ISO week (its Monday, `YYYY-MM-DD`) of a canonical date/timestamp text.
     fn week_start(&self, canonical: &str) -> Option<String>;
+    /// An integer expression as text.
+    fn int_text(&self, e: &str) -> String;
+}
+
+/// `SELECT MIN(k), MAX(k)` of a single-column key, each as text.
+pub fn key_min_max(d: &dyn Dialect, source: &Source, key: &ColumnInfo) -> (String, String) {
+    let k = d.quote(&key.name);
+    let rel = relation(d, source);
+    (
+        format!("SELECT {} FROM {rel}", d.int_text(&format!("MIN({k})"))),
+        format!("SELECT {} FROM {rel}", d.int_text(&format!("MAX({k})"))),
+    )
 }
 
 /// The period label of a canonical time text, in SQL (see `tally_common::period`).
@@ -331,7 +343,19 @@ pub fn investigation_sql(
 #[derive(Debug, Clone)]
 pub enum ChildRule {
     Whole,
-    Hash { lo: u64, width: u64 },
+    /// Evenly spaced cut points on a single integer key: child = clamp((k - lo) / width),
+    /// one division per row instead of a comparison per cut.
+    IntRange {
+        first: i64,
+        last: i64,
+        lo: i64,
+        width: i64,
+        children: usize,
+    },
+    Hash {
+        lo: u64,
+        width: u64,
+    },
     Cuts(Vec<KeyTuple>),
     Quantile(u32),
 }
@@ -370,6 +394,28 @@ pub fn aggregate(
                 &format!("({} - {lo})", bh.as_ref().expect("hash rule has bh")),
                 &width.to_string(),
             ),
+            ChildRule::IntRange {
+                first,
+                last,
+                lo,
+                width,
+                children,
+            } => {
+                let k = &kx;
+                let (c1, cm) = (
+                    b.bind(KeyPart::Int(*first), key[0]),
+                    b.bind(KeyPart::Int(*last), key[0]),
+                );
+                let (l, w) = (
+                    b.bind(KeyPart::Int(*lo), key[0]),
+                    b.bind(KeyPart::Int(*width), key[0]),
+                );
+                format!(
+                    "CASE WHEN {k} < {c1} THEN 0 WHEN {k} >= {cm} THEN {} ELSE {} END",
+                    children - 1,
+                    d.int_div(&format!("({k} - {l})"), &w)
+                )
+            }
             ChildRule::Cuts(cuts) if cuts.is_empty() => "0".to_string(),
             ChildRule::Cuts(cuts) => {
                 let whens: Vec<String> = cuts

@@ -133,6 +133,10 @@ impl Dialect for MySql {
         format!("({a} DIV {b})")
     }
 
+    fn int_text(&self, e: &str) -> String {
+        format!("CAST({e} AS CHAR)")
+    }
+
     fn week_start(&self, canonical: &str) -> Option<String> {
         Some(format!(
             "DATE_FORMAT(DATE(substr({canonical}, 1, 10)) - INTERVAL WEEKDAY(DATE(substr({canonical}, 1, 10))) DAY, '%Y-%m-%d')"

@@ -171,6 +171,10 @@ impl Dialect for Postgres {
         format!("({a} / {b})")
     }
 
+    fn int_text(&self, e: &str) -> String {
+        format!("({e})::text")
+    }
+
     fn week_start(&self, canonical: &str) -> Option<String> {
         Some(format!(
             "to_char(date_trunc('week', substr({canonical}, 1, 10)::date), 'YYYY-MM-DD')"

@@ -64,6 +64,10 @@ impl Dialect for Sqlite {
         format!("({a} / {b})")
     }
 
+    fn int_text(&self, e: &str) -> String {
+        format!("CAST({e} AS TEXT)")
+    }
+
     fn week_start(&self, _canonical: &str) -> Option<String> {
         None
     }
