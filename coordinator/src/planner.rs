@@ -36,6 +36,17 @@ pub struct PlanParams {
     /// A single integer key's smallest and largest value on either side: key ranges
     /// are then cut evenly by the coordinator, and both sides are asked at once.
     pub int_range: Option<(i64, i64)>,
+    /// The factor of level 1, at least `factor`: chosen from the row estimate so that
+    /// level-1 segments are already below the threshold where possible, and small
+    /// differences go straight to leaves after one scan.
+    pub first_factor: u32,
+}
+
+/// The level-1 factor for a table of `rows` rows: enough segments to bring each below
+/// `threshold`, a power of two, between `factor` and 1024.
+pub fn first_level_factor(rows: u64, threshold: u64, factor: u32) -> u32 {
+    let needed = rows.div_ceil(threshold.max(1)).max(1).next_power_of_two();
+    needed.clamp(u64::from(factor), 1024) as u32
 }
 
 /// One child bucket as an agent returned it.
@@ -136,7 +147,11 @@ impl Planner {
         if self.pending.is_empty() || self.stop.is_some() {
             return None;
         }
-        let f = self.params.factor;
+        let f = if self.level == 0 {
+            self.params.first_factor.max(self.params.factor)
+        } else {
+            self.params.factor
+        };
         let (split, follows) = match (self.params.strategy, &self.params.time) {
             (Strategy::Hash, _) => (Split::Hash(f), false),
             // level 1 of the time strategy: calendar periods, both sides at once
@@ -396,6 +411,7 @@ mod tests {
             max_leaves: None,
             time: None,
             int_range: None,
+            first_factor: 4,
         }
     }
 
@@ -598,6 +614,15 @@ mod tests {
             None,
             "one key value cannot be cut"
         );
+    }
+
+    #[test]
+    fn the_first_level_factor_follows_the_row_estimate() {
+        assert_eq!(first_level_factor(1_000, 16_384, 32), 32);
+        assert_eq!(first_level_factor(1_000_000, 16_384, 32), 64);
+        assert_eq!(first_level_factor(10_000_000, 16_384, 32), 1024);
+        assert_eq!(first_level_factor(1_000_000_000, 16_384, 32), 1024);
+        assert_eq!(first_level_factor(0, 16_384, 8), 8);
     }
 
     #[test]

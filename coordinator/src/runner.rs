@@ -16,7 +16,7 @@ use tally_proto::v1 as pb;
 
 use crate::client::Agent;
 use crate::error::RunError;
-use crate::planner::{BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop};
+use crate::planner::{BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop, first_level_factor};
 use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
 use crate::spec::{Mode, Spec, Strategy};
@@ -200,6 +200,11 @@ impl Run<'_> {
             max_leaves: spec.gates.max_leaves,
             time: self.time_split()?,
             int_range: int_range(&s, &t),
+            first_factor: first_level_factor(
+                s.row_estimate.max(t.row_estimate),
+                spec.bisection.threshold,
+                spec.bisection.factor,
+            ),
         });
         let drill = self.drill(&mut planner).await;
         // what was found so far is reported even when a gate or an agent stops the run

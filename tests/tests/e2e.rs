@@ -168,7 +168,9 @@ fn identical_data_matches_with_one_query_per_side() {
     assert_eq!(j["target"]["queries"], 1);
     assert_eq!(j["source"]["path"], "pushdown");
     assert_eq!(j["hash_method"], "sha256_64");
-    assert_eq!(j["levels"][0]["segments"], 16);
+    // level 1's factor follows the row estimate: 20k rows at threshold 500 need 40+
+    let segments = j["levels"][0]["segments"].as_u64().unwrap();
+    assert!(segments == 32 || segments == 64, "{segments} level-1 segments");
     assert!(j["leaves"].as_array().unwrap().is_empty());
 }
 
@@ -337,7 +339,7 @@ fn composite_and_collation_trap_keys() {
         &format!("{{ url: '{my_url}', table: items, key: [region, code], policy: {OPEN} }}"),
     );
     let spec = "name: keys\nsource: { agent: dc1, dataset: items }\ntarget: { agent: vpc2, dataset: items }\n\
-                bisection: { factor: 8, threshold: 50 }\nreporting: { level: with_keys }\n";
+                bisection: { factor: 8, threshold: 2 }\nreporting: { level: with_keys }\n";
     let out = d.run(spec);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
     let diffs = out.json["differences"].as_array().unwrap();
@@ -381,7 +383,7 @@ fn detailed_reports_the_differing_columns_and_values_but_never_masked_ones() {
 fn gates_stop_the_run_with_a_clear_verdict() {
     let d = deploy("e2e_gates", Some(&plant()), OPEN, OPEN);
     let base = "name: gated\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
-                bisection: { factor: 16, threshold: 100 }\n";
+                bisection: { factor: 16, threshold: 10 }\n";
     let out = d.run(&format!("{base}gates: {{ max_queries: 1 }}\n"));
     assert_eq!(out.code, 2, "{}", out.stdout);
     assert_eq!(out.json["error"]["code"], "gate_tripped");
