@@ -62,6 +62,11 @@ pub trait Dialect: Sync {
     fn week_start(&self, canonical: &str) -> Option<String>;
     /// An integer expression as text.
     fn int_text(&self, e: &str) -> String;
+    /// Appended to a subquery so the engine computes its columns once instead of
+    /// substituting their expressions into every use (PostgreSQL: `OFFSET 0`).
+    fn fence(&self) -> &'static str {
+        ""
+    }
 }
 
 /// `SELECT MIN(k), MAX(k)` of a single-column key, each as text.
@@ -437,11 +442,13 @@ pub fn aggregate(
         if seg.period.is_some() {
             conds.push(period_condition(&mut b, seg, cols)?);
         }
+        // fenced: the row hash feeds SUM and XOR, and must be computed once per row
         arms.push(format!(
-            "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}",
+            "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}{}",
             kq.join(", "),
             relation(d, source),
-            where_clause(&conds)
+            where_clause(&conds),
+            d.fence()
         ));
     }
     // first-row flags let quantile parents report each child's first key
@@ -508,10 +515,11 @@ pub fn aggregate_periods(
     let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
     let text = format!(
         "SELECT 0 AS p, 0 AS b, COUNT(*) AS n, {} AS s, {xor} AS x, lbl FROM (SELECT {label} AS lbl, {h} AS h \
-         FROM {}{}) z GROUP BY lbl ORDER BY lbl",
+         FROM {}{}{}) z GROUP BY lbl ORDER BY lbl",
         d.sum_text("h"),
         relation(d, source),
-        where_clause(&conds)
+        where_clause(&conds),
+        d.fence()
     );
     Some(Sql { text, binds: b.binds })
 }
