@@ -154,10 +154,10 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         );
         eprintln!(
             "what crossed the wire: {} aggregate queries per side, each answered with counts and 64-bit sums per \
-             segment; quantile cut points (key values) from the source; for the differing segments only, \
-             (key hash, row hash) pairs; then the key values of the {} differing rows, which both agents' \
-             policy (max_level: with_keys) allowed. No other row value left either agent. Each agent logged \
-             what it released in its own hash-chained log ({} and {} records).\n",
+             segment; each side's smallest and largest key, so the coordinator could cut the key range evenly; \
+             for the differing segments only, (key hash, row hash) pairs; then the key values of the {} \
+             differing rows, which both agents' policy (max_level: with_keys) allowed. No other row value left \
+             either agent. Each agent logged what it released in its own hash-chained log ({} and {} records).\n",
             result.source.queries,
             result.differences.as_ref().map_or(0, Vec::len),
             release_lines("dc1"),
