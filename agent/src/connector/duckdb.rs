@@ -10,7 +10,7 @@ use duckdb::{AccessMode, Config, Connection};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, key_from_canonical, parse_sum};
+use super::{AggRow, CanonRow, agg_row, key_from_canonical};
 use crate::config::Source;
 use crate::dialect::{Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
@@ -293,32 +293,14 @@ impl DuckDbConnector {
                 .query(duckdb::params_from_iter(p.iter()))
                 .map_err(|e| db_err(&ds, e))?;
             let mut out = Vec::new();
-            let bad = || AgentError::Query {
-                dataset: ds.clone(),
-                kind: "unexpected aggregate row",
-            };
             while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
                 let t = |i: usize| r.get_ref(i).ok().and_then(text);
-                let int = |i: usize| t(i).and_then(|s| s.parse::<i64>().ok());
-                let mut first = Vec::new();
-                for (j, class) in classes.iter().enumerate() {
-                    let part = match class {
-                        TypeClass::Integer => int(5 + j).map(KeyPart::Int),
-                        _ => t(5 + j).map(KeyPart::Text),
-                    };
-                    match part {
-                        Some(p) => first.push(p),
-                        None => break,
-                    }
-                }
-                out.push(AggRow {
-                    parent: int(0).ok_or_else(bad)? as usize,
-                    child: int(1).ok_or_else(bad)?.max(0) as usize,
-                    count: int(2).ok_or_else(bad)? as u64,
-                    sum: parse_sum(&ds, t(3))?,
-                    xor: t(4).map(|x| parse_sum(&ds, Some(x))).transpose()?,
-                    first_key: (first.len() == classes.len() && !first.is_empty()).then_some(first),
-                });
+                out.push(agg_row(
+                    &ds,
+                    &classes,
+                    |i| t(i).and_then(|s| s.parse().ok()),
+                    |i| Ok(t(i)),
+                )?);
             }
             Ok(out)
         })

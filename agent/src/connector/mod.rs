@@ -237,6 +237,39 @@ pub fn key_from_canonical(
         .collect()
 }
 
+/// One result row of [`dialect::aggregate`] (p, b, n, s, x, first key parts…), read
+/// through the driver's accessors: `int` for integer columns, `text` for text ones.
+pub fn agg_row(
+    dataset: &str,
+    key_classes: &[TypeClass],
+    int: impl Fn(usize) -> Option<i64>,
+    text: impl Fn(usize) -> Result<Option<String>>,
+) -> Result<AggRow> {
+    let bad = || AgentError::Query {
+        dataset: dataset.to_string(),
+        kind: "unexpected aggregate row",
+    };
+    let mut first = Vec::new();
+    for (j, class) in key_classes.iter().enumerate() {
+        let part = match class {
+            TypeClass::Integer => int(5 + j).map(KeyPart::Int),
+            _ => text(5 + j).ok().flatten().map(KeyPart::Text),
+        };
+        match part {
+            Some(p) => first.push(p),
+            None => break,
+        }
+    }
+    Ok(AggRow {
+        parent: int(0).ok_or_else(bad)? as usize,
+        child: int(1).ok_or_else(bad)?.max(0) as usize,
+        count: int(2).ok_or_else(bad)? as u64,
+        sum: parse_sum(dataset, text(3)?)?,
+        xor: text(4)?.map(|t| parse_sum(dataset, Some(t))).transpose()?,
+        first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
+    })
+}
+
 /// Parses the text of an exact SUM or a 64-bit XOR into its u64 bits.
 pub fn parse_sum(dataset: &str, s: Option<String>) -> Result<u64> {
     match s {

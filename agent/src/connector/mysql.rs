@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, key_from_canonical, parse_sum};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, key_from_canonical};
 use crate::config::Source;
 use crate::dialect::{Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
@@ -192,34 +192,14 @@ impl MySqlConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         let db = |e| AgentError::from_db(dataset, e);
-        let bad = || AgentError::Query {
-            dataset: dataset.to_string(),
-            kind: "unexpected aggregate row",
-        };
         rows.iter()
             .map(|r| {
-                let mut first = Vec::new();
-                for (j, class) in key_classes.iter().enumerate() {
-                    let part = match class {
-                        TypeClass::Integer => get_i64(r, 5 + j).map(KeyPart::Int),
-                        _ => get_text(r, 5 + j).ok().flatten().map(KeyPart::Text),
-                    };
-                    match part {
-                        Some(p) => first.push(p),
-                        None => break,
-                    }
-                }
-                Ok(AggRow {
-                    parent: get_i64(r, 0).ok_or_else(bad)? as usize,
-                    child: get_i64(r, 1).ok_or_else(bad)?.max(0) as usize,
-                    count: get_i64(r, 2).ok_or_else(bad)? as u64,
-                    sum: parse_sum(dataset, get_text(r, 3).map_err(db)?)?,
-                    xor: get_text(r, 4)
-                        .map_err(db)?
-                        .map(|t| parse_sum(dataset, Some(t)))
-                        .transpose()?,
-                    first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
-                })
+                agg_row(
+                    dataset,
+                    key_classes,
+                    |i| get_i64(r, i),
+                    |i| get_text(r, i).map_err(db),
+                )
             })
             .collect()
     }

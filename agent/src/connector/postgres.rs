@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, key_from_canonical, parse_sum};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, key_from_canonical};
 use crate::config::Source;
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
@@ -198,7 +198,15 @@ impl PgConnector {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
-        rows.iter().map(|r| agg_row(dataset, r, key_classes)).collect()
+        rows.iter()
+            .map(|r| {
+                let text = |i| {
+                    r.try_get::<Option<String>, _>(i)
+                        .map_err(|e| AgentError::from_db(dataset, e))
+                };
+                agg_row(dataset, key_classes, |i| get_i64(r, i), text)
+            })
+            .collect()
     }
 
     pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
@@ -207,39 +215,6 @@ impl PgConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))
     }
-}
-
-fn agg_row(dataset: &str, r: &PgRow, key_classes: &[TypeClass]) -> Result<AggRow> {
-    let bad = || AgentError::Query {
-        dataset: dataset.to_string(),
-        kind: "unexpected aggregate row",
-    };
-    let s: Option<String> = r.try_get(3).map_err(|e| AgentError::from_db(dataset, e))?;
-    let x: Option<String> = r.try_get(4).map_err(|e| AgentError::from_db(dataset, e))?;
-    let mut first = Vec::new();
-    for (j, class) in key_classes.iter().enumerate() {
-        let i = 5 + j;
-        let part = match class {
-            TypeClass::Integer => get_i64(r, i).map(KeyPart::Int),
-            _ => r
-                .try_get::<Option<String>, _>(i)
-                .ok()
-                .flatten()
-                .map(KeyPart::Text),
-        };
-        match part {
-            Some(p) => first.push(p),
-            None => break,
-        }
-    }
-    Ok(AggRow {
-        parent: get_i64(r, 0).ok_or_else(bad)? as usize,
-        child: get_i64(r, 1).ok_or_else(bad)?.max(0) as usize,
-        count: get_i64(r, 2).ok_or_else(bad)? as u64,
-        sum: parse_sum(dataset, s)?,
-        xor: x.map(|t| parse_sum(dataset, Some(t))).transpose()?,
-        first_key: (first.len() == key_classes.len() && !first.is_empty()).then_some(first),
-    })
 }
 
 fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
