@@ -365,10 +365,6 @@ impl Planner {
         }
         Ok(out)
     }
-
-    pub fn params(&self) -> &PlanParams {
-        &self.params
-    }
 }
 
 /// Up to `factor` even parts of a segment's integer key range: its own bounds, or the

@@ -14,7 +14,7 @@ use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
-use crate::dialect::{self, Dialect, FetchShape, Sql};
+use crate::dialect::{Dialect, FetchShape, Sql};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
@@ -118,7 +118,7 @@ impl Connector {
 
     pub fn dialect(&self) -> &dyn Dialect {
         match self {
-            Connector::Postgres(c) => &c.dialect,
+            Connector::Postgres(c) => c.dialect(),
             Connector::MySql(c) => &c.dialect,
             Connector::Sqlite(c) => &c.dialect,
             #[cfg(feature = "duckdb")]
@@ -181,7 +181,7 @@ impl Connector {
         }
     }
 
-    /// Runs a bucketed aggregate rendered by [`dialect::aggregate`].
+    /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
     pub async fn aggregate(
         &self,
         dataset: &str,
@@ -237,7 +237,7 @@ pub fn key_from_canonical(
         .collect()
 }
 
-/// One result row of [`dialect::aggregate`] (p, b, n, s, x, first key parts…), read
+/// One result row of [`crate::dialect::aggregate`] (p, b, n, s, x, first key parts…), read
 /// through the driver's accessors: `int` for integer columns, `text` for text ones.
 pub fn agg_row(
     dataset: &str,
@@ -280,5 +280,3 @@ pub fn parse_sum(dataset: &str, s: Option<String>) -> Result<u64> {
         }),
     }
 }
-
-pub use dialect::Sql as SqlText;

@@ -1,6 +1,7 @@
 //! PostgreSQL through sqlx. Canonical text and checksums are computed by the server.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -16,7 +17,8 @@ use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
 
 pub struct PgConnector {
     pool: PgPool,
-    pub dialect: Postgres,
+    /// Cleared by `describe` on servers before PostgreSQL 14, which have no `bit_xor`.
+    has_bit_xor: AtomicBool,
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
@@ -47,6 +49,17 @@ fn get_i64(row: &PgRow, i: usize) -> Option<i64> {
 }
 
 impl PgConnector {
+    /// The dialect of the server as last described (every request describes first).
+    pub fn dialect(&self) -> &'static Postgres {
+        static WITH_XOR: Postgres = Postgres { has_bit_xor: true };
+        static SUM_ONLY: Postgres = Postgres { has_bit_xor: false };
+        if self.has_bit_xor.load(Ordering::Relaxed) {
+            &WITH_XOR
+        } else {
+            &SUM_ONLY
+        }
+    }
+
     pub fn open(url: &str) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {
@@ -64,7 +77,7 @@ impl PgConnector {
             .connect_lazy_with(opts);
         Ok(PgConnector {
             pool,
-            dialect: Postgres::default(),
+            has_bit_xor: AtomicBool::new(true),
         })
     }
 
@@ -87,7 +100,7 @@ impl PgConnector {
         let mut row_estimate = 0;
         match source {
             Source::Table(parts) => {
-                let rel = relation(&self.dialect, source);
+                let rel = relation(self.dialect(), source);
                 let rows = sqlx::query(
                     "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull \
                      FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped \
@@ -118,7 +131,7 @@ impl PgConnector {
                 row_estimate = est.max(0.0) as u64;
             }
             Source::Query(_) => {
-                let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
+                let sql = format!("SELECT * FROM {} LIMIT 0", relation(self.dialect(), source));
                 let described = (&self.pool)
                     .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                     .await
@@ -137,6 +150,7 @@ impl PgConnector {
             .next()
             .and_then(|m| m.parse().ok())
             .unwrap_or(0);
+        self.has_bit_xor.store(major >= 14, Ordering::Relaxed);
         if major < 14 {
             tracing::info!(
                 dataset,
