@@ -47,7 +47,25 @@ pub struct DatasetConfig {
     pub query: Option<String>,
     pub key: Vec<String>,
     #[serde(default)]
+    pub hashing: Hashing,
+    #[serde(default)]
     pub policy: Policy,
+}
+
+/// Where the agent computes canonical text and checksums for aggregates. Either way
+/// rows stay in the agent's zone; only counts and sums leave it.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Hashing {
+    /// The agent reads the rows (beside the database) and hashes them itself where that
+    /// was measured faster than the engine's own SQL hashing (PostgreSQL, MySQL/MariaDB,
+    /// SQLite); DuckDB hashes in SQL. A value the agent cannot render falls back to SQL.
+    #[default]
+    Auto,
+    /// The engine computes the checksum sums in SQL.
+    Pushdown,
+    /// The agent reads the rows and hashes them.
+    InProcess,
 }
 
 /// Per-dataset privacy policy (DESIGN §2). The agent enforces it whatever the

@@ -10,9 +10,9 @@ use tally_common::period::period_label;
 use tally_common::segment::{ColumnSpec, KeyPart, KeyTuple, Period, Segment, Split, bucket_hash};
 use tally_common::types::TypeClass;
 
-use crate::config::{DatasetConfig, Source};
+use crate::config::{DatasetConfig, Hashing, Source};
 use crate::connector::{CanonRow, Connector};
-use crate::dialect::{self, ChildRule, check_bounds};
+use crate::dialect::{self, ChildRule, FetchShape, check_bounds};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo};
 
@@ -118,6 +118,36 @@ impl Dataset {
             && dialect::row_string_expr(self.connector.dialect(), &b.cols).is_some()
     }
 
+    /// Where an aggregate is computed: the dataset's `hashing` setting, unless the
+    /// request forces the in-process path or the engine cannot push it down.
+    fn choose_path(&self, b: &Bound, force_in_process: bool) -> Path {
+        let in_process = force_in_process
+            || !self.can_push_down(b)
+            || match self.config.hashing {
+                Hashing::Auto => self.connector.prefers_in_process(),
+                Hashing::Pushdown => false,
+                Hashing::InProcess => true,
+            };
+        if in_process {
+            Path::InProcess
+        } else {
+            Path::Pushdown
+        }
+    }
+
+    /// Whether a failed in-process aggregate may be retried in SQL: under `auto`, when
+    /// a value had no canonical form the agent could render from the engine's text.
+    fn falls_back(&self, b: &Bound, force_in_process: bool, e: &AgentError) -> bool {
+        let fallback = !force_in_process
+            && self.config.hashing == Hashing::Auto
+            && matches!(e, AgentError::Canonical { .. })
+            && self.can_push_down(b);
+        if fallback {
+            tracing::warn!(dataset = %self.name, error = %e, "in-process hashing failed; computing in SQL");
+        }
+        fallback
+    }
+
     pub async fn aggregate(
         &self,
         b: &Bound,
@@ -174,10 +204,14 @@ impl Dataset {
             };
             return self.aggregate_periods(b, method, seg, &p, force_in_process).await;
         }
-        if !force_in_process && self.can_push_down(b) {
-            self.aggregate_pushdown(b, method, parents).await
-        } else {
-            self.aggregate_in_process(b, method, parents).await
+        match self.choose_path(b, force_in_process) {
+            Path::Pushdown => self.aggregate_pushdown(b, method, parents).await,
+            Path::InProcess => match self.aggregate_in_process(b, method, parents).await {
+                Err(e) if self.falls_back(b, force_in_process, &e) => {
+                    self.aggregate_pushdown(b, method, parents).await
+                }
+                r => r,
+            },
         }
     }
 
@@ -221,11 +255,20 @@ impl Dataset {
             ..seg.clone()
         };
         let d = self.connector.dialect();
-        let pushed = if force_in_process || !self.can_push_down(b) {
-            None
-        } else {
-            dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), method, seg, period)
+        let sql =
+            || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), method, seg, period);
+        let mut pushed = match self.choose_path(b, force_in_process) {
+            Path::Pushdown => sql(),
+            Path::InProcess => None,
         };
+        let mut in_process = None;
+        if pushed.is_none() {
+            match self.periods_in_process(b, method, seg, period, xor).await {
+                Ok(found) => in_process = Some(found),
+                Err(e) if self.falls_back(b, force_in_process, &e) => pushed = sql(),
+                Err(e) => return Err(e),
+            }
+        }
         let (mut found, path, scanned): (Vec<(String, AnyAggregate)>, Path, u64) = match pushed {
             Some(sql) => {
                 let rows = self
@@ -250,19 +293,8 @@ impl Dataset {
                 (found, Path::Pushdown, n)
             }
             None => {
-                let i = self.period_index(b, period)?;
-                let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
-                let n = self
-                    .scan_segment(b, seg, false, &mut |row, _| {
-                        let label =
-                            period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
-                        map.entry(label)
-                            .or_insert_with(|| AnyAggregate::empty(method, xor))
-                            .add_checksum(method.row_checksum(row.row_string().as_bytes()));
-                        Ok(())
-                    })
-                    .await?;
-                (map.into_iter().collect(), Path::InProcess, n)
+                let (found, n) = in_process.expect("computed in-process when not pushed down");
+                (found, Path::InProcess, n)
             }
         };
         const MAX_PERIODS: usize = 100_000;
@@ -287,6 +319,29 @@ impl Dataset {
             path,
             rows_scanned: scanned,
         })
+    }
+
+    /// One aggregate per period label present, computed from the rows here.
+    async fn periods_in_process(
+        &self,
+        b: &Bound,
+        method: HashMethod,
+        seg: &Segment,
+        period: &Period,
+        xor: bool,
+    ) -> Result<(Vec<(String, AnyAggregate)>, u64)> {
+        let i = self.period_index(b, period)?;
+        let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
+        let n = self
+            .scan_segment(b, seg, false, false, &mut |row, _| {
+                let label = period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
+                map.entry(label)
+                    .or_insert_with(|| AnyAggregate::empty(method, xor))
+                    .add_checksum(method.row_checksum(row.row_string().as_bytes()));
+                Ok(())
+            })
+            .await?;
+        Ok((map.into_iter().collect(), n))
     }
 
     async fn aggregate_pushdown(
@@ -363,24 +418,29 @@ impl Dataset {
 
     /// Streams the rows of `seg` (its key range from SQL, its hash range checked
     /// here) in canonical form.
+    /// `f` gets each row and, when `key_hashes` is set, its key hash (0 otherwise: the
+    /// key hash is a second SHA-256 per row, computed only where it is used).
     async fn scan_segment(
         &self,
         b: &Bound,
         seg: &Segment,
         ordered: bool,
+        key_hashes: bool,
         f: &mut (dyn FnMut(CanonRow, u64) -> Result<()> + Send),
     ) -> Result<u64> {
         let d = self.connector.dialect();
         let key = b.key_infos();
-        let sql = dialect::fetch_rows(
-            d,
-            &self.source,
-            &b.cols,
-            &key,
-            seg,
-            self.connector.fetch_shape(),
-            ordered,
-        );
+        let shape = match (self.connector.fetch_shape(), self.config.hashing) {
+            // `pushdown` also keeps canonical rendering in SQL for row fetches
+            (FetchShape::Text, Hashing::Pushdown) => FetchShape::Canonical,
+            (shape, _) => shape,
+        };
+        let render = if self.connector.copies_out() {
+            dialect::fetch_rows_inline
+        } else {
+            dialect::fetch_rows
+        };
+        let sql = render(d, &self.source, &b.cols, &key, seg, shape, ordered);
         let key_len = b.key_len;
         // the period is checked here too: SQL may not have filtered it (SQLite)
         let period = match &seg.period {
@@ -389,12 +449,15 @@ impl Dataset {
         };
         let mut seen = 0u64;
         self.connector
-            .scan(&self.name, &sql, &b.cols, key_len, &mut |row: CanonRow| {
+            .scan(&self.name, &sql, shape, &b.cols, key_len, &mut |row: CanonRow| {
                 seen += 1;
                 if let Some((i, p)) = period
                     && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
                 {
                     return Ok(());
+                }
+                if !key_hashes && seg.hash.is_none() {
+                    return f(row, 0);
                 }
                 let kh = key_hash(row.key_string(key_len).as_bytes());
                 if seg
@@ -434,7 +497,7 @@ impl Dataset {
                         _ => {
                             let mut n = 0u64;
                             scanned += self
-                                .scan_segment(b, seg, false, &mut |_, _| {
+                                .scan_segment(b, seg, false, false, &mut |_, _| {
                                     n += 1;
                                     Ok(())
                                 })
@@ -447,7 +510,7 @@ impl Dataset {
                     let mut aggs: Vec<AnyAggregate> = vec![AnyAggregate::empty(method, xor)];
                     let mut i = 0u64;
                     scanned += self
-                        .scan_segment(b, seg, true, &mut |row, _| {
+                        .scan_segment(b, seg, true, false, &mut |row, _| {
                             let child = ntile(i, total, n).min(aggs.len() as u64) as usize;
                             if child == aggs.len() {
                                 cuts.push(row.key.clone());
@@ -468,7 +531,7 @@ impl Dataset {
                     };
                     let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
                     scanned += self
-                        .scan_segment(b, seg, false, &mut |row, kh| {
+                        .scan_segment(b, seg, false, matches!(split, Split::Hash(_)), &mut |row, kh| {
                             let child = match split {
                                 Split::Hash(n) => seg.hash_child_of(*n, bucket_hash(kh)),
                                 Split::Cuts(c) => c.partition_point(|cut| cut <= &row.key),
@@ -508,7 +571,7 @@ impl Dataset {
     ) -> Result<u64> {
         let mut buf = Vec::with_capacity(batch);
         let mut n = 0;
-        self.scan_segment(b, seg, false, &mut |row, kh| {
+        self.scan_segment(b, seg, false, true, &mut |row, kh| {
             buf.push((kh, method.row_checksum(row.row_string().as_bytes())));
             n += 1;
             if buf.len() >= batch {
@@ -533,7 +596,7 @@ impl Dataset {
     ) -> Result<(Vec<(u64, CanonRow)>, bool)> {
         let mut out = Vec::new();
         let mut truncated = false;
-        self.scan_segment(b, seg, true, &mut |row, kh| {
+        self.scan_segment(b, seg, true, true, &mut |row, kh| {
             if wanted.contains(&kh) {
                 if out.len() < limit {
                     out.push((kh, row));

@@ -12,10 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use tally_agent::config::Source;
+use tally_agent::config::{Hashing, Source};
 use tally_agent::connector::Connector;
 use tally_agent::dataset::{AggregateOut, Dataset};
 use tally_agent::dialect;
+use tally_agent::error::AgentError;
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::FieldFormat;
 use tally_common::checksum::{AnyAggregate, HashMethod, md5_48, sha256_64, wrap_decimal_sum};
@@ -221,6 +222,7 @@ fn create_and_insert(e: Engine, table: &str, v: &RowVector) -> String {
 
 struct Live {
     engine: Engine,
+    url: String,
     connector: Connector,
     db: String,
     sqlite: Option<std::path::PathBuf>,
@@ -276,6 +278,7 @@ fn live(engine: Engine, dbname: &str, dir: &std::path::Path) -> Live {
     Live {
         engine,
         connector: Connector::open(&url).unwrap(),
+        url,
         db: dbname.to_string(),
         sqlite,
     }
@@ -298,30 +301,38 @@ fn as_text(e: Engine, expr: &str) -> String {
     }
 }
 
+/// The row string of the single row in `table` as the agent's own row fetch reads it
+/// (the path of in-process aggregates, digests and reveals): on PostgreSQL and MySQL the
+/// engine's cheap text, made canonical in the agent (through COPY on PostgreSQL).
+async fn agent_row(l: &Live, table: &str, cols: &[BoundColumn]) -> String {
+    let key: Vec<&ColumnInfo> = vec![];
+    let shape = l.connector.fetch_shape();
+    let sql = dialect::fetch_rows_inline(
+        l.connector.dialect(),
+        &Source::Table(vec![table.into()]),
+        cols,
+        &key,
+        &Segment::whole(),
+        shape,
+        false,
+    );
+    let mut rows = Vec::new();
+    l.connector
+        .scan("t", &sql, shape, cols, 0, &mut |r| {
+            rows.push(r);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    rows[0].row_string()
+}
+
 /// The engine's row string and checksums of the single row in `table`.
 async fn engine_row(l: &Live, table: &str, cols: &[BoundColumn]) -> (String, String, String) {
     let d = l.connector.dialect();
     if l.engine == Engine::Sqlite {
-        let key: Vec<&ColumnInfo> = vec![];
-        let sql = dialect::fetch_rows(
-            d,
-            &Source::Table(vec![table.into()]),
-            cols,
-            &key,
-            &Segment::whole(),
-            dialect::FetchShape::Raw,
-            false,
-        );
-        let mut rows = Vec::new();
-        l.connector
-            .scan("t", &sql, cols, 0, &mut |r| {
-                rows.push(r);
-                Ok(())
-            })
-            .await
-            .unwrap();
-        assert_eq!(rows.len(), 1);
-        let rs = rows[0].row_string();
+        let rs = agent_row(l, table, cols).await;
         return (
             rs.clone(),
             md5_48(rs.as_bytes()).to_string(),
@@ -366,6 +377,13 @@ async fn vectors_on(engine: Engine) {
             failures.push(format!(
                 "{} ({}): got {rs:?} md5 {md5} sha {sha}, want {:?} md5 {} sha {}",
                 v.id, v.about, v.row_string, v.md5_48, v.sha256_64
+            ));
+        }
+        let fetched = agent_row(&l, &table, &cols).await;
+        if fetched != v.row_string {
+            failures.push(format!(
+                "{} ({}): the agent's row fetch gives {fetched:?}, want {:?}",
+                v.id, v.about, v.row_string
             ));
         }
     }
@@ -677,10 +695,17 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             source: Source::Table(vec!["orders".into()]),
             connector: l.connector,
         };
+        let mut ds = ds;
         let b = ds.bind(orders_columns(), 1).await.unwrap();
         for (name, parents) in &splits {
             for method in [HashMethod::Sha256_64, HashMethod::Md5_48] {
-                for in_process in [false, true] {
+                // pushed down, the default (in-process except on DuckDB), forced in-process
+                for (hashing, in_process) in [
+                    (Hashing::Pushdown, false),
+                    (Hashing::Auto, false),
+                    (Hashing::Auto, true),
+                ] {
+                    ds.config.hashing = hashing;
                     let out = ds.aggregate(&b, method, parents, in_process).await.unwrap();
                     let total: u64 = out
                         .buckets
@@ -689,9 +714,11 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                         .map(|b| b.agg.count())
                         .sum();
                     assert!(total > 0, "{engine:?} {name}: empty");
-                    if engine != Engine::Sqlite && !in_process {
-                        assert_eq!(out.path.name(), "pushdown", "{engine:?} {name}");
-                    }
+                    let agent_hashes = in_process
+                        || engine == Engine::Sqlite
+                        || (hashing == Hashing::Auto && engine != Engine::DuckDb);
+                    let want = if agent_hashes { "in_process" } else { "pushdown" };
+                    assert_eq!(out.path.name(), want, "{engine:?} {name} {hashing:?}");
                     let label = format!("{name}/{method}");
                     let s = summary(&out);
                     match results.get(&label) {
@@ -700,7 +727,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                         }
                         Some(expected) => assert_eq!(
                             &s, expected,
-                            "{engine:?} {label} (in_process={in_process}) differs from PostgreSQL pushdown"
+                            "{engine:?} {label} ({hashing:?}, in_process={in_process}) differs from PostgreSQL pushdown"
                         ),
                     }
                 }
@@ -787,4 +814,66 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
             assert_eq!(differing, expected, "clean on {ce:?} against dirty on {de:?}");
         }
     }
+}
+
+/// Under `hashing: auto`, a value the agent cannot render from the engine's own text (a
+/// PostgreSQL `infinity` timestamp) sends the aggregate back to SQL; forced in-process,
+/// it is an error naming the column.
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = live(Engine::Postgres, "inf", dir.path());
+    l.exec(
+        "CREATE TABLE ev (id BIGINT PRIMARY KEY, at TIMESTAMP);\n\
+         INSERT INTO ev VALUES (1, '2024-01-01 10:00:00.5'), (2, 'infinity');\n\
+         CREATE TABLE ok (id BIGINT PRIMARY KEY, at TIMESTAMP);\n\
+         INSERT INTO ok VALUES (1, '2024-01-01 10:00:00.5');\n",
+    )
+    .await;
+    let dataset = |table: &str, connector| Dataset {
+        name: table.into(),
+        config: tally_common::config_file::parse_yaml(
+            std::path::Path::new("x"),
+            &format!("{{ url: 'sqlite://x', table: {table}, key: [id] }}"),
+        )
+        .unwrap(),
+        source: Source::Table(vec![table.into()]),
+        connector,
+    };
+    let cols = || {
+        vec![
+            ColumnSpec {
+                name: "id".into(),
+                format: FieldFormat::new(TypeClass::Integer),
+            },
+            ColumnSpec {
+                name: "at".into(),
+                format: FieldFormat::new(TypeClass::Timestamp),
+            },
+        ]
+    };
+    let whole = [(Segment::whole(), Split::Whole)];
+    let ds = dataset("ev", l.connector);
+    let b = ds.bind(cols(), 1).await.unwrap();
+    let out = ds
+        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
+        .await
+        .unwrap();
+    assert_eq!(out.path.name(), "pushdown", "fell back to SQL");
+    assert_eq!(out.buckets[0].agg.count(), 2);
+    let err = ds
+        .aggregate(&b, HashMethod::Sha256_64, &whole, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Canonical { column, .. } if column == "at"),
+        "{err:?}"
+    );
+    let ok = dataset("ok", Connector::open(&l.url).unwrap());
+    let b = ok.bind(cols(), 1).await.unwrap();
+    let out = ok
+        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
+        .await
+        .unwrap();
+    assert_eq!(out.path.name(), "in_process");
 }

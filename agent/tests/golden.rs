@@ -78,9 +78,14 @@ fn render(d: &dyn Dialect) -> String {
             .unwrap_or_else(|| "(in-process)".into());
         section(&format!("row checksum {m}"), h, &[]);
     }
-    for shape in [FetchShape::Raw, FetchShape::Canonical] {
+    for shape in [FetchShape::Raw, FetchShape::Canonical, FetchShape::Text] {
         let s = dialect::fetch_rows(d, &src, &cols, &key, &seg, shape, true);
         section(&format!("fetch rows ({shape:?}, ordered)"), s.text, &s.binds);
+    }
+    if d.name() == "postgres" {
+        // the SELECT inside `COPY (...) TO STDOUT`, which takes no binds
+        let s = dialect::fetch_rows_inline(d, &src, &cols, &key, &seg, FetchShape::Text, true);
+        section("fetch rows (Text, ordered, literal bounds)", s.text, &s.binds);
     }
     let s = dialect::count_rows(d, &src, &key, &seg);
     section("count", s.text, &s.binds);

@@ -5,8 +5,6 @@
 //! in-process path calls these functions directly. `tests/vectors/canonical.json`
 //! (written by an independent Python implementation) pins every rule.
 
-use std::fmt::Write as _;
-
 use crate::types::TypeClass;
 
 /// Default resolved scale of floats and precision of timestamps and times.
@@ -384,25 +382,34 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
             sign * (hh * 3600 + mm * 60)
         }
     };
-    let date = time::Date::from_calendar_date(y, time::Month::try_from(mo).expect("validated"), d)
-        .expect("validated");
-    let local = date.midnight().assume_utc().unix_timestamp() + secs as i64;
-    let utc = time::OffsetDateTime::from_unix_timestamp(local - offset_secs)
-        .map_err(|_| invalid(class, v, "out of range"))?;
-    if utc.year() < 1 || utc.year() > 9999 {
-        return Err(invalid(class, v, "outside years 0001-9999 in UTC"));
-    }
+    // already in UTC (the common case) needs no calendar arithmetic
+    let (y, mo, d, secs) = if offset_secs == 0 {
+        (y, mo, d, secs)
+    } else {
+        let date = time::Date::from_calendar_date(y, time::Month::try_from(mo).expect("validated"), d)
+            .expect("validated");
+        let local = date.midnight().assume_utc().unix_timestamp() + secs as i64;
+        let utc = time::OffsetDateTime::from_unix_timestamp(local - offset_secs)
+            .map_err(|_| invalid(class, v, "out of range"))?;
+        if utc.year() < 1 || utc.year() > 9999 {
+            return Err(invalid(class, v, "outside years 0001-9999 in UTC"));
+        }
+        let t = utc.time();
+        (
+            utc.year(),
+            utc.month() as u8,
+            utc.day(),
+            u32::from(t.hour()) * 3600 + u32::from(t.minute()) * 60 + u32::from(t.second()),
+        )
+    };
     let mut out = String::with_capacity(32);
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-        utc.year(),
-        utc.month() as u8,
-        utc.day(),
-        utc.hour(),
-        utc.minute(),
-        utc.second()
-    );
+    push_digits(&mut out, y as u32, 4);
+    out.push('-');
+    push_digits(&mut out, u32::from(mo), 2);
+    out.push('-');
+    push_digits(&mut out, u32::from(d), 2);
+    out.push('T');
+    push_clock(&mut out, secs);
     push_fraction(&mut out, frac, precision);
     if with_zone {
         out.push('Z');
@@ -410,10 +417,27 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
     Ok(out)
 }
 
+/// `n` as exactly `width` decimal digits (zero-padded; `n` fits).
+fn push_digits(out: &mut String, n: u32, width: u32) {
+    for p in (0..width).rev() {
+        out.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
+    }
+}
+
+/// `HH:MM:SS` of seconds since midnight.
+fn push_clock(out: &mut String, secs: u32) {
+    push_digits(out, secs / 3600, 2);
+    out.push(':');
+    push_digits(out, secs / 60 % 60, 2);
+    out.push(':');
+    push_digits(out, secs % 60, 2);
+}
+
 fn canonical_time(v: &str, precision: u32) -> Result<String, CanonicalError> {
     let s = v.trim();
     let (secs, frac) = parse_hms(s, v, "time")?;
-    let mut out = format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::with_capacity(18);
+    push_clock(&mut out, secs);
     push_fraction(&mut out, frac, precision);
     Ok(out)
 }
@@ -443,7 +467,20 @@ pub fn push_field(row: &mut String, canonical: Option<&str>) {
     match canonical {
         None => row.push('~'),
         Some(text) => {
-            let _ = write!(row, "{}:", text.len());
+            // the decimal length without the formatting machinery (hot: once per field)
+            let mut digits = [0u8; 20];
+            let mut n = text.len();
+            let mut i = digits.len();
+            loop {
+                i -= 1;
+                digits[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            row.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
+            row.push(':');
             row.push_str(text);
         }
     }
@@ -451,7 +488,7 @@ pub fn push_field(row: &mut String, canonical: Option<&str>) {
 
 /// The row string of already-canonical fields, in the resolved column order.
 pub fn row_string<'a>(fields: impl IntoIterator<Item = Option<&'a str>>) -> String {
-    let mut row = String::new();
+    let mut row = String::with_capacity(128);
     for f in fields {
         push_field(&mut row, f);
     }

@@ -10,13 +10,14 @@ pub mod sqlite;
 
 use std::time::Duration;
 
+use tally_common::canonical::canonical_from_text;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, DatasetInfo};
+use crate::schema::{BoundColumn, DatasetInfo, canonical_error};
 
 /// How long to wait for a database connection before reporting it unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -126,11 +127,14 @@ impl Connector {
         }
     }
 
-    /// What the fetch of a row selects on this engine.
+    /// What the fetch of a row selects on this engine: the cheapest form the
+    /// connector can turn into canonical text.
     pub fn fetch_shape(&self) -> FetchShape {
         match self {
             Connector::Sqlite(_) => FetchShape::Raw,
-            _ => FetchShape::Canonical,
+            Connector::Postgres(_) | Connector::MySql(_) => FetchShape::Text,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(_) => FetchShape::Canonical,
         }
     }
 
@@ -153,18 +157,24 @@ impl Connector {
         Ok(info)
     }
 
-    /// Runs a row fetch and hands each row, in canonical form, to `f`.
+    /// Runs a row fetch rendered with `shape` and hands each row, in canonical form, to `f`.
     pub async fn scan(
         &self,
         dataset: &str,
         sql: &Sql,
+        shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
+        // which fields arrive as the engine's own text, still to be made canonical
+        let reread: Vec<bool> = cols
+            .iter()
+            .map(|c| shape == FetchShape::Text && self.dialect().text_expr(c).is_some())
+            .collect();
         match self {
-            Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, f).await,
-            Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, f).await,
+            Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
+            Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
             Connector::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
             #[cfg(feature = "duckdb")]
             Connector::DuckDb(c) => c.scan(dataset, sql, cols, key_len, f).await,
@@ -210,9 +220,45 @@ impl Connector {
         }
     }
 
+    /// Whether reading rows and hashing them in the agent beats the engine's own SQL
+    /// hashing (measured: docs/performance.md). DuckDB's vectorised, multi-threaded
+    /// SQL hashing does not lose to a row-at-a-time read.
+    pub fn prefers_in_process(&self) -> bool {
+        match self {
+            Connector::Postgres(_) | Connector::MySql(_) | Connector::Sqlite(_) => true,
+            #[cfg(feature = "duckdb")]
+            Connector::DuckDb(_) => false,
+        }
+    }
+
+    /// Whether row fetches stream through `COPY ... TO STDOUT` (PostgreSQL), which takes
+    /// no bind parameters: fetch SQL is then rendered with literal key bounds.
+    pub fn copies_out(&self) -> bool {
+        matches!(self, Connector::Postgres(_))
+    }
+
     pub fn supports_pushdown(&self) -> bool {
         !matches!(self, Connector::Sqlite(_))
     }
+}
+
+/// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`
+/// hold the engine's own text and are rendered to canonical form here.
+pub fn canonical_row(
+    dataset: &str,
+    mut fields: Vec<Option<String>>,
+    cols: &[BoundColumn],
+    key_len: usize,
+    reread: &[bool],
+) -> Result<CanonRow> {
+    for ((field, c), again) in fields.iter_mut().zip(cols).zip(reread) {
+        if *again && field.is_some() {
+            *field = canonical_from_text(&c.spec.format, field.as_deref())
+                .map_err(|e| canonical_error(dataset, &c.info.name, e))?;
+        }
+    }
+    let key = key_from_canonical(&fields, cols, key_len)?;
+    Ok(CanonRow { key, fields })
 }
 
 /// Key parts from canonical key texts (canonical-shape fetches).

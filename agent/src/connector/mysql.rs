@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, key_from_canonical};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
 use crate::config::Source;
 use crate::dialect::{Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
@@ -152,6 +152,7 @@ impl MySqlConnector {
         sql: &Sql,
         cols: &[BoundColumn],
         key_len: usize,
+        reread: &[bool],
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
@@ -165,8 +166,7 @@ impl MySqlConnector {
                 .map(|i| get_text(&row, i))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| AgentError::from_db(dataset, e))?;
-            let key = key_from_canonical(&fields, cols, key_len)?;
-            f(CanonRow { key, fields })?;
+            f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, key_from_canonical};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
 use crate::config::Source;
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
@@ -68,6 +68,7 @@ impl PgConnector {
             .application_name("tally-agent")
             .options([
                 ("extra_float_digits", "1"),
+                ("DateStyle", "ISO"),
                 ("TimeZone", "UTC"),
                 ("client_encoding", "UTF8"),
             ]);
@@ -173,8 +174,12 @@ impl PgConnector {
         sql: &Sql,
         cols: &[BoundColumn],
         key_len: usize,
+        reread: &[bool],
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
+        if sql.binds.is_empty() {
+            return self.scan_copy(dataset, &sql.text, cols, key_len, reread, f).await;
+        }
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&self.pool);
         while let Some(row) = rows
@@ -186,10 +191,53 @@ impl PgConnector {
                 .map(|i| row.try_get::<Option<String>, _>(i))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| AgentError::from_db(dataset, e))?;
-            let key = key_from_canonical(&fields, cols, key_len)?;
-            f(CanonRow { key, fields })?;
+            f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
         }
         Ok(())
+    }
+
+    /// Streams a bind-free SELECT through `COPY (...) TO STDOUT` in text format: one
+    /// protocol message per row and no per-column decoding in the driver, about twice
+    /// as fast as a row fetch (docs/performance.md).
+    async fn scan_copy(
+        &self,
+        dataset: &str,
+        select: &str,
+        cols: &[BoundColumn],
+        key_len: usize,
+        reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        let db = |e| AgentError::from_db(dataset, e);
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        let result = async {
+            let mut stream = conn
+                .copy_out_raw(&format!("COPY ({select}) TO STDOUT"))
+                .await
+                .map_err(db)?;
+            let mut pending: Vec<u8> = Vec::new();
+            while let Some(chunk) = stream.try_next().await.map_err(db)? {
+                pending.extend_from_slice(&chunk);
+                let mut start = 0;
+                while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
+                    let fields = copy_fields(dataset, &pending[start..start + n], cols.len())?;
+                    f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
+                    start += n + 1;
+                }
+                pending.drain(..start);
+            }
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                Err(copy_error(dataset))
+            }
+        }
+        .await;
+        if result.is_err() {
+            // a COPY stopped early leaves the rest of its rows on the connection
+            let _ = conn.close().await;
+        }
+        result
     }
 
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
@@ -231,6 +279,53 @@ impl PgConnector {
     }
 }
 
+fn copy_error(dataset: &str) -> AgentError {
+    AgentError::Query {
+        dataset: dataset.to_string(),
+        kind: "malformed COPY row",
+    }
+}
+
+/// The fields of one line of COPY text format: tab-separated, `\N` for NULL, and
+/// backslash escapes for backslash and control characters.
+fn copy_fields(dataset: &str, line: &[u8], n: usize) -> Result<Vec<Option<String>>> {
+    let mut out = Vec::with_capacity(n);
+    for raw in line.split(|&b| b == b'\t') {
+        if raw == b"\\N" {
+            out.push(None);
+            continue;
+        }
+        let bytes = if raw.contains(&b'\\') {
+            let mut v = Vec::with_capacity(raw.len());
+            let mut it = raw.iter().copied();
+            while let Some(b) = it.next() {
+                if b != b'\\' {
+                    v.push(b);
+                    continue;
+                }
+                v.push(match it.next().ok_or_else(|| copy_error(dataset))? {
+                    b'b' => 0x08,
+                    b'f' => 0x0c,
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    b'v' => 0x0b,
+                    // COPY writes only the escapes above; any other escaped byte is itself
+                    other => other,
+                });
+            }
+            v
+        } else {
+            raw.to_vec()
+        };
+        out.push(Some(String::from_utf8(bytes).map_err(|_| copy_error(dataset))?));
+    }
+    if out.len() != n {
+        return Err(copy_error(dataset));
+    }
+    Ok(out)
+}
+
 fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
     let (class, scale, fixed_char) = classify_declared(&declared);
     let scale = match class {
@@ -246,5 +341,31 @@ fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
         nullable,
         scale,
         fixed_char,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_fields;
+
+    #[test]
+    fn copy_text_fields_unescape_and_keep_null_apart_from_its_text() {
+        // a NULL, the two-character text \N, a tab, a newline, a backslash, UTF-8
+        let line = b"\\N\t\\\\N\ta\\tb\tx\\ny\tc:\\\\d\tZo\xc3\xab";
+        let got = copy_fields("t", line, 6).unwrap();
+        let want: Vec<Option<String>> = vec![
+            None,
+            Some("\\N".into()),
+            Some("a\tb".into()),
+            Some("x\ny".into()),
+            Some("c:\\d".into()),
+            Some("Zoë".into()),
+        ];
+        assert_eq!(got, want);
+        assert!(copy_fields("t", b"1\t2", 3).is_err(), "a short row is an error");
+        assert!(
+            copy_fields("t", b"a\\", 1).is_err(),
+            "a dangling escape is an error"
+        );
     }
 }

@@ -43,6 +43,13 @@ pub trait Dialect: Sync {
     /// The canonical text of a column (DESIGN §3), or `None` when this engine cannot
     /// render it faithfully (the agent then computes it in-process).
     fn canonical_expr(&self, col: &BoundColumn) -> Option<String>;
+    /// A cheaper text of a column than [`Dialect::canonical_expr`] (the engine's own
+    /// output form) that [`tally_common::canonical::canonical_from_text`] renders to the
+    /// exact canonical text in the agent; `None` where the canonical expression is
+    /// already cheap or the engine's text is not safe to re-read.
+    fn text_expr(&self, _col: &BoundColumn) -> Option<String> {
+        None
+    }
     /// `<octet length>:<text>` or `~`, from a canonical text expression.
     fn field_expr(&self, canonical: &str) -> String;
     /// Concatenation of field expressions into the row string.
@@ -253,6 +260,9 @@ pub enum FetchShape {
     Raw,
     /// The engine's canonical text of the column.
     Canonical,
+    /// The engine's cheap text ([`Dialect::text_expr`]) where it has one, rendered to
+    /// canonical form by the connector; the canonical text otherwise.
+    Text,
 }
 
 /// Rows of a segment's key range (hash filtering, if any, happens in the caller):
@@ -266,7 +276,37 @@ pub fn fetch_rows(
     shape: FetchShape,
     ordered: bool,
 ) -> Sql {
-    let mut b = Binder::new(d);
+    fetch_rows_with(Binder::new(d), source, cols, key, seg, shape, ordered)
+}
+
+/// [`fetch_rows`] with its key bounds written as literals (no binds), for statements
+/// that take no parameters, such as PostgreSQL's `COPY (query) TO STDOUT`.
+pub fn fetch_rows_inline(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    seg: &Segment,
+    shape: FetchShape,
+    ordered: bool,
+) -> Sql {
+    let b = Binder {
+        inline: true,
+        ..Binder::new(d)
+    };
+    fetch_rows_with(b, source, cols, key, seg, shape, ordered)
+}
+
+fn fetch_rows_with(
+    mut b: Binder<'_>,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    seg: &Segment,
+    shape: FetchShape,
+    ordered: bool,
+) -> Sql {
+    let d = b.d;
     // aliased, so ORDER BY names the table's columns, not these expressions
     let select: Vec<String> = cols
         .iter()
@@ -275,6 +315,10 @@ pub fn fetch_rows(
             let e = match shape {
                 FetchShape::Raw => d.quote(&c.info.name),
                 FetchShape::Canonical => d.canonical_expr(c).unwrap_or_else(|| d.quote(&c.info.name)),
+                FetchShape::Text => d
+                    .text_expr(c)
+                    .or_else(|| d.canonical_expr(c))
+                    .unwrap_or_else(|| d.quote(&c.info.name)),
             };
             format!("{e} AS {}", d.quote(&format!("tally_f{i}")))
         })

@@ -126,6 +126,25 @@ impl Dialect for Postgres {
         })
     }
 
+    fn text_expr(&self, col: &BoundColumn) -> Option<String> {
+        // the output functions under the agent's session settings (DateStyle ISO,
+        // TimeZone UTC, extra_float_digits 1): far cheaper than to_char and round
+        let x = self.quote(&col.info.name);
+        let class = col.spec.format.class;
+        if col.info.class != class {
+            return None;
+        }
+        match class {
+            TypeClass::Decimal
+            | TypeClass::Date
+            | TypeClass::Timestamp
+            | TypeClass::TimestampTz
+            | TypeClass::Time => Some(format!("{x}::text")),
+            TypeClass::Float => Some(format!("{x}::float8::text")),
+            _ => None,
+        }
+    }
+
     fn field_expr(&self, canonical: &str) -> String {
         format!("COALESCE(octet_length({canonical})::text || ':' || {canonical}, '~')")
     }

@@ -15,6 +15,10 @@ SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "rati
 SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "ratio" AS "tally_f3", "ok" AS "tally_f4", "code" AS "tally_f5", "day" AS "tally_f6", "at" AS "tally_f7", "at_utc" AS "tally_f8", "t" AS "tally_f9", "u" AS "tally_f10", "b" AS "tally_f11" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?, ?) AND ("region" COLLATE BINARY, "id") < (?, ?) ORDER BY "region" COLLATE BINARY, "id"
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
+-- fetch rows (Text, ordered)
+SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "ratio" AS "tally_f3", "ok" AS "tally_f4", "code" AS "tally_f5", "day" AS "tally_f6", "at" AS "tally_f7", "at_utc" AS "tally_f8", "t" AS "tally_f9", "u" AS "tally_f10", "b" AS "tally_f11" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?, ?) AND ("region" COLLATE BINARY, "id") < (?, ?) ORDER BY "region" COLLATE BINARY, "id"
+-- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
+
 -- count
 SELECT COUNT(*) FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?, ?) AND ("region" COLLATE BINARY, "id") < (?, ?)
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
