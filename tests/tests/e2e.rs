@@ -166,7 +166,9 @@ fn identical_data_matches_with_one_query_per_side() {
     assert_eq!(j["target"]["count"], N);
     assert_eq!(j["source"]["queries"], 1);
     assert_eq!(j["target"]["queries"], 1);
-    assert_eq!(j["source"]["path"], "pushdown");
+    // both agents hash in-process by default (PostgreSQL and MariaDB)
+    assert_eq!(j["source"]["path"], "in_process");
+    assert_eq!(j["target"]["path"], "in_process");
     assert_eq!(j["hash_method"], "sha256_64");
     // level 1's factor follows the row estimate: 20k rows at threshold 500 need 40+
     let segments = j["levels"][0]["segments"].as_u64().unwrap();
@@ -174,17 +176,34 @@ fn identical_data_matches_with_one_query_per_side() {
     assert!(j["leaves"].as_array().unwrap().is_empty());
 }
 
+/// The policy plus `hashing: pushdown` (the rest of the dataset's flow mapping):
+/// the engines hash in SQL instead of the agents.
+const OPEN_SQL_HASHING: &str = "{ max_level: with_keys }, hashing: pushdown";
+
 #[test]
 fn planted_differences_are_found_exactly_with_every_strategy() {
     let p = plant();
     let d = deploy("e2e_diff", Some(&p), OPEN, OPEN);
+    check_every_strategy(&d, &p, "in_process");
+}
+
+#[test]
+fn hashing_in_sql_finds_the_same_differences() {
+    let p = plant();
+    let d = deploy("e2e_diff_sql", Some(&p), OPEN_SQL_HASHING, OPEN_SQL_HASHING);
+    check_every_strategy(&d, &p, "pushdown");
+}
+
+fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
     for strategy in ["quantile", "hash", "time"] {
         let out = d.run(&spec(strategy, "with_keys"));
         assert_eq!(out.code, 1, "{strategy}: {}\n{}", out.stdout, out.stderr);
         let j = &out.json;
         assert_eq!(j["verdict"], "differ");
         assert_eq!(j["strategy"], strategy);
-        assert_eq!(differences(j), expected(&p), "{strategy}");
+        assert_eq!(j["source"]["path"], path, "{strategy}");
+        assert_eq!(j["target"]["path"], path, "{strategy}");
+        assert_eq!(differences(j), expected(p), "{strategy}");
         assert_eq!(j["difference_counts"]["changed"], 3);
         assert_eq!(j["target"]["count"], N - 2 + 2);
         let leaves = j["leaves"].as_array().unwrap();
