@@ -1,8 +1,11 @@
-//! Times one full-table level of 64 even cuts, pushed down and in-process:
+//! Times, through the agent's own code and without gRPC, the row read of a whole table
+//! (canonical text from SQL against the engine's cheap text) and one full-table level
+//! of 64 even cuts (hashed in SQL against hashed in the agent), on a table shaped like
+//! the benchmark's (bench/README.md):
 //!   cargo run --release -p tally-agent --example scanbench -- URL TABLE
 use std::time::Instant;
 
-use tally_agent::config::Source;
+use tally_agent::config::{Hashing, Source};
 use tally_agent::connector::Connector;
 use tally_agent::dataset::Dataset;
 use tally_agent::dialect::{self, FetchShape};

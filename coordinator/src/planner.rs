@@ -42,11 +42,44 @@ pub struct PlanParams {
     pub first_factor: u32,
 }
 
-/// The level-1 factor for a table of `rows` rows: enough segments to bring each below
-/// `threshold`, a power of two, between `factor` and 1024.
+/// Level-1 segments aim at this fraction of the threshold: a scan costs the same
+/// whatever the number of buckets, and small leaves keep the rows phase of a few
+/// scattered differences small (adjacent differing leaves are read together, up to the
+/// threshold: [`rows_batches`]).
+pub const FIRST_LEVEL_FRACTION: u64 = 16;
+
+/// The level-1 factor for a table of `rows` rows: enough segments to bring each to
+/// `threshold / 16` rows, a power of two, between `factor` and 1024.
 pub fn first_level_factor(rows: u64, threshold: u64, factor: u32) -> u32 {
-    let needed = rows.div_ceil(threshold.max(1)).max(1).next_power_of_two();
+    let target = (threshold / FIRST_LEVEL_FRACTION).max(1);
+    let needed = rows.div_ceil(target).max(1).next_power_of_two();
     needed.clamp(u64::from(factor), 1024) as u32
+}
+
+/// The segments the rows phase reads: the leaves, with runs of adjacent key-range
+/// leaves merged while their rows stay within `budget` (one read instead of many small
+/// ones when differences are dense). Each batch lists the leaves it covers.
+pub fn rows_batches(leaves: &[Leaf], budget: u64) -> Vec<(Segment, Vec<usize>)> {
+    let rows = |l: &Leaf| l.source.count().max(l.target.count());
+    let plain = |s: &Segment| s.hash.is_none() && s.period.is_none();
+    let mut out: Vec<(Segment, Vec<usize>, u64)> = Vec::new();
+    for (i, leaf) in leaves.iter().enumerate() {
+        let n = rows(leaf);
+        if let Some((seg, members, total)) = out.last_mut()
+            && plain(seg)
+            && plain(&leaf.segment)
+            && seg.upper.is_some()
+            && seg.upper == leaf.segment.lower
+            && *total + n <= budget
+        {
+            seg.upper = leaf.segment.upper.clone();
+            members.push(i);
+            *total += n;
+            continue;
+        }
+        out.push((leaf.segment.clone(), vec![i], n));
+    }
+    out.into_iter().map(|(s, m, _)| (s, m)).collect()
 }
 
 /// One child bucket as an agent returned it.
@@ -615,10 +648,56 @@ mod tests {
     #[test]
     fn the_first_level_factor_follows_the_row_estimate() {
         assert_eq!(first_level_factor(1_000, 16_384, 32), 32);
-        assert_eq!(first_level_factor(1_000_000, 16_384, 32), 64);
+        assert_eq!(first_level_factor(100_000, 16_384, 32), 128);
+        assert_eq!(first_level_factor(1_000_000, 16_384, 32), 1024);
         assert_eq!(first_level_factor(10_000_000, 16_384, 32), 1024);
         assert_eq!(first_level_factor(1_000_000_000, 16_384, 32), 1024);
         assert_eq!(first_level_factor(0, 16_384, 8), 8);
+    }
+
+    #[test]
+    fn adjacent_leaves_are_read_together_up_to_the_budget() {
+        let agg = |n: u64| AnyAggregate::new(HashMethod::Sha256_64, n, 0, Some(0));
+        let k = |i: i64| Some(vec![KeyPart::Int(i)]);
+        let leaf = |lo: i64, hi: i64, n: u64| Leaf {
+            level: 1,
+            segment: Segment {
+                lower: k(lo),
+                upper: k(hi),
+                ..Segment::default()
+            },
+            source: agg(n),
+            target: agg(n),
+        };
+        let hashed = Leaf {
+            segment: Segment {
+                hash: Some((0, 8)),
+                ..Segment::default()
+            },
+            ..leaf(0, 0, 1)
+        };
+        let leaves = vec![
+            leaf(0, 10, 4),
+            leaf(10, 20, 4),
+            leaf(20, 30, 4), // would make 12 > 10: a new batch
+            leaf(40, 50, 1), // not adjacent
+            hashed,
+        ];
+        let b = rows_batches(&leaves, 10);
+        let shape: Vec<(Option<KeyTuple>, Option<KeyTuple>, Vec<usize>)> = b
+            .iter()
+            .map(|(s, m)| (s.lower.clone(), s.upper.clone(), m.clone()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (k(0), k(20), vec![0, 1]),
+                (k(20), k(30), vec![2]),
+                (k(40), k(50), vec![3]),
+                (None, None, vec![4]),
+            ]
+        );
+        assert_eq!(b[3].0.hash, Some((0, 8)), "hash leaves stay as they are");
     }
 
     #[test]

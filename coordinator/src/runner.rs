@@ -16,7 +16,9 @@ use tally_proto::v1 as pb;
 
 use crate::client::Agent;
 use crate::error::RunError;
-use crate::planner::{BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop, first_level_factor};
+use crate::planner::{
+    BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop, first_level_factor, rows_batches,
+};
 use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
 use crate::spec::{Mode, Spec, Strategy};
@@ -250,7 +252,11 @@ impl Run<'_> {
                      (more than {ROWS_PHASE_AFTER_STOP})"
                 ));
             } else {
-                self.rows_phase(&planner.leaves).await?;
+                let batches: Vec<Segment> = rows_batches(&planner.leaves, spec.bisection.threshold)
+                    .into_iter()
+                    .map(|(segment, _)| segment)
+                    .collect();
+                self.rows_phase(&batches).await?;
             }
         }
         Ok(())
@@ -462,7 +468,9 @@ impl Run<'_> {
 
     /// Classifies the rows of every leaf from (key hash, row hash) pairs, then asks
     /// for the keys (and at detailed, the values) of differing rows only.
-    async fn rows_phase(&mut self, leaves: &[Leaf]) -> Result<(), RunError> {
+    /// Classifies the rows of `segments` (the leaves, adjacent ones merged).
+    async fn rows_phase(&mut self, segments: &[Segment]) -> Result<(), RunError> {
+        let leaves = segments;
         let r = self.resolved.clone().expect("resolved");
         let spec = self.spec;
         let level = pb::PrivacyLevel::from(spec.reporting.level) as i32;
@@ -472,13 +480,13 @@ impl Run<'_> {
         let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
         // a few leaves in flight at once, processed in leaf order
         let (source, target) = (self.source, self.target);
-        let fetch = |leaf: &Leaf| {
+        let fetch = |leaf: &Segment| {
             let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::RowDigestsRequest {
                 dataset: dataset.to_string(),
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
                 key_len: r.key_len as u32,
                 method: method_pb(r.method),
-                segment: Some(pb::Segment::from(&leaf.segment)),
+                segment: Some(pb::Segment::from(leaf)),
                 level,
             };
             let (sreq, treq) = (
@@ -524,63 +532,75 @@ impl Run<'_> {
                 }
                 found.push((i, kind, kh));
             }
-            self.say(format!("rows of leaf {}/{} classified", i + 1, leaves.len()));
+            self.say(format!("rows of range {}/{} classified", i + 1, leaves.len()));
             i += 1;
         }
         let limit = spec.reporting.sample_limit as usize;
         self.res.truncated = found.len() > limit;
         found.truncate(limit);
         let detailed = spec.reporting.level == PrivacyLevel::Detailed;
-        let mut diffs = Vec::new();
-        for (i, leaf) in leaves.iter().enumerate() {
-            let mine: Vec<&(usize, DiffKind, u64)> = found.iter().filter(|f| f.0 == i).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let from_source: Vec<u64> = mine
-                .iter()
-                .filter(|f| f.1 != DiffKind::ExtraInTarget)
-                .map(|f| f.2)
-                .collect();
-            let from_target: Vec<u64> = mine
-                .iter()
-                .filter(|f| f.1 == DiffKind::ExtraInTarget || (detailed && f.1 == DiffKind::Changed))
-                .map(|f| f.2)
-                .collect();
-            let reveal = |cols: Vec<ColumnSpec>, dataset: &str, hashes: Vec<u64>| pb::RevealRequest {
+        // per leaf with differences: its findings and the key hashes each side reveals
+        type Work<'a> = (usize, Vec<&'a (usize, DiffKind, u64)>, Vec<u64>, Vec<u64>);
+        let work: Vec<Work<'_>> = leaves
+            .iter()
+            .enumerate()
+            .filter_map(|(i, _)| {
+                let mine: Vec<&(usize, DiffKind, u64)> = found.iter().filter(|f| f.0 == i).collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                let from_source: Vec<u64> = mine
+                    .iter()
+                    .filter(|f| f.1 != DiffKind::ExtraInTarget)
+                    .map(|f| f.2)
+                    .collect();
+                let from_target: Vec<u64> = mine
+                    .iter()
+                    .filter(|f| f.1 == DiffKind::ExtraInTarget || (detailed && f.1 == DiffKind::Changed))
+                    .map(|f| f.2)
+                    .collect();
+                Some((i, mine, from_source, from_target))
+            })
+            .collect();
+        let reveal =
+            |leaf: &Segment, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| pb::RevealRequest {
                 dataset: dataset.to_string(),
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
                 key_len: r.key_len as u32,
-                segment: Some(pb::Segment::from(&leaf.segment)),
+                segment: Some(pb::Segment::from(leaf)),
                 limit: hashes.len() as u32,
-                key_hashes: hashes,
+                key_hashes: hashes.to_vec(),
                 level,
                 consent_acknowledged: spec.reporting.consent_acknowledged,
             };
-            let (s, t) = tokio::join!(
-                async {
-                    if from_source.is_empty() {
-                        return Ok(pb::RevealResponse::default());
+        // a few leaves' reveals in flight at once (each scans its leaf on both sides)
+        let fetch = |(i, _, from_source, from_target): &Work<'_>| {
+            let leaf = &leaves[*i];
+            let sreq = (!from_source.is_empty())
+                .then(|| reveal(leaf, r.source_columns(), &spec.source.dataset, from_source));
+            let treq = (!from_target.is_empty())
+                .then(|| reveal(leaf, r.target_columns(), &spec.target.dataset, from_target));
+            async move {
+                let s = async {
+                    match sreq {
+                        None => Ok(pb::RevealResponse::default()),
+                        Some(req) => source.reveal(req, detailed).await,
                     }
-                    self.source
-                        .reveal(
-                            reveal(r.source_columns(), &spec.source.dataset, from_source.clone()),
-                            detailed,
-                        )
-                        .await
-                },
-                async {
-                    if from_target.is_empty() {
-                        return Ok(pb::RevealResponse::default());
+                };
+                let t = async {
+                    match treq {
+                        None => Ok(pb::RevealResponse::default()),
+                        Some(req) => target.reveal(req, detailed).await,
                     }
-                    self.target
-                        .reveal(
-                            reveal(r.target_columns(), &spec.target.dataset, from_target.clone()),
-                            detailed,
-                        )
-                        .await
-                }
-            );
+                };
+                tokio::join!(s, t)
+            }
+        };
+        let mut revealed = futures::stream::iter(work.iter().map(fetch)).buffered(LEAVES_IN_FLIGHT);
+        let mut diffs = Vec::new();
+        let mut w = work.iter();
+        while let Some((s, t)) = revealed.next().await {
+            let (_, mine, _, _) = w.next().expect("one reveal per work item");
             let by_hash = |resp: pb::RevealResponse| -> Result<Revealed, RunError> {
                 resp.rows
                     .into_iter()

@@ -339,6 +339,11 @@ impl Server {
     }
 
     fn client(&self, db: Option<&str>) -> Command {
+        self.client_with(db, &[])
+    }
+
+    /// The client with `mariadb_args` (MariaDB only) before the database name.
+    fn client_with(&self, db: Option<&str>, mariadb_args: &[&str]) -> Command {
         match self.kind {
             Kind::Postgres => {
                 let mut c = in_ns(self.ns.as_deref(), "psql");
@@ -374,6 +379,7 @@ impl Server {
                     "root",
                 ]);
                 c.arg("--default-character-set=utf8mb4");
+                c.args(mariadb_args);
                 if let Some(d) = db {
                     c.arg(d);
                 }
@@ -403,6 +409,32 @@ impl Server {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
+    }
+
+    /// Runs SQL through the engine's own CLI client, its output thrown away (for
+    /// timing reads: nothing is buffered here).
+    pub fn exec_discard(&self, db: Option<&str>, sql: &str) {
+        use std::io::Write;
+        let mut c = self.client_with(db, &["--quick"]);
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("SQL client");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(sql.as_bytes())
+            .expect("SQL to the client");
+        let out = child.wait_with_output().expect("SQL client");
+        assert!(
+            out.status.success(),
+            "{:?} SQL failed: {}",
+            self.kind,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Runs SQL (one or more statements) through the engine's own CLI client; panics

@@ -153,11 +153,14 @@ struct TallyRun {
     found: u64,
 }
 
-fn tally(d: &Deployment, level: &str) -> TallyRun {
-    let spec = d.path().join(format!("spec-{level}.yaml"));
+/// `tally run` at `level`, through the agents hashing in-process (`pg`, `my`) or,
+/// with `sql`, through those whose engines hash in SQL (`pgsql`, `mysql`).
+fn tally(d: &Deployment, level: &str, sql: bool) -> TallyRun {
+    let (src, tgt) = if sql { ("pgsql", "mysql") } else { ("pg", "my") };
+    let spec = d.path().join(format!("spec-{level}-{src}.yaml"));
     std::fs::write(
         &spec,
-        format!("name: bench\nsource: {{ agent: pg, dataset: t }}\ntarget: {{ agent: my, dataset: t }}\nreporting: {{ level: {level}, sample_limit: 100000 }}\n"),
+        format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\nreporting: {{ level: {level}, sample_limit: 100000 }}\n"),
     )
     .unwrap();
     let t = Instant::now();
@@ -177,8 +180,8 @@ fn tally(d: &Deployment, level: &str) -> TallyRun {
     assert!(j["verdict"] != "error", "{j}");
     if std::env::var_os("TALLY_BENCH_DEBUG").is_some() {
         eprintln!(
-            "{level}: verdict {} counts {} levels {}",
-            j["verdict"], j["difference_counts"], j["levels"]
+            "{level} via {src}: verdict {} counts {} levels {} total {} ms",
+            j["verdict"], j["difference_counts"], j["levels"], j["elapsed_ms"]
         );
     }
     let kib = String::from_utf8_lossy(&out.stderr)
@@ -260,7 +263,7 @@ fn main() {
     let my = db::mariadb();
     pg.create_database("bench");
     my.create_database("bench");
-    let mut d = Deployment::new(&["pg", "my"]);
+    let mut d = Deployment::new(&["pg", "my", "pgsql", "mysql"]);
     d.start_agent(
         "pg",
         "t",
@@ -277,6 +280,15 @@ fn main() {
             my.url("bench")
         ),
     );
+    // the same datasets with the engines hashing in SQL (the path before in-process
+    // became the default), measured in the same run
+    for (name, url) in [("pgsql", pg.url("bench")), ("mysql", my.url("bench"))] {
+        d.start_agent(
+            name,
+            "t",
+            &format!("{{ url: '{url}', table: t, key: [id], hashing: pushdown, policy: {{ max_level: with_keys }} }}"),
+        );
+    }
     d.coordinator_config();
     let machine = format!(
         "{} cores, PostgreSQL {}, {}",
@@ -285,14 +297,15 @@ fn main() {
         my.exec(None, "SELECT VERSION();").trim()
     );
     let mut table = String::from(
-        "| rows | K | floor PG s | floor MariaDB s | count_only s | ÷ floor | with_keys s | ÷ floor | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only, SQL hashing s | with_keys s | ÷ floor | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &n in &a.rows {
         load(pg, my, n);
         for &k in &a.ks {
             plant(my, n, k, false);
             let (mut fp, mut fm, mut co, mut wk, mut rd) = (vec![], vec![], vec![], vec![], vec![]);
+            let (mut rp, mut rm, mut cs) = (vec![], vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
@@ -303,9 +316,13 @@ fn main() {
                 fm.push(timed(|| {
                     my.exec(Some("bench"), MY_FLOOR);
                 }));
-                let c = tally(&d, "count_only");
+                // the raw read floor: every row to the client, no hashing
+                rp.push(timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;")));
+                rm.push(timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")));
+                let c = tally(&d, "count_only", false);
                 co.push(c.secs);
-                let w = tally(&d, "with_keys");
+                cs.push(tally(&d, "count_only", true).secs);
+                let w = tally(&d, "with_keys", false);
                 wk.push(w.secs);
                 if let Some(bin) = &a.reladiff {
                     let (s, f) = reladiff(bin, pg, my);
@@ -319,10 +336,13 @@ fn main() {
             let (co, wk) = (median(co), median(wk));
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
             let row = format!(
-                "| {n} | {k} | {:.2} | {:.2} | {co:.2} | {:.2} | {wk:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
                 median(fp),
                 median(fm),
+                median(rp),
+                median(rm),
                 co / floor,
+                median(cs),
                 wk / floor,
                 w.queries,
                 w.rows_scanned,
