@@ -69,10 +69,17 @@ async fn main() {
             .unwrap();
         println!("scan {shape:?} {:.3}s rows {n}", t.elapsed().as_secs_f64());
     }
-    for in_process in [false, true, false, true] {
+    let mut ds = ds;
+    for hashing in [
+        Hashing::Pushdown,
+        Hashing::InProcess,
+        Hashing::Pushdown,
+        Hashing::InProcess,
+    ] {
+        ds.config.hashing = hashing;
         let t = Instant::now();
         let out = ds
-            .aggregate(&b, HashMethod::Sha256_64, &parents, in_process)
+            .aggregate(&b, HashMethod::Sha256_64, &parents, false)
             .await
             .unwrap();
         let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
