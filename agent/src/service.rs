@@ -350,7 +350,12 @@ impl AgentService {
                 });
             }
             let seg = segment_from(r.segment, "segment")?;
-            let b = self.bound(&ds, r.columns, r.key_len).await?;
+            let mut b = self.bound(&ds, r.columns, r.key_len).await?;
+            if level != PrivacyLevel::Detailed && seg.period.is_none() {
+                // keys only: read just the key columns (an index-only range scan where
+                // the engine can); a period filter needs its column, so it keeps them all
+                b.cols.truncate(b.key_len);
+            }
             let wanted: HashSet<u64> = r.key_hashes.iter().copied().collect();
             let limit = (r.limit as usize).min(policy::MAX_REVEAL_ROWS);
             let (rows, truncated) = ds.rows_by_key_hash(&b, &seg, &wanted, limit).await?;

@@ -169,6 +169,29 @@ pub fn canonical_float(f: f64, scale: u32) -> String {
     fixed_point(&format!("{f}"), scale).expect("Display of a finite f64 is a plain decimal")
 }
 
+/// Whether `s` already is the fixed-point text at `scale` (the common case of a decimal
+/// column read at its own scale): an optional `-`, integer digits without a leading
+/// zero (or a single `0`), and exactly `scale` fractional digits; never a negative zero.
+fn is_canonical_fixed(s: &str, scale: u32) -> bool {
+    let b = s.as_bytes();
+    let (neg, b) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let (int, frac) = match b.iter().position(|&c| c == b'.') {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    };
+    let frac_ok = match (scale, frac) {
+        (0, None) => true,
+        (n, Some(f)) if n > 0 => f.len() == n as usize && f.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    let int_ok = !int.is_empty() && int.iter().all(u8::is_ascii_digit) && (int[0] != b'0' || int.len() == 1);
+    let zero = int == b"0" && frac.is_none_or(|f| f.iter().all(|&c| c == b'0'));
+    frac_ok && int_ok && !(neg && zero)
+}
+
 /// Fixed point at `scale` digits, rounded half away from zero, no exponent, `-0` → `0`.
 /// Works on the digit string, so any precision (38 digits and beyond) is exact.
 pub fn fixed_point(v: &str, scale: u32) -> Result<String, CanonicalError> {
@@ -180,6 +203,9 @@ pub fn fixed_point(v: &str, scale: u32) -> Result<String, CanonicalError> {
         )
     };
     let s = v.trim();
+    if is_canonical_fixed(s, scale) {
+        return Ok(s.to_string());
+    }
     let (neg, s) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -501,6 +527,35 @@ mod tests {
 
     fn fp(v: &str, s: u32) -> String {
         fixed_point(v, s).unwrap()
+    }
+
+    #[test]
+    fn text_already_at_scale_is_kept_and_everything_else_is_rendered() {
+        for (v, scale) in [
+            ("123.45", 2),
+            ("-0.01", 2),
+            ("0.00", 2),
+            ("7", 0),
+            ("-7", 0),
+            ("0", 0),
+        ] {
+            assert!(is_canonical_fixed(v, scale), "{v}");
+            assert_eq!(fp(v, scale), v);
+        }
+        for (v, scale, want) in [
+            ("-0.00", 2, "0.00"),
+            ("-0", 0, "0"),
+            ("007.10", 2, "7.10"),
+            ("1.5", 2, "1.50"),
+            ("1.555", 2, "1.56"),
+            ("+3.00", 2, "3.00"),
+            ("1e2", 0, "100"),
+            ("5.", 0, "5"),
+            (".50", 2, "0.50"),
+        ] {
+            assert!(!is_canonical_fixed(v, scale), "{v}");
+            assert_eq!(fp(v, scale), want, "{v}");
+        }
     }
 
     #[test]
