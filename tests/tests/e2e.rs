@@ -312,6 +312,8 @@ fn composite_and_collation_trap_keys() {
     let my = db::mariadb();
     let words = [
         "apple", "Banana", "cherry", "Ärger", "zebra", "Éclair", "éclat", "Zoë", "ñu", "日本", "a b", "A-c",
+        // a quote: PostgreSQL's COPY reads carry key bounds as literals
+        "O'Brien",
     ];
     let mut rows = Vec::new();
     for i in 0..3000 {

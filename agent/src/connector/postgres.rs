@@ -69,6 +69,8 @@ impl PgConnector {
             .options([
                 ("extra_float_digits", "1"),
                 ("DateStyle", "ISO"),
+                // COPY statements carry key bounds as literals: backslashes stay literal
+                ("standard_conforming_strings", "on"),
                 ("TimeZone", "UTC"),
                 ("client_encoding", "UTF8"),
             ]);

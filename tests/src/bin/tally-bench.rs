@@ -206,6 +206,32 @@ fn tally(d: &Deployment, level: &str, sql: bool) -> TallyRun {
     }
 }
 
+/// Two count_only runs on the same tables started together: seconds until both end.
+fn two_at_once(d: &Deployment) -> f64 {
+    let spec = d.path().join("spec-count_only-pg.yaml");
+    let t = Instant::now();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(tally_e2e::bins::tally())
+                .arg("run")
+                .arg(&spec)
+                .arg("-c")
+                .arg(d.path().join("coordinator.yaml"))
+                .arg("--json")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(j["verdict"] != "error", "{j}");
+    }
+    t.elapsed().as_secs_f64()
+}
+
 fn vm_hwm_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -297,15 +323,15 @@ fn main() {
         my.exec(None, "SELECT VERSION();").trim()
     );
     let mut table = String::from(
-        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only, SQL hashing s | with_keys s | ÷ floor | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &n in &a.rows {
         load(pg, my, n);
         for &k in &a.ks {
             plant(my, n, k, false);
             let (mut fp, mut fm, mut co, mut wk, mut rd) = (vec![], vec![], vec![], vec![], vec![]);
-            let (mut rp, mut rm, mut cs) = (vec![], vec![], vec![]);
+            let (mut rp, mut rm, mut cs, mut two) = (vec![], vec![], vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
@@ -322,6 +348,7 @@ fn main() {
                 let c = tally(&d, "count_only", false);
                 co.push(c.secs);
                 cs.push(tally(&d, "count_only", true).secs);
+                two.push(two_at_once(&d));
                 let w = tally(&d, "with_keys", false);
                 wk.push(w.secs);
                 if let Some(bin) = &a.reladiff {
@@ -336,12 +363,13 @@ fn main() {
             let (co, wk) = (median(co), median(wk));
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
             let row = format!(
-                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
                 median(fp),
                 median(fm),
                 median(rp),
                 median(rm),
                 co / floor,
+                median(two),
                 median(cs),
                 wk / floor,
                 w.queries,
