@@ -118,16 +118,27 @@ impl Dataset {
             && dialect::row_string_expr(self.connector.dialect(), &b.cols).is_some()
     }
 
-    /// Where an aggregate is computed: the dataset's `hashing` setting, unless the
-    /// request forces the in-process path or the engine cannot push it down.
-    fn choose_path(&self, b: &Bound, force_in_process: bool) -> Path {
-        let in_process = force_in_process
-            || !self.can_push_down(b)
+    /// Where aggregates are computed by the dataset's `hashing` setting and its engine
+    /// (a request may still need the in-process path for a column SQL cannot render).
+    pub fn configured_path(&self) -> Path {
+        let in_process = !self.connector.supports_pushdown()
             || match self.config.hashing {
                 Hashing::Auto => self.connector.prefers_in_process(),
                 Hashing::Pushdown => false,
                 Hashing::InProcess => true,
             };
+        if in_process {
+            Path::InProcess
+        } else {
+            Path::Pushdown
+        }
+    }
+
+    /// Where an aggregate is computed: the dataset's `hashing` setting, unless the
+    /// request forces the in-process path or the engine cannot push it down.
+    fn choose_path(&self, b: &Bound, force_in_process: bool) -> Path {
+        let in_process =
+            force_in_process || !self.can_push_down(b) || self.configured_path() == Path::InProcess;
         if in_process {
             Path::InProcess
         } else {

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tally_agent::config::AgentConfig;
+use tally_agent::dataset::Path;
 use tally_agent::server;
 
 #[derive(Parser, Debug)]
@@ -114,14 +115,15 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                 println!("dataset {name}: {} {}", info.engine, info.engine_version);
                 println!("  key: {}", info.key.join(", "));
                 println!("  row estimate: {}", info.row_estimate);
+                let in_agent = ds.configured_path() == Path::InProcess;
                 println!(
                     "  hashing: {} (sha256_64, md5_48{})",
-                    if ds.connector.supports_pushdown() {
-                        "pushed down"
+                    if in_agent {
+                        "in_process: the agent reads rows and hashes them"
                     } else {
-                        "in-process"
+                        "pushdown: the engine hashes in SQL"
                     },
-                    if !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some() {
+                    if in_agent || d.xor_aggregate("h").is_some() {
                         ", XOR"
                     } else {
                         ", SUM only"

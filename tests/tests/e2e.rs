@@ -497,6 +497,10 @@ fn agent_check_reports_each_dataset() {
     );
     assert!(stdout.contains("not comparable"), "jsonb is flagged: {stdout}");
     assert!(
+        stdout.contains("hashing: in_process: the agent reads rows"),
+        "PostgreSQL hashes in the agent by default: {stdout}"
+    );
+    assert!(
         stdout.contains("dataset bad: database of dataset bad unavailable"),
         "{stdout}"
     );
