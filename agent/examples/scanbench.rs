@@ -18,16 +18,16 @@ use tally_common::types::TypeClass;
 async fn main() {
     let a: Vec<String> = std::env::args().collect();
     let (url, table) = (&a[1], &a[2]);
-    let ds = Dataset {
-        name: "t".into(),
-        config: tally_common::config_file::parse_yaml(
+    let ds = Dataset::new(
+        "t".into(),
+        tally_common::config_file::parse_yaml(
             std::path::Path::new("x"),
             &format!("{{ url: '{url}', table: {table}, key: [id] }}"),
         )
         .unwrap(),
-        source: Source::Table(vec![table.clone()]),
-        connector: Connector::open(url).unwrap(),
-    };
+        Source::Table(vec![table.clone()]),
+        Connector::open(url).unwrap(),
+    );
     let c = |n: &str, class: TypeClass, scale: u32| ColumnSpec {
         name: n.into(),
         format: FieldFormat::new(class).with_scale(scale),

@@ -4,6 +4,7 @@
 //! after these run; nothing here decides what may leave the zone.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
 use tally_common::period::period_label;
@@ -21,6 +22,22 @@ pub struct Dataset {
     pub config: DatasetConfig,
     pub source: Source,
     pub connector: Connector,
+    /// Set once a value could not be rendered from the engine's own text (under
+    /// `hashing: auto`): row fetches then read the SQL canonical text instead, so the
+    /// rows phase after a fallen-back aggregate reads those values too.
+    sql_text_only: AtomicBool,
+}
+
+impl Dataset {
+    pub fn new(name: String, config: DatasetConfig, source: Source, connector: Connector) -> Dataset {
+        Dataset {
+            name,
+            config,
+            source,
+            connector,
+            sql_text_only: AtomicBool::new(false),
+        }
+    }
 }
 
 impl std::fmt::Debug for Dataset {
@@ -155,6 +172,7 @@ impl Dataset {
             && self.can_push_down(b);
         if fallback {
             tracing::warn!(dataset = %self.name, error = %e, "in-process hashing failed; computing in SQL");
+            self.sql_text_only.store(true, Ordering::Relaxed);
         }
         fallback
     }
@@ -441,10 +459,11 @@ impl Dataset {
     ) -> Result<u64> {
         let d = self.connector.dialect();
         let key = b.key_infos();
-        let shape = match (self.connector.fetch_shape(), self.config.hashing) {
-            // `pushdown` also keeps canonical rendering in SQL for row fetches
-            (FetchShape::Text, Hashing::Pushdown) => FetchShape::Canonical,
-            (shape, _) => shape,
+        let sql_text = self.config.hashing == Hashing::Pushdown || self.sql_text_only.load(Ordering::Relaxed);
+        let shape = match self.connector.fetch_shape() {
+            // `pushdown`, or values the agent could not read: canonical text from SQL
+            FetchShape::Text if sql_text => FetchShape::Canonical,
+            shape => shape,
         };
         let render = if self.connector.copies_out() {
             dialect::fetch_rows_inline

@@ -31,12 +31,7 @@ pub fn open_datasets(
             Connector::open(&url).map_err(|e| AgentError::Config(format!("datasets.{name}.url: {e}")))?;
         out.insert(
             name.clone(),
-            Arc::new(Dataset {
-                name: name.clone(),
-                config: d.clone(),
-                source: d.source(),
-                connector,
-            }),
+            Arc::new(Dataset::new(name.clone(), d.clone(), d.source(), connector)),
         );
     }
     Ok(out)

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use tally_agent::config::{Hashing, Source};
 use tally_agent::connector::Connector;
-use tally_agent::dataset::{AggregateOut, Dataset};
+use tally_agent::dataset::{AggregateOut, Bound, Dataset};
 use tally_agent::dialect;
 use tally_agent::error::AgentError;
 use tally_agent::schema::{BoundColumn, ColumnInfo};
@@ -685,16 +685,16 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
     for engine in engines() {
         let l = live(engine, "orders", dir.path());
         l.exec(&orders_sql(engine, "orders")).await;
-        let ds = Dataset {
-            name: "orders".into(),
-            config: tally_common::config_file::parse_yaml(
+        let ds = Dataset::new(
+            "orders".into(),
+            tally_common::config_file::parse_yaml(
                 std::path::Path::new("x"),
                 "{ url: 'sqlite://x', table: orders, key: [id] }",
             )
             .unwrap(),
-            source: Source::Table(vec!["orders".into()]),
-            connector: l.connector,
-        };
+            Source::Table(vec!["orders".into()]),
+            l.connector,
+        );
         let mut ds = ds;
         let b = ds.bind(orders_columns(), 1).await.unwrap();
         for (name, parents) in &splits {
@@ -780,16 +780,16 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
                 if planted { plant(engine) } else { String::new() }
             ))
             .await;
-            let ds = Dataset {
-                name: name.into(),
-                config: tally_common::config_file::parse_yaml(
+            let ds = Dataset::new(
+                name.into(),
+                tally_common::config_file::parse_yaml(
                     std::path::Path::new("x"),
                     "{ url: 'sqlite://x', table: orders, key: [id] }",
                 )
                 .unwrap(),
-                source: Source::Table(vec!["orders".into()]),
-                connector: l.connector,
-            };
+                Source::Table(vec!["orders".into()]),
+                l.connector,
+            );
             let b = ds.bind(orders_columns(), 1).await.unwrap();
             let o = ds
                 .aggregate(
@@ -817,8 +817,9 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
 }
 
 /// Under `hashing: auto`, a value the agent cannot render from the engine's own text (a
-/// PostgreSQL `infinity` timestamp) sends the aggregate back to SQL; forced in-process,
-/// it is an error naming the column.
+/// PostgreSQL `infinity` timestamp) sends the aggregate back to SQL, and the dataset's
+/// later row fetches to the SQL canonical text; forced in-process, it is an error
+/// naming the column.
 #[tokio::test(flavor = "multi_thread")]
 async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -830,15 +831,17 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
          INSERT INTO ok VALUES (1, '2024-01-01 10:00:00.5');\n",
     )
     .await;
-    let dataset = |table: &str, connector| Dataset {
-        name: table.into(),
-        config: tally_common::config_file::parse_yaml(
-            std::path::Path::new("x"),
-            &format!("{{ url: 'sqlite://x', table: {table}, key: [id] }}"),
+    let dataset = |table: &str, connector| {
+        Dataset::new(
+            table.into(),
+            tally_common::config_file::parse_yaml(
+                std::path::Path::new("x"),
+                &format!("{{ url: 'sqlite://x', table: {table}, key: [id] }}"),
+            )
+            .unwrap(),
+            Source::Table(vec![table.into()]),
+            connector,
         )
-        .unwrap(),
-        source: Source::Table(vec![table.into()]),
-        connector,
     };
     let cols = || {
         vec![
@@ -855,12 +858,8 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
     let whole = [(Segment::whole(), Split::Whole)];
     let ds = dataset("ev", l.connector);
     let b = ds.bind(cols(), 1).await.unwrap();
-    let out = ds
-        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
-        .await
-        .unwrap();
-    assert_eq!(out.path.name(), "pushdown", "fell back to SQL");
-    assert_eq!(out.buckets[0].agg.count(), 2);
+    // before any fallback: forced in-process, and the rows phase, read the engine's
+    // text and cannot render the value
     let err = ds
         .aggregate(&b, HashMethod::Sha256_64, &whole, true)
         .await
@@ -869,6 +868,26 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
         matches!(&err, AgentError::Canonical { column, .. } if column == "at"),
         "{err:?}"
     );
+    let err = digest_count(&ds, &b).await.unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Canonical { column, .. } if column == "at"),
+        "{err:?}"
+    );
+    let out = ds
+        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
+        .await
+        .unwrap();
+    assert_eq!(out.path.name(), "pushdown", "fell back to SQL");
+    assert_eq!(out.buckets[0].agg.count(), 2);
+    // after it, row fetches read the SQL canonical text: the rows phase works, and an
+    // in-process aggregate over that text agrees with SQL's
+    assert_eq!(digest_count(&ds, &b).await.unwrap(), 2);
+    let again = ds
+        .aggregate(&b, HashMethod::Sha256_64, &whole, true)
+        .await
+        .unwrap();
+    assert_eq!(again.path.name(), "in_process");
+    assert_eq!(again.buckets[0].agg, out.buckets[0].agg);
     let ok = dataset("ok", Connector::open(&l.url).unwrap());
     let b = ok.bind(cols(), 1).await.unwrap();
     let out = ok
@@ -876,4 +895,15 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
         .await
         .unwrap();
     assert_eq!(out.path.name(), "in_process");
+}
+
+/// How many row digests the whole of `ds` gives.
+async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
+    let mut n = 0;
+    ds.digests(b, HashMethod::Sha256_64, &Segment::whole(), 100, &mut |batch| {
+        n += batch.len();
+        Ok(())
+    })
+    .await?;
+    Ok(n)
 }
