@@ -22,6 +22,10 @@ use crate::schema::{BoundColumn, DatasetInfo, canonical_error};
 /// How long to wait for a database connection before reporting it unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Connections an agent opens to one server database at most: a run keeps up to 8
+/// busy per side in its rows phase, so two runs at once do not queue.
+pub const MAX_CONNECTIONS: u32 = 16;
+
 /// One row in canonical form: its key and the canonical text of every requested
 /// column (key columns first), `None` for NULL.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonical_row};
 use crate::config::Source;
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
@@ -75,7 +75,7 @@ impl PgConnector {
                 ("client_encoding", "UTF8"),
             ]);
         let pool = PgPoolOptions::new()
-            .max_connections(8)
+            .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
         Ok(PgConnector {
