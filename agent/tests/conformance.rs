@@ -685,17 +685,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
     for engine in engines() {
         let l = live(engine, "orders", dir.path());
         l.exec(&orders_sql(engine, "orders")).await;
-        let ds = Dataset::new(
-            "orders".into(),
-            tally_common::config_file::parse_yaml(
-                std::path::Path::new("x"),
-                "{ url: 'sqlite://x', table: orders, key: [id] }",
-            )
-            .unwrap(),
-            Source::Table(vec!["orders".into()]),
-            l.connector,
-        );
-        let mut ds = ds;
+        let mut ds = dataset("orders", "orders", l.connector);
         let b = ds.bind(orders_columns(), 1).await.unwrap();
         for (name, parents) in &splits {
             for method in [HashMethod::Sha256_64, HashMethod::Md5_48] {
@@ -780,16 +770,7 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
                 if planted { plant(engine) } else { String::new() }
             ))
             .await;
-            let ds = Dataset::new(
-                name.into(),
-                tally_common::config_file::parse_yaml(
-                    std::path::Path::new("x"),
-                    "{ url: 'sqlite://x', table: orders, key: [id] }",
-                )
-                .unwrap(),
-                Source::Table(vec!["orders".into()]),
-                l.connector,
-            );
+            let ds = dataset(name, "orders", l.connector);
             let b = ds.bind(orders_columns(), 1).await.unwrap();
             let o = ds
                 .aggregate(
@@ -831,18 +812,6 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
          INSERT INTO ok VALUES (1, '2024-01-01 10:00:00.5');\n",
     )
     .await;
-    let dataset = |table: &str, connector| {
-        Dataset::new(
-            table.into(),
-            tally_common::config_file::parse_yaml(
-                std::path::Path::new("x"),
-                &format!("{{ url: 'sqlite://x', table: {table}, key: [id] }}"),
-            )
-            .unwrap(),
-            Source::Table(vec![table.into()]),
-            connector,
-        )
-    };
     let cols = || {
         vec![
             ColumnSpec {
@@ -856,7 +825,7 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
         ]
     };
     let whole = [(Segment::whole(), Split::Whole)];
-    let ds = dataset("ev", l.connector);
+    let ds = dataset("ev", "ev", l.connector);
     let b = ds.bind(cols(), 1).await.unwrap();
     // before any fallback: forced in-process, and the rows phase, read the engine's
     // text and cannot render the value
@@ -888,7 +857,7 @@ async fn auto_hashing_falls_back_to_sql_for_values_the_agent_cannot_read() {
         .unwrap();
     assert_eq!(again.path.name(), "in_process");
     assert_eq!(again.buckets[0].agg, out.buckets[0].agg);
-    let ok = dataset("ok", Connector::open(&l.url).unwrap());
+    let ok = dataset("ok", "ok", Connector::open(&l.url).unwrap());
     let b = ok.bind(cols(), 1).await.unwrap();
     let out = ok
         .aggregate(&b, HashMethod::Sha256_64, &whole, false)
@@ -906,4 +875,19 @@ async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
     })
     .await?;
     Ok(n)
+}
+
+/// A dataset `name` over `table`, keyed by `id`, on `connector` (the URL in its config
+/// is never opened: the connector is given).
+fn dataset(name: &str, table: &str, connector: Connector) -> Dataset {
+    Dataset::new(
+        name.into(),
+        tally_common::config_file::parse_yaml(
+            std::path::Path::new("x"),
+            &format!("{{ url: 'sqlite://x', table: {table}, key: [id] }}"),
+        )
+        .unwrap(),
+        Source::Table(vec![table.into()]),
+        connector,
+    )
 }

@@ -467,11 +467,10 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Classifies the rows of every leaf from (key hash, row hash) pairs, then asks
-    /// for the keys (and at detailed, the values) of differing rows only.
-    /// Classifies the rows of `segments` (the leaves, adjacent ones merged).
-    async fn rows_phase(&mut self, segments: &[Segment]) -> Result<(), RunError> {
-        let leaves = segments;
+    /// Classifies the rows of `leaves` (adjacent ones already merged into one range)
+    /// from (key hash, row hash) pairs, then asks for the keys (and at detailed, the
+    /// values) of differing rows only.
+    async fn rows_phase(&mut self, leaves: &[Segment]) -> Result<(), RunError> {
         let r = self.resolved.clone().expect("resolved");
         let spec = self.spec;
         let level = pb::PrivacyLevel::from(spec.reporting.level) as i32;
