@@ -131,6 +131,7 @@ fn cols() -> Vec<pb::ColumnRef> {
         type_class: class as i32,
         scale: 0,
         fixed_char: false,
+        exact: false,
     };
     vec![
         c("id", pb::TypeClass::Integer),
@@ -386,6 +387,7 @@ async fn a_database_that_fails_mid_call_gives_unavailable_and_the_agent_keeps_se
         type_class: pb::TypeClass::Integer as i32,
         scale: 0,
         fixed_char: false,
+        exact: false,
     };
     let req = pb::AggregateRequest {
         dataset: "slow".into(),

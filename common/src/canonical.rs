@@ -5,6 +5,7 @@
 //! in-process path calls these functions directly. `tests/vectors/canonical.json`
 //! (written by an independent Python implementation) pins every rule.
 
+use crate::civil::{self, CivilDate};
 use crate::types::TypeClass;
 
 /// Default resolved scale of floats and precision of timestamps and times.
@@ -39,8 +40,11 @@ pub struct FieldFormat {
     pub class: TypeClass,
     /// Resolved scale (decimal, float) or fractional-second precision (timestamp, timestamptz, time).
     pub scale: u32,
-    /// CHAR(n): trailing spaces removed.
+    /// CHAR(n): trailing spaces removed; BINARY(n): trailing `0x00` bytes removed.
     pub fixed_char: bool,
+    /// Decimal: the exact normalised form (trailing fractional zeros and a trailing
+    /// point removed), used where either side's scale is undeclared; `scale` is unused.
+    pub exact: bool,
 }
 
 impl FieldFormat {
@@ -54,6 +58,7 @@ impl FieldFormat {
             class,
             scale,
             fixed_char: false,
+            exact: false,
         }
     }
 
@@ -64,6 +69,11 @@ impl FieldFormat {
 
     pub fn fixed_char(mut self, fixed_char: bool) -> Self {
         self.fixed_char = fixed_char;
+        self
+    }
+
+    pub fn exact(mut self, exact: bool) -> Self {
+        self.exact = exact;
         self
     }
 }
@@ -85,15 +95,17 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
     Ok(Some(match (fmt.class, value) {
         (_, Value::Null) => return Ok(None),
         (TypeClass::Integer, Value::Int(i)) => i.to_string(),
-        (TypeClass::Decimal, Value::Int(i)) => fixed_point(&i.to_string(), fmt.scale)?,
+        (TypeClass::Decimal, Value::Int(i)) => decimal_text(&i.to_string(), fmt)?,
+        (TypeClass::Decimal, Value::Float(f)) if fmt.exact => match float_token(*f) {
+            Some(t) => t.to_string(),
+            None => exact_decimal(&format!("{f}"))?,
+        },
         (TypeClass::Float | TypeClass::Decimal, Value::Float(f)) => canonical_float(*f, fmt.scale),
         (TypeClass::Boolean, Value::Bool(b)) => if *b { "1" } else { "0" }.to_string(),
-        (TypeClass::Boolean, Value::Int(i)) => match i {
-            0 => "0".to_string(),
-            1 => "1".to_string(),
-            _ => return Err(invalid("boolean", &i.to_string(), "only 0 and 1 are booleans")),
-        },
-        (TypeClass::Binary, Value::Bytes(b)) => hex::encode(b),
+        // an integer column compared as a boolean (MySQL TINYINT(1)) holding 2 is
+        // rendered by its value: distinct from both booleans, never folded into one
+        (TypeClass::Boolean, Value::Int(i)) => i.to_string(),
+        (TypeClass::Binary, Value::Bytes(b)) => binary_hex(b, fmt.fixed_char),
         (TypeClass::Uuid, Value::Bytes(b)) => canonical_uuid(&hex::encode(b))?,
         (_, Value::Text(s)) => return canonical_from_text(fmt, Some(s)),
         (class, _) => {
@@ -112,7 +124,7 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
     let Some(v) = value else { return Ok(None) };
     let out = match fmt.class {
         TypeClass::Integer => canonical_integer(v)?,
-        TypeClass::Decimal => fixed_point(v, fmt.scale)?,
+        TypeClass::Decimal => decimal_text(v, fmt)?,
         TypeClass::Float => match v {
             "NaN" => "NaN".to_string(),
             "Infinity" | "inf" | "+Infinity" => "Infinity".to_string(),
@@ -126,7 +138,8 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
         TypeClass::Boolean => match v.to_ascii_lowercase().as_str() {
             "true" | "t" | "1" => "1".to_string(),
             "false" | "f" | "0" => "0".to_string(),
-            _ => return Err(invalid("boolean", v, "expected true or false")),
+            // an integer compared as a boolean: by value (see canonical_value)
+            _ => canonical_integer(v).map_err(|_| invalid("boolean", v, "expected true, false or an integer"))?,
         },
         TypeClass::Text => {
             if fmt.fixed_char {
@@ -142,11 +155,70 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
         TypeClass::Uuid => canonical_uuid(v)?,
         TypeClass::Binary => {
             let bytes = hex::decode(v).map_err(|_| invalid("binary", v, "expected hex digits"))?;
-            hex::encode(bytes)
+            binary_hex(&bytes, fmt.fixed_char)
         }
+        TypeClass::Json => crate::jcs::canonical_json(v).map_err(|reason| invalid("json", v, reason))?,
         TypeClass::Other => return Err(CanonicalError::Unsupported("other")),
     };
     Ok(Some(out))
+}
+
+/// Lowercase hex; a fixed-length BINARY(n) drops its trailing `0x00` padding.
+pub fn binary_hex(b: &[u8], fixed: bool) -> String {
+    let end = if fixed {
+        b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1)
+    } else {
+        b.len()
+    };
+    hex::encode(&b[..end])
+}
+
+/// The token of a non-finite float, or `None` for a finite one.
+fn float_token(f: f64) -> Option<&'static str> {
+    if f.is_nan() {
+        Some("NaN")
+    } else if f.is_infinite() {
+        Some(if f > 0.0 { "Infinity" } else { "-Infinity" })
+    } else {
+        None
+    }
+}
+
+/// A decimal's text: PostgreSQL's `NaN` and infinities as tokens, otherwise the
+/// exact normalised form or fixed point at the resolved scale.
+fn decimal_text(v: &str, fmt: &FieldFormat) -> Result<String, CanonicalError> {
+    match v.trim() {
+        "NaN" => return Ok("NaN".to_string()),
+        "Infinity" | "+Infinity" => return Ok("Infinity".to_string()),
+        "-Infinity" => return Ok("-Infinity".to_string()),
+        _ => {}
+    }
+    if fmt.exact {
+        exact_decimal(v)
+    } else {
+        fixed_point(v, fmt.scale)
+    }
+}
+
+/// The exact normalised form of a decimal: no exponent, no leading zeros, trailing
+/// fractional zeros and a trailing point removed, `-0` → `0` (`10.500` → `10.5`,
+/// `10.00` → `10`, `1.5e3` → `1500`). Nothing is rounded.
+pub fn exact_decimal(v: &str) -> Result<String, CanonicalError> {
+    let s = v.trim();
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i64>().unwrap_or(i64::MAX)),
+        None => (s, 0),
+    };
+    let frac_len = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i64;
+    // the fractional digits the value really has: rendering at that scale rounds nothing
+    let scale = frac_len.saturating_sub(exp).clamp(0, 20_000) as u32;
+    let fixed = fixed_point(s, scale)?;
+    let out = if fixed.contains('.') {
+        fixed.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        fixed.as_str()
+    };
+    Ok(if out == "-0" { "0".to_string() } else { out.to_string() })
 }
 
 fn canonical_integer(v: &str) -> Result<String, CanonicalError> {
@@ -302,48 +374,53 @@ pub fn fixed_point(v: &str, scale: u32) -> Result<String, CanonicalError> {
     Ok(out)
 }
 
-fn parse_ymd(v: &str, whole: &str) -> Result<(i32, u8, u8), CanonicalError> {
-    let bad = || invalid("date", whole, "expected YYYY-MM-DD");
-    let b = v.as_bytes();
-    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
-        return Err(bad());
-    }
-    let y: i32 = v[0..4].parse().map_err(|_| bad())?;
-    let m: u8 = v[5..7].parse().map_err(|_| bad())?;
-    let d: u8 = v[8..10].parse().map_err(|_| bad())?;
-    let month = time::Month::try_from(m).map_err(|_| bad())?;
-    time::Date::from_calendar_date(y, month, d).map_err(|_| bad())?;
-    if y < 1 {
-        return Err(bad());
-    }
-    Ok((y, m, d))
+fn parse_civil(v: &str, whole: &str, class: &'static str) -> Result<CivilDate, CanonicalError> {
+    let (d, bc) = civil::strip_era(v);
+    civil::parse_date(d, bc).ok_or_else(|| invalid(class, whole, "expected YYYY-MM-DD (an expanded year, BC, or infinity)"))
 }
 
 fn canonical_date(v: &str) -> Result<String, CanonicalError> {
-    let (y, m, d) = parse_ymd(v.trim(), v)?;
-    Ok(format!("{y:04}-{m:02}-{d:02}"))
+    let d = parse_civil(v.trim(), v, "date")?;
+    let mut out = String::with_capacity(10);
+    d.push(&mut out);
+    Ok(out)
 }
 
-/// Splits `HH:MM:SS[.fffffffff]` into seconds of the day and the fraction digits.
-fn parse_hms<'a>(v: &'a str, whole: &str, class: &'static str) -> Result<(u32, &'a str), CanonicalError> {
+/// A clock reading: negative (durations only), seconds, fraction digits.
+type Clock<'a> = (bool, i64, &'a str);
+
+/// Splits `[-]HH:MM:SS[.fffffffff]`. Timestamps take hours 0–23; `duration` (the time
+/// class: PostgreSQL's `24:00:00`, MySQL's TIME up to `838:59:59` either side of zero)
+/// takes a sign and up to three hour digits. A time is rendered by its value.
+fn parse_hms<'a>(v: &'a str, whole: &str, class: &'static str, duration: bool) -> Result<Clock<'a>, CanonicalError> {
     let bad = || invalid(class, whole, "expected HH:MM:SS with up to 9 fractional digits");
+    let (neg, v) = match v.strip_prefix('-') {
+        Some(rest) if duration => (true, rest),
+        _ => (false, v),
+    };
     let (hms, frac) = v.split_once('.').unwrap_or((v, ""));
-    let b = hms.as_bytes();
-    if b.len() != 8
-        || b[2] != b':'
-        || b[5] != b':'
+    let mut parts = hms.split(':');
+    let (Some(h), Some(m), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let hour_digits = if duration { 2..=3 } else { 2..=2 };
+    if !hour_digits.contains(&h.len())
+        || m.len() != 2
+        || s.len() != 2
         || frac.len() > 9
-        || !frac.bytes().all(|c| c.is_ascii_digit())
+        || ![h, m, s, frac].iter().all(|p| p.bytes().all(|c| c.is_ascii_digit()))
     {
         return Err(bad());
     }
-    let h: u32 = hms[0..2].parse().map_err(|_| bad())?;
-    let m: u32 = hms[3..5].parse().map_err(|_| bad())?;
-    let s: u32 = hms[6..8].parse().map_err(|_| bad())?;
-    if h > 23 || m > 59 || s > 59 {
+    let h: i64 = h.parse().map_err(|_| bad())?;
+    let m: i64 = m.parse().map_err(|_| bad())?;
+    let s: i64 = s.parse().map_err(|_| bad())?;
+    let max_hour = if duration { 838 } else { 23 };
+    if h > max_hour || m > 59 || s > 59 {
         return Err(bad());
     }
-    Ok((h * 3600 + m * 60 + s, frac))
+    let zero = h == 0 && m == 0 && s == 0 && frac.bytes().all(|c| c == b'0');
+    Ok((neg && !zero, h * 3600 + m * 60 + s, frac))
 }
 
 /// `.` + the first `precision` digits (cut, never rounded, zero-padded); nothing at precision 0.
@@ -360,22 +437,52 @@ fn push_fraction(out: &mut String, digits: &str, precision: u32) {
     }
 }
 
+/// The offset in seconds of a zone suffix: `Z`, `+HH`, `+HHMM`, `+HH:MM`, `+HH:MM:SS`.
+fn parse_offset(z: &str, whole: &str, class: &'static str) -> Result<i64, CanonicalError> {
+    if z == "Z" {
+        return Ok(0);
+    }
+    let bad = || invalid(class, whole, "offset must be Z, +HH, +HHMM or +HH:MM");
+    let sign = match z.as_bytes().first() {
+        Some(b'+') => 1,
+        Some(b'-') => -1,
+        _ => return Err(bad()),
+    };
+    let digits: String = z[1..].chars().filter(|c| *c != ':').collect();
+    if !matches!(digits.len(), 2 | 4 | 6) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n = |r: std::ops::Range<usize>| digits.get(r).map_or(Ok(0), |d| d.parse::<i64>().map_err(|_| bad()));
+    Ok(sign * (n(0..2)? * 3600 + n(2..4)? * 60 + n(4..6)?))
+}
+
 fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<String, CanonicalError> {
     let class = if with_zone { "timestamptz" } else { "timestamp" };
-    let s = v.trim();
-    if s.len() < 19 || !matches!(s.as_bytes()[10], b' ' | b'T') {
-        return Err(invalid(class, v, "expected YYYY-MM-DD HH:MM:SS[.f][offset]"));
+    let (s, bc) = civil::strip_era(v.trim());
+    match civil::parse_date(s, bc) {
+        Some(d) if d.is_infinite() => {
+            let mut out = String::new();
+            d.push(&mut out);
+            return Ok(out);
+        }
+        _ => {}
     }
-    let (y, mo, d) = parse_ymd(&s[..10], v)?;
-    let rest = &s[11..];
-    // the zone suffix: Z, +HH:MM, -HH:MM, +HH, +HHMM
-    let zone_at = rest.find(['Z', '+', '-']);
-    let (clock, zone) = match zone_at {
+    // the date ends at the first space or T after its year (which may carry a sign)
+    let split = s
+        .char_indices()
+        .skip(1)
+        .find(|(_, c)| *c == ' ' || *c == 'T')
+        .map(|(i, _)| i)
+        .ok_or_else(|| invalid(class, v, "expected YYYY-MM-DD HH:MM:SS[.f][offset]"))?;
+    let date = civil::parse_date(&s[..split], bc)
+        .ok_or_else(|| invalid(class, v, "expected YYYY-MM-DD HH:MM:SS[.f][offset]"))?;
+    let rest = &s[split + 1..];
+    let (clock, zone) = match rest.find(['Z', '+', '-']) {
         Some(i) => (&rest[..i], Some(&rest[i..])),
         None => (rest, None),
     };
-    let (secs, frac) = parse_hms(clock, v, class)?;
-    let offset_secs: i64 = match (zone, with_zone) {
+    let (_, secs, frac) = parse_hms(clock, v, class, false)?;
+    let offset = match (zone, with_zone) {
         (None, false) => 0,
         (Some(_), false) => {
             return Err(invalid(
@@ -391,51 +498,22 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
                 "a timestamp with time zone needs an offset (Z or +HH:MM)",
             ));
         }
-        (Some("Z"), true) => 0,
-        (Some(z), true) => {
-            let bad = || invalid(class, v, "offset must be Z, +HH, +HHMM or +HH:MM");
-            let sign = if z.starts_with('-') { -1 } else { 1 };
-            let digits: String = z[1..].chars().filter(|c| *c != ':').collect();
-            if !(digits.len() == 2 || digits.len() == 4) || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            let hh: i64 = digits[0..2].parse().map_err(|_| bad())?;
-            let mm: i64 = if digits.len() == 4 {
-                digits[2..4].parse().map_err(|_| bad())?
-            } else {
-                0
-            };
-            sign * (hh * 3600 + mm * 60)
-        }
+        (Some(z), true) => parse_offset(z, v, class)?,
     };
-    // already in UTC (the common case) needs no calendar arithmetic
-    let (y, mo, d, secs) = if offset_secs == 0 {
-        (y, mo, d, secs)
-    } else {
-        let date = time::Date::from_calendar_date(y, time::Month::try_from(mo).expect("validated"), d)
-            .expect("validated");
-        let local = date.midnight().assume_utc().unix_timestamp() + secs as i64;
-        let utc = time::OffsetDateTime::from_unix_timestamp(local - offset_secs)
-            .map_err(|_| invalid(class, v, "out of range"))?;
-        if utc.year() < 1 || utc.year() > 9999 {
-            return Err(invalid(class, v, "outside years 0001-9999 in UTC"));
+    let (date, secs) = match date {
+        // already in UTC (the common case) needs no calendar arithmetic
+        _ if offset == 0 => (date, secs),
+        CivilDate::Day { year, month, day } => {
+            let t = civil::days_from_civil(year, month, day) * 86_400 + secs - offset;
+            let (year, month, day) = civil::civil_from_days(t.div_euclid(86_400));
+            (CivilDate::Day { year, month, day }, t.rem_euclid(86_400))
         }
-        let t = utc.time();
-        (
-            utc.year(),
-            utc.month() as u8,
-            utc.day(),
-            u32::from(t.hour()) * 3600 + u32::from(t.minute()) * 60 + u32::from(t.second()),
-        )
+        _ => return Err(invalid(class, v, "a zero date cannot be converted to UTC")),
     };
     let mut out = String::with_capacity(32);
-    push_digits(&mut out, y as u32, 4);
-    out.push('-');
-    push_digits(&mut out, u32::from(mo), 2);
-    out.push('-');
-    push_digits(&mut out, u32::from(d), 2);
+    date.push(&mut out);
     out.push('T');
-    push_clock(&mut out, secs);
+    push_clock(&mut out, false, secs);
     push_fraction(&mut out, frac, precision);
     if with_zone {
         out.push('Z');
@@ -443,27 +521,33 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
     Ok(out)
 }
 
-/// `n` as exactly `width` decimal digits (zero-padded; `n` fits).
-fn push_digits(out: &mut String, n: u32, width: u32) {
-    for p in (0..width).rev() {
-        out.push(char::from(b'0' + (n / 10u32.pow(p) % 10) as u8));
+/// `n` as at least `width` decimal digits (zero-padded).
+fn push_digits(out: &mut String, n: u64, width: usize) {
+    let d = n.to_string();
+    for _ in d.len()..width {
+        out.push('0');
     }
+    out.push_str(&d);
 }
 
-/// `HH:MM:SS` of seconds since midnight.
-fn push_clock(out: &mut String, secs: u32) {
-    push_digits(out, secs / 3600, 2);
+/// `[-]HH:MM:SS` (hours past 24 for durations).
+fn push_clock(out: &mut String, neg: bool, secs: i64) {
+    if neg {
+        out.push('-');
+    }
+    let a = secs.unsigned_abs();
+    push_digits(out, a / 3600, 2);
     out.push(':');
-    push_digits(out, secs / 60 % 60, 2);
+    push_digits(out, a / 60 % 60, 2);
     out.push(':');
-    push_digits(out, secs % 60, 2);
+    push_digits(out, a % 60, 2);
 }
 
 fn canonical_time(v: &str, precision: u32) -> Result<String, CanonicalError> {
     let s = v.trim();
-    let (secs, frac) = parse_hms(s, v, "time")?;
+    let (neg, secs, frac) = parse_hms(s, v, "time", true)?;
     let mut out = String::with_capacity(18);
-    push_clock(&mut out, secs);
+    push_clock(&mut out, neg, secs);
     push_fraction(&mut out, frac, precision);
     Ok(out)
 }
@@ -612,7 +696,9 @@ mod tests {
         );
         let b = FieldFormat::new(TypeClass::Boolean);
         assert_eq!(canonical_value(&b, &Value::Int(1)).unwrap().unwrap(), "1");
-        assert!(canonical_value(&b, &Value::Int(2)).is_err());
+        // TINYINT(1) holding 2: by value, never folded into true
+        assert_eq!(canonical_value(&b, &Value::Int(2)).unwrap().unwrap(), "2");
+        assert_eq!(canonical_from_text(&b, Some("2")).unwrap().unwrap(), "2");
         let bin = FieldFormat::new(TypeClass::Binary);
         assert_eq!(
             canonical_value(&bin, &Value::Bytes(&[0xDE, 0xAD]))

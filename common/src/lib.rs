@@ -5,7 +5,9 @@
 
 pub mod canonical;
 pub mod checksum;
+pub mod civil;
 pub mod config_file;
+pub mod jcs;
 pub mod period;
 pub mod pki;
 pub mod segment;

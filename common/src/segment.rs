@@ -321,6 +321,7 @@ impl From<&ColumnSpec> for pb::ColumnRef {
             type_class: pb::TypeClass::from(c.format.class) as i32,
             scale: c.format.scale,
             fixed_char: c.format.fixed_char,
+            exact: c.format.exact,
         }
     }
 }
@@ -335,11 +336,15 @@ impl ColumnSpec {
         if c.name.is_empty() {
             return Err(wire_err(format!("{field}.name"), "empty column name"));
         }
+        if c.exact && class != TypeClass::Decimal {
+            return Err(wire_err(format!("{field}.exact"), "exact applies to decimals only"));
+        }
         Ok(ColumnSpec {
             name: c.name,
             format: FieldFormat::new(class)
                 .with_scale(c.scale)
-                .fixed_char(c.fixed_char),
+                .fixed_char(c.fixed_char)
+                .exact(c.exact),
         })
     }
 }

@@ -19,7 +19,10 @@ pub enum TypeClass {
     Time,
     Uuid,
     Binary,
-    /// json, arrays, intervals, …: never pushed down, never hashed loosely.
+    /// RFC 8785 canonical JSON of the parsed document, computed in the agent.
+    Json,
+    /// arrays, intervals, geometry, …: no canonical form, never hashed loosely; a run
+    /// that names such a column is an error.
     Other,
 }
 
@@ -37,6 +40,7 @@ impl TypeClass {
             TypeClass::Time => "time",
             TypeClass::Uuid => "uuid",
             TypeClass::Binary => "binary",
+            TypeClass::Json => "json",
             TypeClass::Other => "other",
         }
     }
@@ -45,7 +49,7 @@ impl TypeClass {
         Self::ALL.into_iter().find(|c| c.name() == s)
     }
 
-    pub const ALL: [TypeClass; 12] = [
+    pub const ALL: [TypeClass; 13] = [
         TypeClass::Integer,
         TypeClass::Decimal,
         TypeClass::Float,
@@ -57,6 +61,7 @@ impl TypeClass {
         TypeClass::Time,
         TypeClass::Uuid,
         TypeClass::Binary,
+        TypeClass::Json,
         TypeClass::Other,
     ];
 
@@ -93,6 +98,7 @@ impl From<TypeClass> for pb::TypeClass {
             TypeClass::Time => pb::TypeClass::Time,
             TypeClass::Uuid => pb::TypeClass::Uuid,
             TypeClass::Binary => pb::TypeClass::Binary,
+            TypeClass::Json => pb::TypeClass::Json,
             TypeClass::Other => pb::TypeClass::Other,
         }
     }
@@ -114,6 +120,7 @@ impl TryFrom<i32> for TypeClass {
                 pb::TypeClass::Time => TypeClass::Time,
                 pb::TypeClass::Uuid => TypeClass::Uuid,
                 pb::TypeClass::Binary => TypeClass::Binary,
+                pb::TypeClass::Json => TypeClass::Json,
                 pb::TypeClass::Other => TypeClass::Other,
                 pb::TypeClass::Unspecified => return Err("type class is unspecified".into()),
             },

@@ -40,6 +40,9 @@ pub struct VectorField {
     pub precision: Option<u32>,
     #[serde(default)]
     pub char: bool,
+    /// Decimal: the exact normalised form.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -60,7 +63,9 @@ impl VectorField {
     }
 
     pub fn format(&self) -> FieldFormat {
-        let f = FieldFormat::new(self.class()).fixed_char(self.char);
+        let f = FieldFormat::new(self.class())
+            .fixed_char(self.char)
+            .exact(self.exact);
         match self.scale.or(self.precision) {
             Some(s) => f.with_scale(s),
             None => f,

@@ -44,6 +44,110 @@ def frac(digits: str, precision: int) -> str:
     return "." + digits[:precision].ljust(precision, "0")
 
 
+def exact_decimal(d: decimal.Decimal) -> str:
+    # the exact value, trailing fractional zeros and point removed, never rounded
+    s = format(d, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+def year_text(y: int) -> str:
+    # ISO 8601 expanded years, astronomical numbering (1 BC = 0000)
+    if y < 0:
+        return "-" + str(-y).rjust(4, "0")
+    if y > 9999:
+        return "+" + str(y)
+    return str(y).rjust(4, "0")
+
+
+def is_leap(y: int) -> bool:
+    return y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+
+
+def civil_date(text: str):
+    """(year, month, day) astronomical, from YYYY-MM-DD[ BC] or an expanded year; or a token."""
+    bc = text.endswith(" BC")
+    if bc:
+        text = text[:-3]
+    if text in ("infinity", "-infinity"):
+        return text
+    m = re.fullmatch(r"([+-]?)(\d{4,9})-(\d{2})-(\d{2})", text)
+    assert m, text
+    y, mo, d = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if m.group(1) == "-":
+        y = -y
+    if bc:
+        y = 1 - y
+    if mo == 0 or d == 0:  # MySQL zero-in-date, kept by value
+        return (y, mo, d)
+    days = [31, 29 if is_leap(y) else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    assert 1 <= mo <= 12 and 1 <= d <= days[mo - 1], text
+    return (y, mo, d)
+
+
+def date_text(c) -> str:
+    return c if isinstance(c, str) else f"{year_text(c[0])}-{c[1]:02d}-{c[2]:02d}"
+
+
+def shift(c, seconds: int):
+    """A (y, m, d) date plus whole seconds of the day -> (date, seconds), via an ordinal
+    on a 400-year-shifted Python date (the Gregorian calendar repeats every 400 years)."""
+    y, mo, d = c
+    k = 0
+    while not 400 <= y + 400 * k <= 9599:  # a year away from both ends of Python's range
+        k += 1 if y + 400 * k < 400 else -1
+    base = datetime.datetime(y + 400 * k, mo, d) + datetime.timedelta(seconds=seconds)
+    return (base.year - 400 * k, base.month, base.day), base.hour * 3600 + base.minute * 60 + base.second
+
+
+def json_number(x: float) -> str:
+    # ECMAScript Number.prototype.toString from Python's shortest repr digits
+    if x == 0:
+        return "0"
+    m = re.fullmatch(r"(-?)(\d+)(?:\.(\d+))?(?:e([+-]\d+))?", repr(x))
+    sign, ip, fp, e = m.group(1), m.group(2), m.group(3) or "", int(m.group(4) or 0)
+    digits = (ip + fp).lstrip("0")
+    n = len(ip.lstrip("0")) + e if ip.lstrip("0") else e - (len(fp) - len(fp.lstrip("0")))
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if n - 1 >= 0 else "-") + str(abs(n - 1))
+    return sign + out
+
+
+def json_text(v) -> str:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, (int, float)):
+        return json_number(float(v))
+    if isinstance(v, str):
+        out = ['"']
+        for ch in v:
+            esc = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+            if ch in esc:
+                out.append(esc[ch])
+            elif ord(ch) < 0x20:
+                out.append("\\u%04x" % ord(ch))
+            else:
+                out.append(ch)
+        return "".join(out) + '"'
+    if isinstance(v, list):
+        return "[" + ",".join(json_text(x) for x in v) + "]"
+    keys = sorted(v, key=lambda k: k.encode("utf-16-be"))
+    return "{" + ",".join(json_text(k) + ":" + json_text(v[k]) for k in keys) + "}"
+
+
 def canonical(f: dict):
     t, v = f["type"], f["value"]
     if v is None:
@@ -51,6 +155,10 @@ def canonical(f: dict):
     if t == "integer":
         return str(int(v))
     if t == "decimal":
+        if v in ("NaN", "Infinity", "-Infinity"):
+            return v
+        if f.get("exact"):
+            return exact_decimal(decimal.Decimal(v))
         return fixed_point(decimal.Decimal(v), f["scale"])
     if t == "float":
         x = float(v)
@@ -61,34 +169,50 @@ def canonical(f: dict):
         # the shortest decimal that round-trips to the double, then rounded half away from zero
         return fixed_point(decimal.Decimal(repr(x)), f.get("scale", 6))
     if t == "boolean":
+        if re.fullmatch(r"-?\d+", v):
+            return str(int(v))  # an integer compared as a boolean keeps its value
         return {"true": "1", "false": "0"}[v.lower()]
     if t == "text":
         return v.rstrip(" ") if f.get("char") else v
     if t == "date":
-        return datetime.date.fromisoformat(v).isoformat()
+        return date_text(civil_date(v))
     if t in ("timestamp", "timestamptz"):
         p = f.get("precision", 6)
-        m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})?", v)
+        if v in ("infinity", "-infinity"):
+            return v
+        bc = v.endswith(" BC")
+        body = v[:-3] if bc else v
+        m = re.fullmatch(r"([+-]?\d{4,9}-\d{2}-\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}(?::?\d{2})?)?", body)
         assert m, v
-        day, hms, digits, zone = m.group(1), m.group(2), m.group(3) or "", m.group(4)
-        base = datetime.datetime.fromisoformat(f"{day}T{hms}")
+        day = civil_date(m.group(1) + (" BC" if bc else ""))
+        secs = int(m.group(2)) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
+        assert int(m.group(2)) < 24, v
+        digits, zone = m.group(5) or "", m.group(6)
         if t == "timestamptz":
             assert zone, f"timestamptz needs an offset: {v}"
             if zone != "Z":
                 sign = 1 if zone[0] == "+" else -1
-                hh, mm = int(zone[1:3]), int(zone[4:6])
-                base -= sign * datetime.timedelta(hours=hh, minutes=mm)
-            return base.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + frac(digits, p) + "Z"
-        assert not zone, f"timestamp without zone got an offset: {v}"
-        return base.isoformat(timespec="seconds") + frac(digits, p)
+                z = zone[1:].replace(":", "")
+                off = int(z[0:2]) * 3600 + (int(z[2:4]) * 60 if len(z) > 2 else 0)
+                day, secs = shift(day, secs - sign * off)
+        else:
+            assert not zone, f"timestamp without zone got an offset: {v}"
+        clock = f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        return date_text(day) + "T" + clock + frac(digits, p) + ("Z" if t == "timestamptz" else "")
     if t == "time":
         hms, digits = split_fraction(v)
-        datetime.time.fromisoformat(hms)
-        return hms + frac(digits, f.get("precision", 6))
+        m = re.fullmatch(r"(-?)(\d{2,3}):(\d{2}):(\d{2})", hms)
+        assert m and int(m.group(3)) < 60 and int(m.group(4)) < 60 and int(m.group(2)) <= 838, v
+        zero = int(m.group(2)) == int(m.group(3)) == int(m.group(4)) == 0 and set(digits) <= {"0"}
+        sign = "" if zero else m.group(1)
+        return sign + hms.lstrip("-") + frac(digits, f.get("precision", 6))
     if t == "uuid":
         return str(uuid.UUID(v))
     if t == "binary":
-        return bytes.fromhex(v).hex()
+        b = bytes.fromhex(v)
+        return (b.rstrip(b"\x00") if f.get("char") else b).hex()
+    if t == "json":
+        return json_text(json.loads(v))
     raise ValueError(t)
 
 
@@ -126,6 +250,9 @@ def TZ(v, p=6): return {"type": "timestamptz", "value": v, "precision": p}
 def TM(v, p=6): return {"type": "time", "value": v, "precision": p}
 def U(v): return {"type": "uuid", "value": v}
 def X(v): return {"type": "binary", "value": v}
+def XF(v): return {"type": "binary", "value": v, "char": True}
+def DE(v): return {"type": "decimal", "value": v, "exact": True}
+def J(v): return {"type": "json", "value": v}
 
 
 ROWS = [
@@ -218,6 +345,34 @@ ROWS = [
       TZ("2020-02-02T02:02:02+01:00"), TM("02:02:02"), U("00000000-0000-0000-0000-000000000000"),
       X("0A0B"), T("漢字"), T("🚀"), I(None), D(None, 4), TS(None)]),
     ("wide row: 24 text columns", [T(str(i) * (i % 5)) for i in range(24)]),
+    # rules added for the zero-false-pass round (DESIGN section 3, extended)
+    ("exact decimal: undeclared scale keeps every digit, trailing zeros dropped", [DE("10.004"), DE("10.500"), DE("10.00")]),
+    ("exact decimal: zero, negative zero, exponent, leading zeros", [DE("0.000"), DE("-0.00"), DE("1.5E3"), DE("007.0100")]),
+    ("exact decimal: 40 fractional digits are never rounded", [DE("-0.0000000000000000000000000000000000000001")]),
+    ("decimal NaN and infinities are tokens", [D("NaN", 2), D("Infinity", 2), D("-Infinity", 0)]),
+    ("date 2000-01-01 BC is astronomical year -1999", [DT("2000-01-01 BC")]),
+    ("date 1 BC is year 0000", [DT("0001-12-31 BC")]),
+    ("date 2 BC is year -0001", [DT("0002-01-01 BC")]),
+    ("date after 9999 is an expanded year", [DT("10000-01-01")]),
+    ("date infinities", [DT("infinity"), DT("-infinity")]),
+    ("MySQL zero date and zero-in-date kept by value", [DT("0000-00-00"), DT("2024-00-15")]),
+    ("timestamp BC", [TS("0044-03-15 12:00:00.5 BC")]),
+    ("timestamp after 9999", [TS("10000-01-01 00:00:00")]),
+    ("timestamp infinities", [TS("infinity"), TS("-infinity")]),
+    ("timestamptz infinities", [TZ("infinity"), TZ("-infinity")]),
+    ("timestamptz BC in PostgreSQL's output form", [TZ("0044-03-15 12:00:00+00 BC")]),
+    ("timestamptz crossing from 1 AD into 1 BC in UTC", [TZ("0001-01-01 00:30:00+01:00")]),
+    ("timestamptz with an hours-only offset", [TZ("2024-03-15 16:30:00+02")]),
+    ("MySQL zero datetime kept by value", [TS("0000-00-00 00:00:00")]),
+    ("time 24:00:00 (PostgreSQL)", [TM("24:00:00")]),
+    ("time as a MySQL duration: past 24 h and negative", [TM("838:59:59"), TM("-01:30:00.25", 3), TM("-00:00:00")]),
+    ("an integer compared as a boolean keeps a value other than 0 and 1", [B("2"), B("1"), B("0")]),
+    ("BINARY(n) padding removed", [XF("AB0000"), XF("0000"), XF("00AB")]),
+    ("json: members sorted, whitespace removed", [J('{ "b": 1, "a": [true, null, "x"] }')]),
+    ("json: numbers as ECMAScript doubles", [J('[1.0, 1e2, 1E21, 0.000001, 1e-7, -0, 1424953923781206.25, 333333333.33333325]')]),
+    ("json: string escapes", [J('["\\u0001\\u001f", "\\n\\t\\"\\\\/", "\\u00e9\\ud83d\\ude00"]')]),
+    ("json: members sorted by UTF-16 code units", [J('{"\\ue000": 1, "\\ud83d\\ude00": 2, "a": 3}')]),
+    ("json: a scalar document and nesting", [J('"text"'), J('{"o": {"z": [], "y": {}}}')]),
 ]
 
 

@@ -102,7 +102,8 @@ impl Dialect for DuckDb {
             TypeClass::Time => format!("substr(CAST({x} AS VARCHAR), 1, 8){}", fraction(&x, s)),
             TypeClass::Uuid => format!("lower(CAST({x} AS VARCHAR))"),
             TypeClass::Binary => format!("lower(hex({x}))"),
-            TypeClass::Other => return None,
+            // JSON is made canonical in the agent (RFC 8785), never in SQL
+            TypeClass::Json | TypeClass::Other => return None,
         })
     }
 

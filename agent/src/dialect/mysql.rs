@@ -90,7 +90,8 @@ impl Dialect for MySql {
             TypeClass::Time => format!("CONCAT(TIME_FORMAT({x}, '%H:%i:%s'){})", fraction(&x, s)),
             TypeClass::Uuid => format!("LOWER(CAST({x} AS CHAR))"),
             TypeClass::Binary => format!("LOWER(HEX({x}))"),
-            TypeClass::Other => return None,
+            // JSON is made canonical in the agent (RFC 8785), never in SQL
+            TypeClass::Json | TypeClass::Other => return None,
         })
     }
 

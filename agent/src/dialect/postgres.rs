@@ -122,7 +122,8 @@ impl Dialect for Postgres {
             }
             TypeClass::Uuid => format!("{x}::text"),
             TypeClass::Binary => format!("encode({x}, 'hex')"),
-            TypeClass::Other => return None,
+            // JSON is made canonical in the agent (RFC 8785), never in SQL
+            TypeClass::Json | TypeClass::Other => return None,
         })
     }
 

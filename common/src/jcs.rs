@@ -1,0 +1,221 @@
+//! RFC 8785 (JSON Canonicalization Scheme) for the `json` type class: the document is
+//! parsed and written again with object members sorted by their UTF-16 code units, no
+//! insignificant whitespace, the RFC's string escapes, and numbers as IEEE 754 doubles
+//! in ECMAScript's `Number.prototype.toString` form. As the RFC says, numbers beyond
+//! double precision lose their extra digits (documented in docs/canonical-form.md).
+
+use serde_json::Value;
+
+/// The canonical text of a JSON document, or why it has none.
+pub fn canonical_json(text: &str) -> Result<String, &'static str> {
+    let v: Value = serde_json::from_str(text).map_err(|_| "not a JSON document")?;
+    let mut out = String::with_capacity(text.len());
+    write_value(&mut out, &v)?;
+    Ok(out)
+}
+
+fn write_value(out: &mut String, v: &Value) -> Result<(), &'static str> {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            let f = n.as_f64().ok_or("a JSON number outside double range")?;
+            if !f.is_finite() {
+                return Err("a JSON number outside double range");
+            }
+            push_number(out, f);
+        }
+        Value::String(s) => push_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            out.push('{');
+            for (i, (k, item)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_string(out, k);
+                out.push(':');
+                write_value(out, item)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+fn push_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// ECMAScript's Number::toString for a finite double: the shortest round-trip
+/// digits, in fixed notation for exponents -7 < e < 21, otherwise `d.ddde±x`.
+pub fn push_number(out: &mut String, f: f64) {
+    if f == 0.0 {
+        out.push('0'); // also -0
+        return;
+    }
+    let (neg, digits, exp) = shortest_digits(f);
+    let k = digits.len() as i32; // number of significant digits
+    let n = exp + 1; // position of the decimal point relative to the digits
+    if neg {
+        out.push('-');
+    }
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        for _ in 0..(n - k) {
+            out.push('0');
+        }
+    } else if 0 < n && n <= 21 {
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        for _ in 0..(-n) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if n - 1 >= 0 { '+' } else { '-' });
+        out.push_str(&(n - 1).abs().to_string());
+    }
+}
+
+/// The shortest round-trip digits of a finite non-zero double and the exponent of the
+/// first: `(neg, "12345", -7)` for -1.2345e-7. Where two shortest digit strings are
+/// equally close to the double, ECMAScript takes the even one; Rust's `{:e}` may
+/// take the other, so ties are settled here.
+fn shortest_digits(f: f64) -> (bool, String, i32) {
+    let split = |sci: &str| {
+        let (m, e) = sci.split_once('e').expect("exponent form");
+        let (neg, m) = m.strip_prefix('-').map_or((false, m), |m| (true, m));
+        let digits: String = m.chars().filter(|c| *c != '.').collect();
+        (neg, digits, e.parse::<i32>().expect("exponent digits"))
+    };
+    let (neg, digits, exp) = split(&format!("{f:e}"));
+    let k = digits.len();
+    let last = digits.as_bytes()[k - 1] - b'0';
+    if last % 2 == 0 {
+        return (neg, digits, exp);
+    }
+    // the double's exact decimal expansion (767 significant digits always suffice)
+    let (_, exact, exact_exp) = split(&format!("{f:.800e}"));
+    let exact = exact.trim_end_matches('0');
+    if exact_exp != exp || exact.len() != k + 1 || !exact.ends_with('5') {
+        return (neg, digits, exp);
+    }
+    // exact = shared prefix + one more digit 5: a tie between digits and its neighbour
+    let prefix = &exact[..k];
+    let other = if prefix == digits {
+        bump(&digits, 1)
+    } else {
+        Some(prefix.to_string())
+    };
+    match other {
+        Some(o) if o.len() == k && (o.as_bytes()[k - 1] - b'0') % 2 == 0 => {
+            let text = format!("{}{}.{}e{exp}", if neg { "-" } else { "" }, &o[..1], &o[1..]);
+            if text.parse::<f64>().ok() == Some(f) {
+                return (neg, o, exp);
+            }
+            (neg, digits, exp)
+        }
+        _ => (neg, digits, exp),
+    }
+}
+
+/// A digit string plus `d` in its last place, `None` on a carry out of the first digit.
+fn bump(digits: &str, d: u8) -> Option<String> {
+    let mut b = digits.as_bytes().to_vec();
+    let mut i = b.len() - 1;
+    b[i] += d;
+    while b[i] > b'9' {
+        b[i] -= 10;
+        if i == 0 {
+            return None;
+        }
+        i -= 1;
+        b[i] += 1;
+    }
+    String::from_utf8(b).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(f: f64) -> String {
+        let mut s = String::new();
+        push_number(&mut s, f);
+        s
+    }
+
+    #[test]
+    fn numbers_follow_ecmascript() {
+        // the RFC 8785 appendix B sample values
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(-0.0), "0");
+        assert_eq!(num(f64::from_bits(0x0000000000000001)), "5e-324");
+        assert_eq!(num(f64::from_bits(0x7fefffffffffffff)), "1.7976931348623157e+308");
+        assert_eq!(num(f64::from_bits(0x4340000000000000)), "9007199254740992");
+        assert_eq!(num(f64::from_bits(0x444b1ae4d6e2ef50)), "1e+21");
+        assert_eq!(num(f64::from_bits(0x3eb0c6f7a0b5ed8d)), "0.000001");
+        assert_eq!(num(f64::from_bits(0x3eb0c6f7a0b5ed8c)), "9.999999999999997e-7");
+        assert_eq!(num(f64::from_bits(0x44b52d02c7e14af5)), "9.999999999999997e+22");
+        assert_eq!(num(f64::from_bits(0x44b52d02c7e14af6)), "1e+23");
+        assert_eq!(num(f64::from_bits(0x44b52d02c7e14af7)), "1.0000000000000001e+23");
+        assert_eq!(num(f64::from_bits(0x4430000000000000)), "295147905179352830000");
+        assert_eq!(num(f64::from_bits(0x41b3de4355555554)), "333333333.33333325");
+        assert_eq!(num(f64::from_bits(0xbecbf647612f3696)), "-0.0000033333333333333333");
+        assert_eq!(num(f64::from_bits(0x43143ff3c1cb0959)), "1424953923781206.2");
+        assert_eq!(num(f64::from_bits(0x8000000000000001)), "-5e-324");
+        assert_eq!(num(f64::from_bits(0x41b3de4355555555)), "333333333.3333333");
+        assert_eq!(num(f64::from_bits(0xc06e8e6666666666)), "-244.45");
+        assert_eq!(num(1e20), "100000000000000000000");
+        assert_eq!(num(1.5), "1.5");
+    }
+
+    #[test]
+    fn documents_are_sorted_compact_and_escaped() {
+        let c = |s| canonical_json(s).unwrap();
+        assert_eq!(c(r#"{ "b": 1, "a": [true, null, 1.50, "x\u0001\n"] }"#), r#"{"a":[true,null,1.5,"x\u0001\n"],"b":1}"#);
+        // UTF-16 order, not code point order: U+1F600 is the pair D83D DE00, below U+E000
+        assert_eq!(c("{\"\u{e000}\":1,\"\u{1f600}\":2}"), "{\"\u{1f600}\":2,\"\u{e000}\":1}");
+        assert_eq!(c(r#"{"a":1e2,"b":"é"}"#), r#"{"a":100,"b":"é"}"#);
+        assert_eq!(c("[1, 1.0, 10e-1]"), "[1,1,1]");
+        assert!(canonical_json("{").is_err());
+        assert!(canonical_json("1e400").is_err());
+    }
+}
