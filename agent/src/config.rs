@@ -48,8 +48,16 @@ pub struct DatasetConfig {
     pub key: Vec<String>,
     #[serde(default)]
     pub hashing: Hashing,
+    /// The zone this dataset's timestamps without time zone are in, for comparing them
+    /// with timestamps with zone (in UTC): `UTC` or a fixed offset such as `+02:00`.
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
     #[serde(default)]
     pub policy: Policy,
+}
+
+fn default_time_zone() -> String {
+    "UTC".to_string()
 }
 
 /// Where the agent computes canonical text and checksums for aggregates. Either way

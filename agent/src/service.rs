@@ -130,6 +130,7 @@ impl Agent for AgentService {
                 row_estimate: info.row_estimate,
                 engine: info.engine.to_string(),
                 engine_version: info.engine_version.clone(),
+                time_zone: ds.config.time_zone.clone(),
                 // every engine can be hashed in-process; pushdown is an optimisation
                 hash_methods: vec![pb::HashMethod::Sha25664 as i32, pb::HashMethod::Md548 as i32],
                 xor_supported: !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some(),
