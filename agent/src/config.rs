@@ -60,6 +60,30 @@ fn default_time_zone() -> String {
     "UTC".to_string()
 }
 
+/// The ISO offset (`+02:00`) of a dataset's `time_zone`: `UTC`, `Z`, or a fixed
+/// offset `±HH:MM` (named zones with daylight saving are not supported: their offset
+/// changes within a dataset). `None` when malformed.
+pub fn zone_offset(tz: &str) -> Option<String> {
+    let t = tz.trim();
+    if t.eq_ignore_ascii_case("utc") || t == "Z" {
+        return Some("+00:00".to_string());
+    }
+    let b = t.as_bytes();
+    let ok = b.len() == 6
+        && matches!(b[0], b'+' | b'-')
+        && b[3] == b':'
+        && [1, 2, 4, 5].iter().all(|&i| b[i].is_ascii_digit())
+        && t[1..3].parse::<u32>().ok()? <= 14
+        && t[4..6].parse::<u32>().ok()? < 60;
+    ok.then(|| {
+        if t == "-00:00" {
+            "+00:00".to_string()
+        } else {
+            t.to_string()
+        }
+    })
+}
+
 /// Where the agent computes canonical text and checksums for aggregates. Either way
 /// rows stay in the agent's zone; only counts and sums leave it.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -195,6 +219,13 @@ impl AgentConfig {
                     ));
                 }
                 _ => {}
+            }
+            if zone_offset(&d.time_zone).is_none() {
+                return Err(ConfigError::invalid(
+                    file,
+                    key("time_zone"),
+                    "expected UTC or a fixed offset such as +02:00 (named zones are not supported)",
+                ));
             }
             match (&d.table, &d.query) {
                 (Some(_), Some(_)) => {

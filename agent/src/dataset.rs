@@ -4,7 +4,6 @@
 //! after these run; nothing here decides what may leave the zone.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
 use tally_common::period::period_label;
@@ -22,10 +21,6 @@ pub struct Dataset {
     pub config: DatasetConfig,
     pub source: Source,
     pub connector: Connector,
-    /// Set once a value could not be rendered from the engine's own text (under
-    /// `hashing: auto`): row fetches then read the SQL canonical text instead, so the
-    /// rows phase after a fallen-back aggregate reads those values too.
-    sql_text_only: AtomicBool,
 }
 
 impl Dataset {
@@ -35,7 +30,6 @@ impl Dataset {
             config,
             source,
             connector,
-            sql_text_only: AtomicBool::new(false),
         }
     }
 }
@@ -125,14 +119,20 @@ impl Dataset {
 
     pub async fn bind(&self, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Bound> {
         let info = self.describe().await?;
-        let cols = info.bind(&self.name, columns, key_len)?;
+        let zone = crate::config::zone_offset(&self.config.time_zone).ok_or_else(|| {
+            AgentError::Config(format!(
+                "datasets.{}.time_zone is not UTC or an offset",
+                self.name
+            ))
+        })?;
+        let cols = info.bind(&self.name, columns, key_len, &zone)?;
         Ok(Bound { info, cols, key_len })
     }
 
     /// Whether the engine can compute this request itself.
     fn can_push_down(&self, b: &Bound) -> bool {
         self.connector.supports_pushdown()
-            && dialect::row_string_expr(self.connector.dialect(), &b.cols).is_some()
+            && dialect::row_string_expr(self.connector.dialect_for(&b.info), &b.cols).is_some()
     }
 
     /// Where aggregates are computed by the dataset's `hashing` setting and its engine
@@ -161,20 +161,6 @@ impl Dataset {
         } else {
             Path::Pushdown
         }
-    }
-
-    /// Whether a failed in-process aggregate may be retried in SQL: under `auto`, when
-    /// a value had no canonical form the agent could render from the engine's text.
-    fn falls_back(&self, b: &Bound, force_in_process: bool, e: &AgentError) -> bool {
-        let fallback = !force_in_process
-            && self.config.hashing == Hashing::Auto
-            && matches!(e, AgentError::Canonical { .. })
-            && self.can_push_down(b);
-        if fallback {
-            tracing::warn!(dataset = %self.name, error = %e, "in-process hashing failed; computing in SQL");
-            self.sql_text_only.store(true, Ordering::Relaxed);
-        }
-        fallback
     }
 
     pub async fn aggregate(
@@ -235,12 +221,9 @@ impl Dataset {
         }
         match self.choose_path(b, force_in_process) {
             Path::Pushdown => self.aggregate_pushdown(b, method, parents).await,
-            Path::InProcess => match self.aggregate_in_process(b, method, parents).await {
-                Err(e) if self.falls_back(b, force_in_process, &e) => {
-                    self.aggregate_pushdown(b, method, parents).await
-                }
-                r => r,
-            },
+            // both paths render every value identically (DESIGN §3), so a value the
+            // agent cannot render is refused, never retried in SQL
+            Path::InProcess => self.aggregate_in_process(b, method, parents).await,
         }
     }
 
@@ -283,20 +266,16 @@ impl Dataset {
             }),
             ..seg.clone()
         };
-        let d = self.connector.dialect();
+        let d = self.connector.dialect_for(&b.info);
         let sql =
             || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), method, seg, period);
-        let mut pushed = match self.choose_path(b, force_in_process) {
+        let pushed = match self.choose_path(b, force_in_process) {
             Path::Pushdown => sql(),
             Path::InProcess => None,
         };
         let mut in_process = None;
         if pushed.is_none() {
-            match self.periods_in_process(b, method, seg, period, xor).await {
-                Ok(found) => in_process = Some(found),
-                Err(e) if self.falls_back(b, force_in_process, &e) => pushed = sql(),
-                Err(e) => return Err(e),
-            }
+            in_process = Some(self.periods_in_process(b, method, seg, period, xor).await?);
         }
         let (mut found, path, scanned): (Vec<(String, AnyAggregate)>, Path, u64) = match pushed {
             Some(sql) => {
@@ -379,7 +358,7 @@ impl Dataset {
         method: HashMethod,
         parents: &[(Segment, Split)],
     ) -> Result<AggregateOut> {
-        let d = self.connector.dialect();
+        let d = self.connector.dialect_for(&b.info);
         let key = b.key_infos();
         let rules: Vec<(Segment, ChildRule)> = parents
             .iter()
@@ -457,12 +436,11 @@ impl Dataset {
         key_hashes: bool,
         f: &mut (dyn FnMut(CanonRow, u64) -> Result<()> + Send),
     ) -> Result<u64> {
-        let d = self.connector.dialect();
+        let d = self.connector.dialect_for(&b.info);
         let key = b.key_infos();
-        let sql_text = self.config.hashing == Hashing::Pushdown || self.sql_text_only.load(Ordering::Relaxed);
         let shape = match self.connector.fetch_shape() {
-            // `pushdown`, or values the agent could not read: canonical text from SQL
-            FetchShape::Text if sql_text => FetchShape::Canonical,
+            // `pushdown`: canonical text from SQL (where SQL can render it)
+            FetchShape::Text if self.config.hashing == Hashing::Pushdown => FetchShape::Canonical,
             shape => shape,
         };
         let render = if self.connector.copies_out() {
@@ -517,7 +495,7 @@ impl Dataset {
                     let total = match (&seg.hash, &seg.period) {
                         (None, None) => {
                             let sql = dialect::count_rows(
-                                self.connector.dialect(),
+                                self.connector.dialect_for(&b.info),
                                 &self.source,
                                 &b.key_infos(),
                                 seg,
@@ -642,7 +620,7 @@ impl Dataset {
 
     pub fn investigation_sql(&self, b: &Bound, seg: &Segment) -> String {
         dialect::investigation_sql(
-            self.connector.dialect(),
+            self.connector.dialect_for(&b.info),
             &self.source,
             &b.cols,
             &b.key_infos(),

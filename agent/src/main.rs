@@ -111,7 +111,7 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
     for (name, ds) in &datasets {
         match ds.describe().await {
             Ok(info) => {
-                let d = ds.connector.dialect();
+                let d = ds.connector.dialect_for(&info);
                 println!("dataset {name}: {} {}", info.engine, info.engine_version);
                 println!("  key: {}", info.key.join(", "));
                 println!("  row estimate: {}", info.row_estimate);

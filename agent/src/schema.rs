@@ -16,7 +16,9 @@ pub struct ColumnInfo {
     pub nullable: bool,
     /// Declared decimal scale or fractional-second precision.
     pub scale: Option<u32>,
+    /// CHAR(n) or BINARY(n): padded to a fixed length.
     pub fixed_char: bool,
+    pub native: Native,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +36,9 @@ pub struct DatasetInfo {
 pub struct BoundColumn {
     pub info: ColumnInfo,
     pub spec: ColumnSpec,
+    /// A timestamp without zone compared as one with zone: the ISO offset (`+02:00`)
+    /// of the dataset's `time_zone` it is read in.
+    pub zone: Option<String>,
 }
 
 impl DatasetInfo {
@@ -50,7 +55,14 @@ impl DatasetInfo {
 
     /// Binds the request's columns (key columns first, `key_len` of them) to this
     /// dataset, checking names, order of the key and type-class compatibility.
-    pub fn bind(&self, dataset: &str, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Vec<BoundColumn>> {
+    /// `time_zone` is the dataset's zone as an ISO offset (`+00:00` for UTC).
+    pub fn bind(
+        &self,
+        dataset: &str,
+        columns: Vec<ColumnSpec>,
+        key_len: usize,
+        time_zone: &str,
+    ) -> Result<Vec<BoundColumn>> {
         if key_len != self.key.len() {
             return Err(AgentError::InvalidArgument(format!(
                 "dataset {dataset} has a key of {} column(s) ({}), the request names {key_len}",
@@ -74,7 +86,11 @@ impl DatasetInfo {
                     self.key[i], spec.name
                 )));
             }
-            if !renders_as(info.class, spec.format.class) {
+            // a decimal of scale 0 holds integers only: comparing it as one loses nothing
+            let whole = info.class == TypeClass::Decimal
+                && info.scale == Some(0)
+                && spec.format.class == TypeClass::Integer;
+            if !whole && !renders_as(info.class, spec.format.class) {
                 return Err(AgentError::InvalidArgument(format!(
                     "dataset {dataset} column {} is {} and cannot be compared as {}",
                     info.name, info.class, spec.format.class
@@ -86,9 +102,18 @@ impl DatasetInfo {
                     info.name
                 )));
             }
+            if spec.format.exact && spec.format.class != TypeClass::Decimal {
+                return Err(AgentError::InvalidArgument(format!(
+                    "column {} is compared as {}: exact applies to decimals only",
+                    info.name, spec.format.class
+                )));
+            }
+            let zone = (info.class == TypeClass::Timestamp && spec.format.class == TypeClass::TimestampTz)
+                .then(|| time_zone.to_string());
             out.push(BoundColumn {
                 info: info.clone(),
                 spec,
+                zone,
             });
         }
         Ok(out)
@@ -96,16 +121,22 @@ impl DatasetInfo {
 }
 
 /// Whether a column of class `have` can be rendered as class `want` without changing
-/// its meaning: the same class, integers as booleans (MySQL `TINYINT(1)`), and any
-/// exact number as a decimal at a scale.
+/// its meaning: the same class, integers as booleans (MySQL `TINYINT(1)`), integers as
+/// decimals, and the cross-class rules of DESIGN §3. Never a lossy direction (a decimal
+/// as an integer).
 pub fn renders_as(have: TypeClass, want: TypeClass) -> bool {
-    have == want && have != TypeClass::Other && want != TypeClass::Other
+    use TypeClass::*;
+    have == want && have != Other && want != Other
         || matches!(
             (have, want),
-            (TypeClass::Integer, TypeClass::Boolean)
-                | (TypeClass::Boolean, TypeClass::Integer)
-                | (TypeClass::Integer, TypeClass::Decimal)
-                | (TypeClass::Decimal, TypeClass::Integer)
+            (Integer, Boolean)
+                | (Boolean, Integer)
+                | (Integer, Decimal)
+                // across classes (DESIGN §3), each stated in the run's warnings
+                | (Timestamp, TimestampTz)
+                | (Float, Decimal)
+                | (Text, Binary)
+                | (Text, Json)
         )
 }
 
@@ -123,60 +154,112 @@ pub fn canonical_error(dataset: &str, column: &str, e: CanonicalError) -> AgentE
     }
 }
 
-/// The type class of a declared SQL type name, for engines that report names.
-/// Returns (class, scale, fixed_char).
-pub fn classify_declared(declared: &str) -> (TypeClass, Option<u32>, bool) {
-    let t = declared.trim().to_ascii_lowercase();
-    let args: Vec<u32> = t
-        .split_once('(')
-        .map(|(_, rest)| {
-            rest.split(')')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .filter_map(|a| a.trim().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let base = t.split('(').next().unwrap_or("").trim();
-    let has = |s: &str| base.contains(s);
-    if base == "tinyint" && args.first() == Some(&1) || has("bool") {
-        return (TypeClass::Boolean, None, false);
+/// What an engine's type needs beyond its class to render canonically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Native {
+    #[default]
+    Plain,
+    /// float32 (`real`, MySQL `FLOAT`): widened exactly to double before rendering.
+    Float32,
+    /// MySQL `ZEROFILL`: rendered by value (`42`, not `00042`).
+    ZeroFill,
+    /// MySQL `BIT(n)`: a boolean at n = 1, otherwise `ceil(n/8)` bytes.
+    Bit(u32),
+    /// A type whose engine text is its canonical text: enum and set labels, PostgreSQL
+    /// `inet`/`cidr`/`macaddr`, MariaDB `INET4`/`INET6`. Rendered through a text cast.
+    Label,
+    /// JSON stored as text (MariaDB's `JSON` is `LONGTEXT` with a `json_valid` check).
+    JsonText,
+}
+
+/// A declared type name split into its base name, its numeric arguments and the words
+/// after them: `decimal(12,2) unsigned zerofill` → (`decimal`, [12, 2], `unsigned zerofill`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub base: String,
+    pub args: Vec<u32>,
+    pub rest: String,
+}
+
+impl Declared {
+    pub fn parse(declared: &str) -> Declared {
+        let t = declared.trim().to_ascii_lowercase();
+        match t.split_once('(') {
+            Some((base, tail)) => {
+                let (inside, after) = tail.split_once(')').unwrap_or((tail, ""));
+                Declared {
+                    base: base.trim().to_string(),
+                    args: inside.split(',').filter_map(|a| a.trim().parse().ok()).collect(),
+                    rest: format!("{} {}", base.trim(), after.trim())
+                        .split_whitespace()
+                        .skip(1)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                }
+            }
+            None => Declared {
+                base: t.clone(),
+                args: Vec::new(),
+                rest: String::new(),
+            },
+        }
     }
-    if has("int") || base == "serial" || base == "bigserial" || base == "smallserial" {
-        return (TypeClass::Integer, None, false);
+
+    pub fn arg(&self, i: usize) -> Option<u32> {
+        self.args.get(i).copied()
     }
-    if has("numeric") || has("decimal") || base == "number" || base == "money" {
-        return (TypeClass::Decimal, Some(args.get(1).copied().unwrap_or(0)), false);
+}
+
+/// One entry of an engine's type table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypeEntry {
+    pub class: TypeClass,
+    /// Declared scale (decimals) or fractional-second precision (times); `None` when
+    /// the declaration leaves it open.
+    pub scale: Option<u32>,
+    /// CHAR(n), BINARY(n): padded to a fixed length.
+    pub fixed: bool,
+    pub native: Native,
+}
+
+impl TypeEntry {
+    pub const OTHER: TypeEntry = TypeEntry::of(TypeClass::Other);
+
+    pub const fn of(class: TypeClass) -> TypeEntry {
+        TypeEntry {
+            class,
+            scale: None,
+            fixed: false,
+            native: Native::Plain,
+        }
     }
-    if has("real") || has("floa") || has("doub") {
-        return (TypeClass::Float, None, false);
+
+    pub const fn scale(mut self, scale: Option<u32>) -> TypeEntry {
+        self.scale = scale;
+        self
     }
-    if base == "uuid" {
-        return (TypeClass::Uuid, None, false);
+
+    pub const fn fixed(mut self) -> TypeEntry {
+        self.fixed = true;
+        self
     }
-    if has("timestamp") && (t.contains("with time zone") || base == "timestamptz") {
-        return (TypeClass::TimestampTz, args.first().copied(), false);
+
+    pub const fn native(mut self, native: Native) -> TypeEntry {
+        self.native = native;
+        self
     }
-    if has("timestamp") || has("datetime") {
-        return (TypeClass::Timestamp, args.first().copied(), false);
+
+    pub fn column(self, name: String, declared_type: String, nullable: bool) -> ColumnInfo {
+        ColumnInfo {
+            name,
+            class: self.class,
+            declared_type,
+            nullable,
+            scale: self.scale,
+            fixed_char: self.fixed,
+            native: self.native,
+        }
     }
-    if base == "date" {
-        return (TypeClass::Date, None, false);
-    }
-    if base.starts_with("time") {
-        return (TypeClass::Time, args.first().copied(), false);
-    }
-    if base == "char" || base == "character" || base == "bpchar" || base == "nchar" {
-        return (TypeClass::Text, None, true);
-    }
-    if has("char") || has("text") || has("clob") || base == "string" || base == "name" {
-        return (TypeClass::Text, None, false);
-    }
-    if has("blob") || has("binary") || base == "bytea" {
-        return (TypeClass::Binary, None, false);
-    }
-    (TypeClass::Other, None, false)
 }
 
 #[cfg(test)]
@@ -184,33 +267,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn declared_types_classify() {
+    fn declared_types_split_into_base_arguments_and_modifiers() {
+        let d = Declared::parse("DECIMAL(12,2) UNSIGNED ZEROFILL");
         assert_eq!(
-            classify_declared("NUMERIC(12,2)"),
-            (TypeClass::Decimal, Some(2), false)
+            (d.base.as_str(), d.args.as_slice(), d.rest.as_str()),
+            ("decimal", &[12, 2][..], "unsigned zerofill")
         );
-        assert_eq!(classify_declared("tinyint(1)"), (TypeClass::Boolean, None, false));
-        assert_eq!(classify_declared("BIGINT"), (TypeClass::Integer, None, false));
-        assert_eq!(classify_declared("character(10)"), (TypeClass::Text, None, true));
+        let d = Declared::parse("timestamp(3) with time zone");
         assert_eq!(
-            classify_declared("character varying(20)"),
-            (TypeClass::Text, None, false)
+            (d.base.as_str(), d.arg(0), d.rest.as_str()),
+            ("timestamp", Some(3), "with time zone")
         );
-        assert_eq!(
-            classify_declared("timestamp(3) with time zone"),
-            (TypeClass::TimestampTz, Some(3), false)
-        );
-        assert_eq!(
-            classify_declared("timestamp(6) without time zone"),
-            (TypeClass::Timestamp, Some(6), false)
-        );
-        assert_eq!(
-            classify_declared("DATETIME(6)"),
-            (TypeClass::Timestamp, Some(6), false)
-        );
-        assert_eq!(classify_declared("time"), (TypeClass::Time, None, false));
-        assert_eq!(classify_declared("jsonb"), (TypeClass::Other, None, false));
-        assert_eq!(classify_declared("BLOB"), (TypeClass::Binary, None, false));
+        let d = Declared::parse("double precision");
+        assert_eq!((d.base.as_str(), d.args.len()), ("double precision", 0));
+        let d = Declared::parse("enum('a','b')");
+        assert_eq!((d.base.as_str(), d.args.len()), ("enum", 0));
     }
 
     #[test]

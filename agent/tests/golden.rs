@@ -21,11 +21,13 @@ fn col(name: &str, class: TypeClass, scale: u32, fixed_char: bool) -> BoundColum
             nullable: true,
             scale: Some(scale),
             fixed_char,
+            native: Default::default(),
         },
         spec: ColumnSpec {
             name: name.into(),
             format: FieldFormat::new(class).with_scale(scale).fixed_char(fixed_char),
         },
+        zone: None,
     }
 }
 

@@ -139,7 +139,8 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
             "true" | "t" | "1" => "1".to_string(),
             "false" | "f" | "0" => "0".to_string(),
             // an integer compared as a boolean: by value (see canonical_value)
-            _ => canonical_integer(v).map_err(|_| invalid("boolean", v, "expected true, false or an integer"))?,
+            _ => canonical_integer(v)
+                .map_err(|_| invalid("boolean", v, "expected true, false or an integer"))?,
         },
         TypeClass::Text => {
             if fmt.fixed_char {
@@ -218,7 +219,11 @@ pub fn exact_decimal(v: &str) -> Result<String, CanonicalError> {
     } else {
         fixed.as_str()
     };
-    Ok(if out == "-0" { "0".to_string() } else { out.to_string() })
+    Ok(if out == "-0" {
+        "0".to_string()
+    } else {
+        out.to_string()
+    })
 }
 
 fn canonical_integer(v: &str) -> Result<String, CanonicalError> {
@@ -376,7 +381,13 @@ pub fn fixed_point(v: &str, scale: u32) -> Result<String, CanonicalError> {
 
 fn parse_civil(v: &str, whole: &str, class: &'static str) -> Result<CivilDate, CanonicalError> {
     let (d, bc) = civil::strip_era(v);
-    civil::parse_date(d, bc).ok_or_else(|| invalid(class, whole, "expected YYYY-MM-DD (an expanded year, BC, or infinity)"))
+    civil::parse_date(d, bc).ok_or_else(|| {
+        invalid(
+            class,
+            whole,
+            "expected YYYY-MM-DD (an expanded year, BC, or infinity)",
+        )
+    })
 }
 
 fn canonical_date(v: &str) -> Result<String, CanonicalError> {
@@ -392,7 +403,12 @@ type Clock<'a> = (bool, i64, &'a str);
 /// Splits `[-]HH:MM:SS[.fffffffff]`. Timestamps take hours 0–23; `duration` (the time
 /// class: PostgreSQL's `24:00:00`, MySQL's TIME up to `838:59:59` either side of zero)
 /// takes a sign and up to three hour digits. A time is rendered by its value.
-fn parse_hms<'a>(v: &'a str, whole: &str, class: &'static str, duration: bool) -> Result<Clock<'a>, CanonicalError> {
+fn parse_hms<'a>(
+    v: &'a str,
+    whole: &str,
+    class: &'static str,
+    duration: bool,
+) -> Result<Clock<'a>, CanonicalError> {
     let bad = || invalid(class, whole, "expected HH:MM:SS with up to 9 fractional digits");
     let (neg, v) = match v.strip_prefix('-') {
         Some(rest) if duration => (true, rest),
@@ -408,7 +424,9 @@ fn parse_hms<'a>(v: &'a str, whole: &str, class: &'static str, duration: bool) -
         || m.len() != 2
         || s.len() != 2
         || frac.len() > 9
-        || ![h, m, s, frac].iter().all(|p| p.bytes().all(|c| c.is_ascii_digit()))
+        || ![h, m, s, frac]
+            .iter()
+            .all(|p| p.bytes().all(|c| c.is_ascii_digit()))
     {
         return Err(bad());
     }
@@ -452,7 +470,11 @@ fn parse_offset(z: &str, whole: &str, class: &'static str) -> Result<i64, Canoni
     if !matches!(digits.len(), 2 | 4 | 6) || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    let n = |r: std::ops::Range<usize>| digits.get(r).map_or(Ok(0), |d| d.parse::<i64>().map_err(|_| bad()));
+    let n = |r: std::ops::Range<usize>| {
+        digits
+            .get(r)
+            .map_or(Ok(0), |d| d.parse::<i64>().map_err(|_| bad()))
+    };
     Ok(sign * (n(0..2)? * 3600 + n(2..4)? * 60 + n(4..6)?))
 }
 
@@ -508,7 +530,8 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
             let (year, month, day) = civil::civil_from_days(t.div_euclid(86_400));
             (CivilDate::Day { year, month, day }, t.rem_euclid(86_400))
         }
-        _ => return Err(invalid(class, v, "a zero date cannot be converted to UTC")),
+        // a MySQL zero date is no instant: kept by value, as the engine's SQL keeps it
+        _ => (date, secs),
     };
     let mut out = String::with_capacity(32);
     date.push(&mut out);

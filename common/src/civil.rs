@@ -8,11 +8,19 @@
 /// A date as read from an engine's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CivilDate {
-    Day { year: i64, month: u8, day: u8 },
+    Day {
+        year: i64,
+        month: u8,
+        day: u8,
+    },
     Infinity,
     NegInfinity,
     /// MySQL's zero date or a date with a zero month or day, kept as written.
-    Zero { year: i64, month: u8, day: u8 },
+    Zero {
+        year: i64,
+        month: u8,
+        day: u8,
+    },
 }
 
 pub fn is_leap(year: i64) -> bool {
@@ -163,7 +171,14 @@ mod tests {
 
     #[test]
     fn day_counts_round_trip_across_eras() {
-        for (y, m, d) in [(1970, 1, 1), (2000, 2, 29), (0, 1, 1), (-4712, 1, 1), (5_874_897, 12, 31), (1, 1, 1)] {
+        for (y, m, d) in [
+            (1970, 1, 1),
+            (2000, 2, 29),
+            (0, 1, 1),
+            (-4712, 1, 1),
+            (5_874_897, 12, 31),
+            (1, 1, 1),
+        ] {
             let n = days_from_civil(y, m, d);
             assert_eq!(civil_from_days(n), (y, m, d));
         }
@@ -190,7 +205,15 @@ mod tests {
         assert_eq!(p("-infinity"), "-infinity");
         assert_eq!(p("0000-00-00"), "0000-00-00");
         assert_eq!(p("2024-00-15"), "2024-00-15");
-        for bad in ["2023-02-29", "2024-13-01", "24-01-01", "2024-1-01", "0000-01-01 BC", "x", "2024-00-32"] {
+        for bad in [
+            "2023-02-29",
+            "2024-13-01",
+            "24-01-01",
+            "2024-1-01",
+            "0000-01-01 BC",
+            "x",
+            "2024-00-32",
+        ] {
             let (d, bc) = strip_era(bad);
             assert!(parse_date(d, bc).is_none(), "{bad}");
         }

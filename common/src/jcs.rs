@@ -109,7 +109,7 @@ pub fn push_number(out: &mut String, f: f64) {
             out.push_str(&digits[1..]);
         }
         out.push('e');
-        out.push(if n - 1 >= 0 { '+' } else { '-' });
+        out.push(if n > 0 { '+' } else { '-' });
         out.push_str(&(n - 1).abs().to_string());
     }
 }
@@ -128,7 +128,7 @@ fn shortest_digits(f: f64) -> (bool, String, i32) {
     let (neg, digits, exp) = split(&format!("{f:e}"));
     let k = digits.len();
     let last = digits.as_bytes()[k - 1] - b'0';
-    if last % 2 == 0 {
+    if last.is_multiple_of(2) {
         return (neg, digits, exp);
     }
     // the double's exact decimal expansion (767 significant digits always suffice)
@@ -145,7 +145,7 @@ fn shortest_digits(f: f64) -> (bool, String, i32) {
         Some(prefix.to_string())
     };
     match other {
-        Some(o) if o.len() == k && (o.as_bytes()[k - 1] - b'0') % 2 == 0 => {
+        Some(o) if o.len() == k && (o.as_bytes()[k - 1] - b'0').is_multiple_of(2) => {
             let text = format!("{}{}.{}e{exp}", if neg { "-" } else { "" }, &o[..1], &o[1..]);
             if text.parse::<f64>().ok() == Some(f) {
                 return (neg, o, exp);
@@ -198,7 +198,10 @@ mod tests {
         assert_eq!(num(f64::from_bits(0x44b52d02c7e14af7)), "1.0000000000000001e+23");
         assert_eq!(num(f64::from_bits(0x4430000000000000)), "295147905179352830000");
         assert_eq!(num(f64::from_bits(0x41b3de4355555554)), "333333333.33333325");
-        assert_eq!(num(f64::from_bits(0xbecbf647612f3696)), "-0.0000033333333333333333");
+        assert_eq!(
+            num(f64::from_bits(0xbecbf647612f3696)),
+            "-0.0000033333333333333333"
+        );
         assert_eq!(num(f64::from_bits(0x43143ff3c1cb0959)), "1424953923781206.2");
         assert_eq!(num(f64::from_bits(0x8000000000000001)), "-5e-324");
         assert_eq!(num(f64::from_bits(0x41b3de4355555555)), "333333333.3333333");
@@ -210,9 +213,15 @@ mod tests {
     #[test]
     fn documents_are_sorted_compact_and_escaped() {
         let c = |s| canonical_json(s).unwrap();
-        assert_eq!(c(r#"{ "b": 1, "a": [true, null, 1.50, "x\u0001\n"] }"#), r#"{"a":[true,null,1.5,"x\u0001\n"],"b":1}"#);
+        assert_eq!(
+            c(r#"{ "b": 1, "a": [true, null, 1.50, "x\u0001\n"] }"#),
+            r#"{"a":[true,null,1.5,"x\u0001\n"],"b":1}"#
+        );
         // UTF-16 order, not code point order: U+1F600 is the pair D83D DE00, below U+E000
-        assert_eq!(c("{\"\u{e000}\":1,\"\u{1f600}\":2}"), "{\"\u{1f600}\":2,\"\u{e000}\":1}");
+        assert_eq!(
+            c("{\"\u{e000}\":1,\"\u{1f600}\":2}"),
+            "{\"\u{1f600}\":2,\"\u{e000}\":1}"
+        );
         assert_eq!(c(r#"{"a":1e2,"b":"é"}"#), r#"{"a":100,"b":"é"}"#);
         assert_eq!(c("[1, 1.0, 10e-1]"), "[1,1,1]");
         assert!(canonical_json("{").is_err());

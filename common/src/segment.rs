@@ -337,7 +337,10 @@ impl ColumnSpec {
             return Err(wire_err(format!("{field}.name"), "empty column name"));
         }
         if c.exact && class != TypeClass::Decimal {
-            return Err(wire_err(format!("{field}.exact"), "exact applies to decimals only"));
+            return Err(wire_err(
+                format!("{field}.exact"),
+                "exact applies to decimals only",
+            ));
         }
         Ok(ColumnSpec {
             name: c.name,

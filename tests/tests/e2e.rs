@@ -474,7 +474,7 @@ fn agent_check_reports_each_dataset() {
     let url = pg.create_database("e2e_check");
     pg.exec(
         Some("e2e_check"),
-        "CREATE TABLE t (id BIGINT PRIMARY KEY, doc JSONB, amount NUMERIC(12,2));",
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, doc JSONB, amount NUMERIC(12,2), span INTERVAL);",
     );
     let d = Deployment::new(&["dc1"]);
     let cfg = format!(
@@ -495,7 +495,21 @@ fn agent_check_reports_each_dataset() {
         stdout.contains("amount") && stdout.contains("decimal") && stdout.contains("numeric(12,2)"),
         "{stdout}"
     );
-    assert!(stdout.contains("not comparable"), "jsonb is flagged: {stdout}");
+    let line = |col: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(col))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        line("doc").contains("json") && !line("doc").contains("not comparable"),
+        "jsonb compares as JSON: {stdout}"
+    );
+    assert!(
+        line("span").contains("not comparable"),
+        "interval is flagged: {stdout}"
+    );
     assert!(
         stdout.contains("hashing: in_process: the agent reads rows"),
         "PostgreSQL hashes in the agent by default: {stdout}"

@@ -10,11 +10,11 @@ use duckdb::{AccessMode, Config, Connection};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, agg_row, key_from_canonical};
+use super::{AggRow, CanonRow, agg_row, canonical_row};
 use crate::config::Source;
 use crate::dialect::{Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+use crate::schema::{BoundColumn, DatasetInfo};
 
 pub struct DuckDbConnector {
     /// `None`: an in-memory database (datasets are queries over files).
@@ -166,29 +166,8 @@ impl DuckDbConnector {
                 let name = r.get_ref(0).ok().and_then(text).unwrap_or_default();
                 let declared = r.get_ref(1).ok().and_then(text).unwrap_or_default();
                 let nullable = r.get_ref(2).ok().and_then(text).is_none_or(|n| n != "NO");
-                let (class, scale, fixed_char) = classify_declared(&declared);
-                let scale = match (class, declared.to_ascii_uppercase().as_str()) {
-                    (TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time, d) => {
-                        Some(if d.contains("_NS") {
-                            9
-                        } else if d.contains("_MS") {
-                            3
-                        } else if d.ends_with("_S") {
-                            0
-                        } else {
-                            6
-                        })
-                    }
-                    _ => scale,
-                };
-                columns.push(ColumnInfo {
-                    name,
-                    class,
-                    declared_type: declared,
-                    nullable,
-                    scale,
-                    fixed_char,
-                });
+                let entry = crate::dialect::duckdb::classify(&declared);
+                columns.push(entry.column(name, declared, nullable));
             }
             let version = Self::first_row(&conn, &ds, "SELECT version()", &[])?
                 .remove(0)
@@ -222,6 +201,7 @@ impl DuckDbConnector {
         sql: &Sql,
         cols: &[BoundColumn],
         key_len: usize,
+        reread: &[bool],
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
@@ -252,9 +232,7 @@ impl DuckDbConnector {
             }
         });
         while let Some(fields) = rx.recv().await {
-            let fields = fields?;
-            let key = key_from_canonical(&fields, cols, key_len)?;
-            f(CanonRow { key, fields })?;
+            f(canonical_row(dataset, fields?, cols, key_len, reread)?)?;
         }
         worker.await.map_err(|_| AgentError::Query {
             dataset: dataset.to_string(),

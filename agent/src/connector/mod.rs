@@ -121,6 +121,16 @@ impl Connector {
         })
     }
 
+    /// The dialect of a request: what the engine computes can depend on its version
+    /// (PostgreSQL's `bit_xor` from 14), read from the request's own describe.
+    pub fn dialect_for(&self, info: &DatasetInfo) -> &dyn Dialect {
+        match self {
+            Connector::Postgres(_) => crate::dialect::postgres::for_version(&info.engine_version),
+            _ => self.dialect(),
+        }
+    }
+
+    /// The dialect for quoting and catalog SQL, independent of a server version.
     pub fn dialect(&self) -> &dyn Dialect {
         match self {
             Connector::Postgres(c) => c.dialect(),
@@ -171,17 +181,13 @@ impl Connector {
         key_len: usize,
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
-        // which fields arrive as the engine's own text, still to be made canonical
-        let reread: Vec<bool> = cols
-            .iter()
-            .map(|c| shape == FetchShape::Text && self.dialect().text_expr(c).is_some())
-            .collect();
+        let reread = reread(self.dialect(), shape, cols);
         match self {
             Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
             Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
             Connector::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.scan(dataset, sql, cols, key_len, f).await,
+            Connector::DuckDb(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
         }
     }
 
@@ -244,6 +250,20 @@ impl Connector {
     pub fn supports_pushdown(&self) -> bool {
         !matches!(self, Connector::Sqlite(_))
     }
+}
+
+/// Which fields of a fetch arrive as the engine's own text, still to be made canonical
+/// in the agent: the cheap texts of a text-shape fetch, and every column SQL cannot
+/// render canonically (JSON, a float as a decimal), whatever the shape. This is the
+/// one rule [`crate::dialect::fetch_rows`] selects by.
+pub fn reread(d: &dyn Dialect, shape: FetchShape, cols: &[BoundColumn]) -> Vec<bool> {
+    cols.iter()
+        .map(|c| match shape {
+            FetchShape::Raw => false,
+            FetchShape::Text => d.text_expr(c).is_some() || d.canonical_expr(c).is_none(),
+            FetchShape::Canonical => d.canonical_expr(c).is_none(),
+        })
+        .collect()
 }
 
 /// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`

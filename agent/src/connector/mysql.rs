@@ -13,7 +13,7 @@ use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonic
 use crate::config::Source;
 use crate::dialect::{Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+use crate::schema::{BoundColumn, DatasetInfo};
 
 pub struct MySqlConnector {
     pool: MySqlPool,
@@ -87,10 +87,15 @@ impl MySqlConnector {
                     [s, t] => (Some(s.clone()), t.clone()),
                     _ => return Err(AgentError::Config("bad table name".into())),
                 };
+                // MariaDB's JSON is LONGTEXT with a column-level json_valid check
                 let rows = sqlx::query(
-                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR), \
-                     CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS \
-                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                    "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(c.COLUMN_TYPE AS CHAR), CAST(c.IS_NULLABLE AS CHAR), \
+                     CAST(c.DATA_TYPE AS CHAR), \
+                     (SELECT COUNT(*) FROM information_schema.CHECK_CONSTRAINTS k \
+                      WHERE k.CONSTRAINT_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+                      AND k.CHECK_CLAUSE = CONCAT('json_valid(`', c.COLUMN_NAME, '`)')) \
+                     FROM information_schema.COLUMNS c \
+                     WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ? ORDER BY c.ORDINAL_POSITION",
                 )
                 .bind(schema.as_deref())
                 .bind(&table)
@@ -102,7 +107,9 @@ impl MySqlConnector {
                     let declared = get_text(&r, 1).map_err(db)?.unwrap_or_default();
                     let nullable = get_text(&r, 2).map_err(db)?.as_deref() == Some("YES");
                     let data_type = get_text(&r, 3).map_err(db)?.unwrap_or_default();
-                    columns.push(column_info(name, declared, &data_type, nullable));
+                    let json_checked = get_i64(&r, 4).unwrap_or(0) > 0;
+                    let entry = crate::dialect::mysql::classify(&data_type, &declared, json_checked);
+                    columns.push(entry.column(name, declared, nullable));
                 }
                 if columns.is_empty() {
                     return Err(AgentError::Config(format!(
@@ -129,7 +136,9 @@ impl MySqlConnector {
                     .map_err(db)?;
                 for c in described.columns() {
                     let t = c.type_info().name().to_ascii_lowercase();
-                    columns.push(column_info(c.name().to_string(), t.clone(), &t, true));
+                    let data_type = t.split_whitespace().next().unwrap_or("").to_string();
+                    let entry = crate::dialect::mysql::classify(&data_type, &t, false);
+                    columns.push(entry.column(c.name().to_string(), t, true));
                 }
             }
         }
@@ -210,25 +219,5 @@ impl MySqlConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         get_text(&row, 0).map_err(|e| AgentError::from_db(dataset, e))
-    }
-}
-
-fn column_info(name: String, declared: String, data_type: &str, nullable: bool) -> ColumnInfo {
-    let (mut class, scale, fixed_char) = classify_declared(&declared);
-    // MySQL TIMESTAMP is stored in UTC and shown in the session zone: an instant
-    if data_type.eq_ignore_ascii_case("timestamp") {
-        class = TypeClass::TimestampTz;
-    }
-    let scale = match class {
-        TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time => Some(scale.unwrap_or(0)),
-        _ => scale,
-    };
-    ColumnInfo {
-        name,
-        class,
-        declared_type: declared,
-        nullable,
-        scale,
-        fixed_char,
     }
 }

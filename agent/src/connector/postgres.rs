@@ -1,7 +1,6 @@
 //! PostgreSQL through sqlx. Canonical text and checksums are computed by the server.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -13,12 +12,10 @@ use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonic
 use crate::config::Source;
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
+use crate::schema::{BoundColumn, DatasetInfo};
 
 pub struct PgConnector {
     pool: PgPool,
-    /// Cleared by `describe` on servers before PostgreSQL 14, which have no `bit_xor`.
-    has_bit_xor: AtomicBool,
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
@@ -49,15 +46,10 @@ fn get_i64(row: &PgRow, i: usize) -> Option<i64> {
 }
 
 impl PgConnector {
-    /// The dialect of the server as last described (every request describes first).
+    /// The dialect for catalog queries (quoting only); requests take theirs from the
+    /// server version of their own describe ([`crate::dialect::postgres::for_version`]).
     pub fn dialect(&self) -> &'static Postgres {
-        static WITH_XOR: Postgres = Postgres { has_bit_xor: true };
-        static SUM_ONLY: Postgres = Postgres { has_bit_xor: false };
-        if self.has_bit_xor.load(Ordering::Relaxed) {
-            &WITH_XOR
-        } else {
-            &SUM_ONLY
-        }
+        crate::dialect::postgres::for_version("14")
     }
 
     pub fn open(url: &str) -> Result<PgConnector> {
@@ -78,10 +70,7 @@ impl PgConnector {
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
-        Ok(PgConnector {
-            pool,
-            has_bit_xor: AtomicBool::new(true),
-        })
+        Ok(PgConnector { pool })
     }
 
     pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
@@ -104,9 +93,14 @@ impl PgConnector {
         match source {
             Source::Table(parts) => {
                 let rel = relation(self.dialect(), source);
+                // the type's kind, and for a domain its base type: the type table
+                // classifies by these, never by a substring of the name
                 let rows = sqlx::query(
-                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull \
-                     FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, \
+                     t.typtype::text, format_type(t.typbasetype, t.typtypmod), bt.typtype::text \
+                     FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+                     LEFT JOIN pg_type bt ON bt.oid = t.typbasetype \
+                     WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped \
                      ORDER BY a.attnum",
                 )
                 .bind(&rel)
@@ -119,12 +113,17 @@ impl PgConnector {
                     _ => AgentError::from_db(dataset, e),
                 })?;
                 for r in rows {
-                    let (name, declared, nullable): (String, String, bool) = (
+                    let (name, declared, nullable, typtype): (String, String, bool, String) = (
                         r.try_get(0).map_err(db)?,
                         r.try_get(1).map_err(db)?,
                         r.try_get(2).map_err(db)?,
+                        r.try_get(3).map_err(db)?,
                     );
-                    columns.push(column_info(name, declared, nullable));
+                    let base: Option<String> = r.try_get(4).map_err(db)?;
+                    let base_typtype: Option<String> = r.try_get(5).map_err(db)?;
+                    let domain = base.as_deref().zip(base_typtype.as_deref());
+                    let entry = crate::dialect::postgres::classify(&declared, &typtype, domain);
+                    columns.push(entry.column(name, declared, nullable));
                 }
                 let est: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
                     .bind(&rel)
@@ -139,23 +138,16 @@ impl PgConnector {
                     .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                     .await
                     .map_err(db)?;
+                // a query's columns carry no type modifiers: decimals compare exactly
                 for c in described.columns() {
-                    columns.push(column_info(
-                        c.name().to_string(),
-                        c.type_info().name().to_ascii_lowercase(),
-                        true,
-                    ));
+                    let declared = c.type_info().name().to_ascii_lowercase();
+                    let entry = crate::dialect::postgres::classify(&declared, "", None);
+                    columns.push(entry.column(c.name().to_string(), declared, true));
                 }
             }
         }
-        let major: u32 = version
-            .split(['.', ' '])
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
-        self.has_bit_xor.store(major >= 14, Ordering::Relaxed);
-        if major < 14 {
-            tracing::info!(
+        if !crate::dialect::postgres::for_version(&version).has_bit_xor {
+            tracing::debug!(
                 dataset,
                 version,
                 "no bit_xor before PostgreSQL 14: comparing SUM only"
@@ -326,24 +318,6 @@ fn copy_fields(dataset: &str, line: &[u8], n: usize) -> Result<Vec<Option<String
         return Err(copy_error(dataset));
     }
     Ok(out)
-}
-
-fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
-    let (class, scale, fixed_char) = classify_declared(&declared);
-    let scale = match class {
-        // PostgreSQL's default fractional precision is microseconds
-        TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time => Some(scale.unwrap_or(6)),
-        TypeClass::Decimal if !declared.contains('(') => None,
-        _ => scale,
-    };
-    ColumnInfo {
-        name,
-        class,
-        declared_type: declared,
-        nullable,
-        scale,
-        fixed_char,
-    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::{CONNECT_TIMEOUT, CanonRow};
 use crate::config::Source;
 use crate::dialect::{Sql, relation, sqlite::Sqlite};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, canonical_error, classify_declared};
+use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, canonical_error};
 
 pub struct SqliteConnector {
     pool: SqlitePool,
@@ -171,16 +171,8 @@ impl SqliteConnector {
 }
 
 fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
-    let (class, scale, fixed_char) = classify_declared(&declared);
     // SQLite keeps whatever fraction was written; render at the requested precision
-    ColumnInfo {
-        name,
-        class,
-        declared_type: declared,
-        nullable,
-        scale,
-        fixed_char,
-    }
+    crate::dialect::sqlite::classify(&declared).column(name, declared, nullable)
 }
 
 fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usize) -> Result<CanonRow> {

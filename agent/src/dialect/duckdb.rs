@@ -7,7 +7,35 @@ use tally_common::checksum::HashMethod;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::schema::{BoundColumn, ColumnInfo};
+use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
+
+/// DuckDB's type table, over the names `DESCRIBE` reports. Every type not listed
+/// (INTERVAL, LIST, STRUCT, MAP, UNION, BIT, TIME WITH TIME ZONE, …) is `Other`.
+pub fn classify(declared: &str) -> TypeEntry {
+    use TypeClass::*;
+    let d = Declared::parse(declared);
+    match d.base.as_str() {
+        "tinyint" | "smallint" | "integer" | "bigint" | "hugeint" | "utinyint" | "usmallint" | "uinteger"
+        | "ubigint" | "uhugeint" => TypeEntry::of(Integer),
+        "decimal" | "numeric" => TypeEntry::of(Decimal).scale(Some(d.arg(1).unwrap_or(3))),
+        "float" | "real" | "float4" => TypeEntry::of(Float).native(Native::Float32),
+        "double" | "float8" => TypeEntry::of(Float),
+        "boolean" => TypeEntry::of(Boolean),
+        "varchar" | "text" | "string" => TypeEntry::of(Text),
+        "enum" => TypeEntry::of(Text).native(Native::Label),
+        "date" => TypeEntry::of(Date),
+        "timestamp_s" => TypeEntry::of(Timestamp).scale(Some(0)),
+        "timestamp_ms" => TypeEntry::of(Timestamp).scale(Some(3)),
+        "timestamp_ns" => TypeEntry::of(Timestamp).scale(Some(9)),
+        "timestamp" | "datetime" => TypeEntry::of(Timestamp).scale(Some(6)),
+        "timestamp with time zone" | "timestamptz" => TypeEntry::of(TimestampTz).scale(Some(6)),
+        "time" => TypeEntry::of(Time).scale(Some(6)),
+        "uuid" => TypeEntry::of(Uuid),
+        "blob" | "bytea" | "varbinary" => TypeEntry::of(Binary),
+        "json" => TypeEntry::of(Json),
+        _ => TypeEntry::OTHER,
+    }
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DuckDb;
@@ -63,19 +91,20 @@ impl Dialect for DuckDb {
                 TypeClass::Boolean => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
                 _ => format!("CAST({x} AS VARCHAR)"),
             },
+            // a float as a decimal, and doubles past DECIMAL(38)'s range: made canonical
+            // in the agent from the double's shortest text (text_expr)
+            TypeClass::Decimal if col.info.class == TypeClass::Float => return None,
+            TypeClass::Float => return None,
+            TypeClass::Decimal if f.exact => {
+                let t = format!("CAST({x} AS VARCHAR)");
+                format!(
+                    "CASE WHEN {x} = 0 THEN '0' WHEN strpos({t}, '.') > 0 THEN rtrim(rtrim({t}, '0'), '.') ELSE {t} END"
+                )
+            }
             TypeClass::Decimal => {
                 let d = format!("CAST({x} AS DECIMAL(38, {s}))");
                 format!(
                     "CASE WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS VARCHAR) END",
-                    zero(s)
-                )
-            }
-            TypeClass::Float => {
-                // the shortest round-trip text of the double, read exactly as a decimal
-                let d = format!("CAST(CAST(CAST({x} AS DOUBLE) AS VARCHAR) AS DECIMAL(38, {s}))");
-                format!(
-                    "CASE WHEN isnan({x}) THEN 'NaN' WHEN isinf({x}) AND {x} > 0 THEN 'Infinity' \
-                     WHEN isinf({x}) THEN '-Infinity' WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS VARCHAR) END",
                     zero(s)
                 )
             }
@@ -101,10 +130,24 @@ impl Dialect for DuckDb {
             }
             TypeClass::Time => format!("substr(CAST({x} AS VARCHAR), 1, 8){}", fraction(&x, s)),
             TypeClass::Uuid => format!("lower(CAST({x} AS VARCHAR))"),
+            TypeClass::Binary if col.info.class == TypeClass::Text => format!("lower(hex(encode({x})))"),
+            TypeClass::Binary if f.fixed_char => format!("regexp_replace(lower(hex({x})), '(00)+$', '')"),
             TypeClass::Binary => format!("lower(hex({x}))"),
             // JSON is made canonical in the agent (RFC 8785), never in SQL
             TypeClass::Json | TypeClass::Other => return None,
         })
+    }
+
+    fn text_expr(&self, col: &BoundColumn) -> Option<String> {
+        let x = self.quote(&col.info.name);
+        match (col.info.class, col.spec.format.class) {
+            // the shortest round-trip text of the double (a FLOAT widened exactly)
+            (TypeClass::Float, TypeClass::Float | TypeClass::Decimal) => {
+                Some(format!("CAST(CAST({x} AS DOUBLE) AS VARCHAR)"))
+            }
+            (TypeClass::Json | TypeClass::Text, TypeClass::Json) => Some(format!("CAST({x} AS VARCHAR)")),
+            _ => None,
+        }
     }
 
     fn field_expr(&self, canonical: &str) -> String {

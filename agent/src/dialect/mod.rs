@@ -314,7 +314,10 @@ fn fetch_rows_with(
         .map(|(i, c)| {
             let e = match shape {
                 FetchShape::Raw => d.quote(&c.info.name),
-                FetchShape::Canonical => d.canonical_expr(c).unwrap_or_else(|| d.quote(&c.info.name)),
+                FetchShape::Canonical => d
+                    .canonical_expr(c)
+                    .or_else(|| d.text_expr(c))
+                    .unwrap_or_else(|| d.quote(&c.info.name)),
                 FetchShape::Text => d
                     .text_expr(c)
                     .or_else(|| d.canonical_expr(c))

@@ -1,6 +1,7 @@
 //! MySQL 8 and MariaDB 10.5 and later. Text is converted to utf8mb4 before it is
 //! measured or hashed (MD5/SHA2 hash the bytes of the string's own character set);
-//! ranges and ordering use the `utf8mb4_bin` collation; SUM over integers is an exact
+//! ranges and ordering compare the utf8mb4 bytes as a binary string (NO PAD, unlike
+//! `utf8mb4_bin`, which ignores trailing spaces); SUM over integers is an exact
 //! DECIMAL; BIT_XOR is a native 64-bit aggregate. The session runs with
 //! `time_zone = '+00:00'` so TIMESTAMP columns render in UTC.
 
@@ -8,7 +9,55 @@ use tally_common::checksum::HashMethod;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::schema::{BoundColumn, ColumnInfo};
+use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
+
+/// MySQL's and MariaDB's type table, from `information_schema.COLUMNS` (`DATA_TYPE`,
+/// `COLUMN_TYPE`, `NUMERIC_SCALE`, `DATETIME_PRECISION`). `json_checked`: MariaDB's
+/// `JSON` is a `LONGTEXT` with a `json_valid` check on the column. Every type not
+/// listed is `Other`: it has no canonical form and a run naming it is refused.
+pub fn classify(data_type: &str, column_type: &str, json_checked: bool) -> TypeEntry {
+    use TypeClass::*;
+    let d = Declared::parse(column_type);
+    let zerofill = d.rest.split_whitespace().any(|w| w == "zerofill");
+    let time_scale = Some(d.arg(0).unwrap_or(0));
+    match data_type.to_ascii_lowercase().as_str() {
+        "tinyint" if d.arg(0) == Some(1) => TypeEntry::of(Boolean),
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" if zerofill => {
+            TypeEntry::of(Integer).native(Native::ZeroFill)
+        }
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" => TypeEntry::of(Integer),
+        "year" => TypeEntry::of(Integer).native(Native::ZeroFill),
+        "bit" => {
+            let n = d.arg(0).unwrap_or(1);
+            let class = if n == 1 { Boolean } else { Binary };
+            TypeEntry::of(class).native(Native::Bit(n))
+        }
+        "decimal" | "numeric" | "dec" | "fixed" => TypeEntry::of(Decimal).scale(Some(d.arg(1).unwrap_or(0))),
+        "float" => TypeEntry::of(Float).native(Native::Float32),
+        "double" | "real" | "double precision" => TypeEntry::of(Float),
+        "char" => TypeEntry::of(Text).fixed(),
+        "longtext" if json_checked => TypeEntry::of(Json).native(Native::JsonText),
+        "json" => TypeEntry::of(Json),
+        "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => TypeEntry::of(Text),
+        "enum" | "set" | "inet4" | "inet6" => TypeEntry::of(Text).native(Native::Label),
+        "date" => TypeEntry::of(Date),
+        "datetime" => TypeEntry::of(Timestamp).scale(time_scale),
+        // stored in UTC and shown in the session zone (UTC): an instant
+        "timestamp" => TypeEntry::of(TimestampTz).scale(time_scale),
+        "time" => TypeEntry::of(Time).scale(time_scale),
+        "binary" => TypeEntry::of(Binary).fixed(),
+        "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => TypeEntry::of(Binary),
+        "uuid" => TypeEntry::of(Uuid),
+        // geometry, vectors, …
+        _ => TypeEntry::OTHER,
+    }
+}
+
+/// Doubles at or above this magnitude are rendered from their exponent form: a
+/// `DECIMAL(65, s)` cast saturates past 10^(65-s).
+const FLOAT_DECIMAL_LIMIT: &str = "1e38";
+/// …which leaves room for this many fractional digits.
+const FLOAT_MAX_SCALE: u32 = 26;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MySql;
@@ -44,17 +93,14 @@ impl Dialect for MySql {
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
-            TypeClass::Text => format!(
-                "CONVERT({} USING utf8mb4) COLLATE utf8mb4_bin",
-                self.quote(&col.name)
-            ),
+            TypeClass::Text => format!("CAST(CONVERT({} USING utf8mb4) AS BINARY)", self.quote(&col.name)),
             _ => self.quote(&col.name),
         }
     }
 
     fn key_param(&self, _n: usize, col: &ColumnInfo) -> String {
         match col.class {
-            TypeClass::Text => "CONVERT(? USING utf8mb4) COLLATE utf8mb4_bin".into(),
+            TypeClass::Text => "CAST(CONVERT(? USING utf8mb4) AS BINARY)".into(),
             _ => "?".into(),
         }
     }
@@ -63,17 +109,47 @@ impl Dialect for MySql {
         let x = self.quote(&col.info.name);
         let f = col.spec.format;
         let s = f.scale;
+        // ZEROFILL, YEAR and BIT render by value, never the engine's padded display text
+        let by_value = !matches!(col.info.native, Native::Plain | Native::Float32);
         Some(match f.class {
+            TypeClass::Integer | TypeClass::Boolean if by_value => format!("CAST({x} + 0 AS CHAR)"),
             TypeClass::Integer | TypeClass::Boolean => format!("CAST({x} AS CHAR)"),
+            // a float as a decimal is made canonical in the agent
+            TypeClass::Decimal if col.info.class == TypeClass::Float => return None,
+            TypeClass::Decimal if f.exact => {
+                let t = format!("CAST({x} AS CHAR)");
+                format!(
+                    "CASE WHEN {x} = 0 THEN '0' WHEN LOCATE('.', {t}) > 0 THEN TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {t})) ELSE {t} END"
+                )
+            }
             TypeClass::Decimal => {
                 let d = format!("CAST({x} AS DECIMAL(65, {s}))");
                 format!("CASE WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS CHAR) END", zero(s))
             }
             // MySQL doubles have no NaN or infinities; the text of a double is its
-            // shortest round-trip form, read back exactly as a DECIMAL
+            // shortest round-trip form (float32 widened exactly first), read back
+            // exactly as a DECIMAL below 1e38 and rebuilt from its exponent form above
+            TypeClass::Float if s > FLOAT_MAX_SCALE => return None,
             TypeClass::Float => {
-                let d = format!("CAST(CAST({x} AS CHAR) AS DECIMAL(65, {s}))");
-                format!("CASE WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS CHAR) END", zero(s))
+                let v = match col.info.native {
+                    Native::Float32 => format!("CAST({x} AS DOUBLE)"),
+                    _ => x.clone(),
+                };
+                let t = format!("CAST({v} AS CHAR)");
+                let d = format!("CAST({t} AS DECIMAL(65, {s}))");
+                let digits = format!("REPLACE(REPLACE(SUBSTRING_INDEX({t}, 'e', 1), '-', ''), '.', '')");
+                let exp = format!("CAST(SUBSTRING_INDEX({t}, 'e', -1) AS SIGNED)");
+                let frac = if s == 0 {
+                    String::new()
+                } else {
+                    format!(", '.{}'", "0".repeat(s as usize))
+                };
+                format!(
+                    "CASE WHEN ABS({v}) >= {FLOAT_DECIMAL_LIMIT} THEN CONCAT(IF({v} < 0, '-', ''), {digits}, \
+                     REPEAT('0', {exp} + 1 - CHAR_LENGTH({digits})){frac}) \
+                     WHEN {d} = 0 THEN '{}' ELSE CAST({d} AS CHAR) END",
+                    zero(s)
+                )
             }
             TypeClass::Text if f.fixed_char => format!("TRIM(TRAILING ' ' FROM CONVERT({x} USING utf8mb4))"),
             TypeClass::Text => format!("CONVERT({x} USING utf8mb4)"),
@@ -82,14 +158,38 @@ impl Dialect for MySql {
                 format!("CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){})", fraction(&x, s))
             }
             TypeClass::TimestampTz => {
+                // a DATETIME is read in its dataset's zone; zero dates are kept by value
+                let u = match &col.zone {
+                    Some(z) if col.info.class == TypeClass::Timestamp && z != "+00:00" => format!(
+                        "(CASE WHEN MONTH({x}) = 0 OR DAYOFMONTH({x}) = 0 THEN {x} ELSE CONVERT_TZ({x}, '{z}', '+00:00') END)"
+                    ),
+                    _ => x.clone(),
+                };
                 format!(
-                    "CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')",
-                    fraction(&x, s)
+                    "CONCAT(DATE_FORMAT({u}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')",
+                    fraction(&u, s)
                 )
             }
-            TypeClass::Time => format!("CONCAT(TIME_FORMAT({x}, '%H:%i:%s'){})", fraction(&x, s)),
+            TypeClass::Time => {
+                // DATE_FORMAT's %f of a negative TIME carries the sign: read the microseconds
+                let us = format!("LPAD(MICROSECOND({x}), 6, '0')");
+                let frac = match s {
+                    0 => String::new(),
+                    1..=6 => format!(", '.', LEFT({us}, {s})"),
+                    _ => format!(", '.', RPAD({us}, {s}, '0')"),
+                };
+                format!("CONCAT(TIME_FORMAT({x}, '%H:%i:%s'){frac})")
+            }
             TypeClass::Uuid => format!("LOWER(CAST({x} AS CHAR))"),
-            TypeClass::Binary => format!("LOWER(HEX({x}))"),
+            TypeClass::Binary if col.info.class == TypeClass::Text => {
+                format!("LOWER(HEX(CONVERT({x} USING utf8mb4)))")
+            }
+            TypeClass::Binary => match col.info.native {
+                // HEX of a BIT value drops leading zero digits: pad to the whole bytes
+                Native::Bit(n) => format!("LOWER(LPAD(HEX({x}), {}, '0'))", n.div_ceil(8) * 2),
+                _ if f.fixed_char => format!("LOWER(HEX(TRIM(TRAILING 0x00 FROM {x})))"),
+                _ => format!("LOWER(HEX({x}))"),
+            },
             // JSON is made canonical in the agent (RFC 8785), never in SQL
             TypeClass::Json | TypeClass::Other => return None,
         })
@@ -97,16 +197,24 @@ impl Dialect for MySql {
 
     fn text_expr(&self, col: &BoundColumn) -> Option<String> {
         // the server's own text (sessions run in UTC): cheaper than DATE_FORMAT and
-        // DECIMAL(65) casts. TIME stays in SQL: its text may be negative or past 24h.
+        // DECIMAL(65) casts. TIME stays in SQL: TIME_FORMAT gives the canonical form.
         let x = self.quote(&col.info.name);
         let class = col.spec.format.class;
-        if col.info.class != class {
-            return None;
+        match (col.info.class, class) {
+            (TypeClass::Text | TypeClass::Json, TypeClass::Json) => {
+                return Some(format!("CONVERT({x} USING utf8mb4)"));
+            }
+            (TypeClass::Float, TypeClass::Float | TypeClass::Decimal) => {
+                return Some(match col.info.native {
+                    Native::Float32 => format!("CAST(CAST({x} AS DOUBLE) AS CHAR)"),
+                    _ => format!("CAST({x} AS CHAR)"),
+                });
+            }
+            (have, want) if have != want => return None,
+            _ => {}
         }
         match class {
-            TypeClass::Decimal | TypeClass::Float | TypeClass::Date | TypeClass::Timestamp => {
-                Some(format!("CAST({x} AS CHAR)"))
-            }
+            TypeClass::Decimal | TypeClass::Date | TypeClass::Timestamp => Some(format!("CAST({x} AS CHAR)")),
             TypeClass::TimestampTz => Some(format!("CONCAT(CAST({x} AS CHAR), 'Z')")),
             _ => None,
         }

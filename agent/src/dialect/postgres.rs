@@ -7,7 +7,7 @@ use tally_common::checksum::HashMethod;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::schema::{BoundColumn, ColumnInfo};
+use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Postgres {
@@ -19,6 +19,97 @@ impl Default for Postgres {
     fn default() -> Self {
         Postgres { has_bit_xor: true }
     }
+}
+
+/// The dialect of a server of this version (`SHOW server_version`): `bit_xor` exists
+/// from PostgreSQL 14. Chosen per request from the request's own describe.
+pub fn for_version(version: &str) -> &'static Postgres {
+    static WITH_XOR: Postgres = Postgres { has_bit_xor: true };
+    static SUM_ONLY: Postgres = Postgres { has_bit_xor: false };
+    let major: u32 = version
+        .split(['.', ' '])
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major >= 14 { &WITH_XOR } else { &SUM_ONLY }
+}
+
+/// PostgreSQL's type table: `format_type` names, with `typtype` (`b` base, `d` domain,
+/// `e` enum, …) and, for a domain, its base type's name and typtype. Every type not
+/// listed is `Other`: it has no canonical form and a run naming it is refused.
+pub fn classify(declared: &str, typtype: &str, domain_base: Option<(&str, &str)>) -> TypeEntry {
+    use TypeClass::*;
+    if typtype == "d" {
+        // a domain compares as its base type (one level; a domain over a domain is Other)
+        return match domain_base {
+            Some((base, base_typtype)) if base_typtype != "d" => classify(base, base_typtype, None),
+            _ => TypeEntry::OTHER,
+        };
+    }
+    if typtype == "e" {
+        return TypeEntry::of(Text).native(Native::Label);
+    }
+    if typtype != "b" && !typtype.is_empty() || declared.ends_with("[]") {
+        return TypeEntry::OTHER; // ranges, composites, arrays, pseudo-types
+    }
+    let d = Declared::parse(declared);
+    let time_scale = Some(d.arg(0).unwrap_or(6));
+    match d.base.as_str() {
+        "smallint" | "integer" | "bigint" | "int2" | "int4" | "int8" => TypeEntry::of(Integer),
+        "numeric" | "decimal" => TypeEntry::of(Decimal).scale(d.arg(1).or(d.arg(0).map(|_| 0))),
+        "real" | "float4" => TypeEntry::of(Float).native(Native::Float32),
+        "double precision" | "float8" => TypeEntry::of(Float),
+        "boolean" | "bool" => TypeEntry::of(Boolean),
+        "text" | "character varying" | "varchar" | "name" | "citext" => TypeEntry::of(Text),
+        "character" | "bpchar" | "char" => TypeEntry::of(Text).fixed(),
+        "\"char\"" => TypeEntry::of(Text),
+        "date" => TypeEntry::of(Date),
+        "timestamp" | "timestamp without time zone" if d.rest != "with time zone" => {
+            TypeEntry::of(Timestamp).scale(time_scale)
+        }
+        "timestamp" | "timestamp with time zone" | "timestamptz" => {
+            TypeEntry::of(TimestampTz).scale(time_scale)
+        }
+        "time" | "time without time zone" if d.rest != "with time zone" => {
+            TypeEntry::of(Time).scale(time_scale)
+        }
+        "uuid" => TypeEntry::of(Uuid),
+        "bytea" => TypeEntry::of(Binary),
+        "json" | "jsonb" => TypeEntry::of(Json),
+        "inet" | "cidr" | "macaddr" | "macaddr8" => TypeEntry::of(Text).native(Native::Label),
+        // money (locale text), timetz, interval, bit strings, xml, geometry, tsvector, …
+        _ => TypeEntry::OTHER,
+    }
+}
+
+/// The ISO 8601 year of a date or timestamp expression (astronomical numbering,
+/// expanded beyond 0000-9999): PostgreSQL's `extract` counts 1 BC as -1.
+fn iso_year(x: &str) -> String {
+    let y = format!("extract(year from {x})::bigint");
+    let a = format!("(CASE WHEN {y} < 0 THEN {y} + 1 ELSE {y} END)");
+    format!(
+        "(CASE WHEN {a} < 0 THEN '-' || lpad((-{a})::text, 4, '0') WHEN {a} > 9999 THEN '+' || {a}::text \
+         ELSE lpad({a}::text, 4, '0') END)"
+    )
+}
+
+/// A date or timestamp rendered with `rest_mask` after its year: `to_char` where the
+/// year has four digits, the expanded year otherwise, and the infinity tokens.
+fn dated(x: &str, rest_mask: &str, fraction_sql: &str, suffix: &str) -> String {
+    format!(
+        "CASE WHEN {x} = 'infinity' THEN 'infinity' WHEN {x} = '-infinity' THEN '-infinity' \
+         WHEN {x} >= '0001-01-01' AND {x} < '10000-01-01' THEN to_char({x}, 'YYYY{rest_mask}'){fraction_sql}{suffix} \
+         ELSE {} || to_char({x}, '{rest_mask}'){fraction_sql}{suffix} END",
+        iso_year(x)
+    )
+}
+
+/// The exact normalised form of a numeric text: trailing fractional zeros and point removed.
+fn exact_text(t: &str) -> String {
+    format!(
+        "CASE WHEN {t} ~ '^-?[0-9]*\\.[0-9]*$' THEN CASE WHEN rtrim(rtrim({t}, '0'), '.') IN ('', '-', '-0') THEN '0' \
+         ELSE rtrim(rtrim({t}, '0'), '.') END ELSE {t} END"
+    )
 }
 
 /// `.` and the first `p` digits of the microseconds, or nothing at precision 0.
@@ -45,6 +136,10 @@ impl Dialect for Postgres {
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
+            // enums and network types take no collation: their text does
+            TypeClass::Text if col.native == Native::Label => {
+                format!("({}::text) COLLATE \"C\"", self.quote(&col.name))
+            }
             TypeClass::Text => format!("{} COLLATE \"C\"", self.quote(&col.name)),
             _ => self.quote(&col.name),
         }
@@ -61,37 +156,40 @@ impl Dialect for Postgres {
         let x = self.quote(&col.info.name);
         let f = col.spec.format;
         let s = f.scale;
+        let zero = if s == 0 {
+            "0".to_string()
+        } else {
+            format!("0.{}", "0".repeat(s as usize))
+        };
+        // a float (float4 widened exactly) as a numeric: its shortest round-trip text
+        // (extra_float_digits >= 1, set per connection) read exactly
+        let float_num = format!("{x}::float8::text::numeric");
+        let float_tokens = format!(
+            "WHEN {x} = 'NaN'::float8 THEN 'NaN' WHEN {x} = 'Infinity'::float8 THEN 'Infinity' \
+             WHEN {x} = '-Infinity'::float8 THEN '-Infinity'"
+        );
         Some(match f.class {
             TypeClass::Integer => match col.info.class {
                 TypeClass::Boolean => format!("CASE WHEN {x} THEN '1' WHEN NOT {x} THEN '0' END"),
-                TypeClass::Decimal => format!("round({x}, 0)::text"),
                 _ => format!("{x}::text"),
             },
-            TypeClass::Decimal => {
-                let zero = if s == 0 {
-                    "0".to_string()
-                } else {
-                    format!("0.{}", "0".repeat(s as usize))
-                };
+            TypeClass::Decimal if col.info.class == TypeClass::Float && f.exact => {
                 format!(
-                    "CASE WHEN round({x}::numeric, {s}) = 0 THEN '{zero}' ELSE round({x}::numeric, {s})::text END"
+                    "CASE {float_tokens} ELSE {} END",
+                    exact_text(&format!("{float_num}::text"))
                 )
             }
-            TypeClass::Float => {
-                let zero = if s == 0 {
-                    "0".to_string()
-                } else {
-                    format!("0.{}", "0".repeat(s as usize))
-                };
-                // float8 text is the shortest round-trip decimal (extra_float_digits >= 1,
-                // set per connection); numeric input reads its exponent form exactly
-                format!(
-                    "CASE WHEN {x} = 'NaN'::float8 THEN 'NaN' WHEN {x} = 'Infinity'::float8 THEN 'Infinity' \
-                     WHEN {x} = '-Infinity'::float8 THEN '-Infinity' \
-                     WHEN round({x}::float8::text::numeric, {s}) = 0 THEN '{zero}' \
-                     ELSE round({x}::float8::text::numeric, {s})::text END"
-                )
-            }
+            TypeClass::Decimal if col.info.class == TypeClass::Float => format!(
+                "CASE {float_tokens} WHEN round({float_num}, {s}) = 0 THEN '{zero}' ELSE round({float_num}, {s})::text END"
+            ),
+            TypeClass::Decimal if f.exact => exact_text(&format!("{x}::numeric::text")),
+            // NaN and the infinities (PostgreSQL 14) round to themselves: their text is the token
+            TypeClass::Decimal => format!(
+                "CASE WHEN round({x}::numeric, {s}) = 0 THEN '{zero}' ELSE round({x}::numeric, {s})::text END"
+            ),
+            TypeClass::Float => format!(
+                "CASE {float_tokens} WHEN round({float_num}, {s}) = 0 THEN '{zero}' ELSE round({float_num}, {s})::text END"
+            ),
             TypeClass::Boolean => match col.info.class {
                 TypeClass::Integer => format!("{x}::text"),
                 // NULL matches neither branch and stays NULL
@@ -99,18 +197,32 @@ impl Dialect for Postgres {
             },
             TypeClass::Text if f.fixed_char => format!("rtrim({x}::text, ' ')"),
             TypeClass::Text => format!("{x}::text"),
-            TypeClass::Date => format!("to_char({x}, 'YYYY-MM-DD')"),
-            TypeClass::Timestamp => {
-                format!(
-                    "to_char({x}, 'YYYY-MM-DD\"T\"HH24:MI:SS'){}",
-                    fraction(&format!("to_char({x}, 'US')"), s)
-                )
+            TypeClass::Binary if col.info.class == TypeClass::Text => {
+                format!("encode(convert_to({x}::text, 'UTF8'), 'hex')")
             }
+            // only whole zero bytes: a match of (00)+ at an odd offset cannot reach the end
+            TypeClass::Binary if f.fixed_char => format!("regexp_replace(encode({x}, 'hex'), '(00)+$', '')"),
+            TypeClass::Binary => format!("encode({x}, 'hex')"),
+            TypeClass::Date => dated(&x, "-MM-DD", "", ""),
+            TypeClass::Timestamp => dated(
+                &x,
+                "-MM-DD\"T\"HH24:MI:SS",
+                &fraction(&format!("to_char({x}, 'US')"), s),
+                "",
+            ),
             TypeClass::TimestampTz => {
-                let u = format!("({x} AT TIME ZONE 'UTC')");
-                format!(
-                    "to_char({u}, 'YYYY-MM-DD\"T\"HH24:MI:SS'){} || 'Z'",
-                    fraction(&format!("to_char({u}, 'US')"), s)
+                // a zone-less timestamp is read in its dataset's zone (an ISO offset)
+                let u = match (&col.zone, col.info.class) {
+                    (Some(z), TypeClass::Timestamp) => {
+                        format!("(({x} AT TIME ZONE INTERVAL '{z}') AT TIME ZONE 'UTC')")
+                    }
+                    _ => format!("({x} AT TIME ZONE 'UTC')"),
+                };
+                dated(
+                    &u,
+                    "-MM-DD\"T\"HH24:MI:SS",
+                    &fraction(&format!("to_char({u}, 'US')"), s),
+                    " || 'Z'",
                 )
             }
             TypeClass::Time => {
@@ -121,7 +233,6 @@ impl Dialect for Postgres {
                 )
             }
             TypeClass::Uuid => format!("{x}::text"),
-            TypeClass::Binary => format!("encode({x}, 'hex')"),
             // JSON is made canonical in the agent (RFC 8785), never in SQL
             TypeClass::Json | TypeClass::Other => return None,
         })
@@ -132,6 +243,9 @@ impl Dialect for Postgres {
         // TimeZone UTC, extra_float_digits 1): far cheaper than to_char and round
         let x = self.quote(&col.info.name);
         let class = col.spec.format.class;
+        if (col.info.class, class) == (TypeClass::Text, TypeClass::Json) {
+            return Some(format!("{x}::text"));
+        }
         if col.info.class != class {
             return None;
         }
@@ -140,7 +254,8 @@ impl Dialect for Postgres {
             | TypeClass::Date
             | TypeClass::Timestamp
             | TypeClass::TimestampTz
-            | TypeClass::Time => Some(format!("{x}::text")),
+            | TypeClass::Time
+            | TypeClass::Json => Some(format!("{x}::text")),
             TypeClass::Float => Some(format!("{x}::float8::text")),
             _ => None,
         }

@@ -6,7 +6,34 @@ use tally_common::checksum::HashMethod;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::schema::{BoundColumn, ColumnInfo};
+use crate::schema::{BoundColumn, ColumnInfo, Declared, TypeEntry};
+
+/// SQLite's type table over the declared type names this agent recognises (SQLite
+/// itself accepts any name). Every name not listed is `Other`: a run naming such a
+/// column is refused rather than guessed at.
+pub fn classify(declared: &str) -> TypeEntry {
+    use TypeClass::*;
+    let d = Declared::parse(declared);
+    match d.base.as_str() {
+        "integer" | "int" | "bigint" | "smallint" | "tinyint" | "mediumint" | "int2" | "int4" | "int8"
+        | "unsigned big int" => TypeEntry::of(Integer),
+        "numeric" | "decimal" => TypeEntry::of(Decimal).scale(d.arg(1).or(d.arg(0).map(|_| 0))),
+        "real" | "double" | "double precision" | "float" => TypeEntry::of(Float),
+        "boolean" | "bool" => TypeEntry::of(Boolean),
+        "text" | "varchar" | "character varying" | "nvarchar" | "varying character" | "clob" | "string" => {
+            TypeEntry::of(Text)
+        }
+        "char" | "character" | "nchar" | "native character" => TypeEntry::of(Text).fixed(),
+        "date" => TypeEntry::of(Date),
+        "datetime" | "timestamp" => TypeEntry::of(Timestamp).scale(d.arg(0)),
+        "timestamptz" => TypeEntry::of(TimestampTz).scale(d.arg(0)),
+        "time" => TypeEntry::of(Time).scale(d.arg(0)),
+        "uuid" => TypeEntry::of(Uuid),
+        "blob" | "binary" | "varbinary" => TypeEntry::of(Binary),
+        "json" => TypeEntry::of(Json),
+        _ => TypeEntry::OTHER,
+    }
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sqlite;
@@ -91,11 +118,13 @@ mod tests {
                 nullable: true,
                 scale: None,
                 fixed_char: false,
+                native: Default::default(),
             },
             spec: ColumnSpec {
                 name: name.into(),
                 format: FieldFormat::new(class),
             },
+            zone: None,
         }
     }
 
