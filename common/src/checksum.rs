@@ -251,6 +251,17 @@ impl AnyAggregate {
         }
     }
 
+    /// Combines two disjoint segments of the same method (see [`Aggregate::merge`]).
+    pub fn merge(self, other: AnyAggregate) -> Result<AnyAggregate, MethodMismatch> {
+        match (self, other) {
+            (AnyAggregate::Md5_48(a), AnyAggregate::Md5_48(b)) => Ok(AnyAggregate::Md5_48(a.merge(b))),
+            (AnyAggregate::Sha256_64(a), AnyAggregate::Sha256_64(b)) => {
+                Ok(AnyAggregate::Sha256_64(a.merge(b)))
+            }
+            (a, b) => Err(MethodMismatch(a.method(), b.method())),
+        }
+    }
+
     pub fn matches(&self, other: &AnyAggregate) -> Result<bool, MethodMismatch> {
         match (self, other) {
             (AnyAggregate::Md5_48(a), AnyAggregate::Md5_48(b)) => Ok(a.matches(b)),
@@ -316,6 +327,19 @@ mod tests {
             Err(MethodMismatch(HashMethod::Md5_48, HashMethod::Sha256_64))
         );
         assert_eq!(a.matches(&a), Ok(true));
+        assert!(a.merge(b).is_err());
+    }
+
+    #[test]
+    fn merged_aggregates_wrap_and_keep_xor_only_where_both_have_it() {
+        let a = AnyAggregate::new(HashMethod::Sha256_64, 2, u64::MAX, Some(0b101));
+        let b = AnyAggregate::new(HashMethod::Sha256_64, 3, 2, Some(0b011));
+        assert_eq!(
+            a.merge(b),
+            Ok(AnyAggregate::new(HashMethod::Sha256_64, 5, 1, Some(0b110)))
+        );
+        let no_xor = AnyAggregate::new(HashMethod::Sha256_64, 1, 1, None);
+        assert_eq!(a.merge(no_xor).unwrap().xor(), None);
     }
 
     #[test]

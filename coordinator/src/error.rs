@@ -8,6 +8,9 @@ pub enum RunError {
     Config(String),
     #[error("schema drift: {0}")]
     SchemaDrift(String),
+    /// Requested columns whose type has no canonical form: never skipped, never hashed loosely.
+    #[error("{0}")]
+    NoCanonicalForm(String),
     #[error("agent {agent} refused {rpc}: {message}")]
     PolicyRefused {
         agent: String,
@@ -71,6 +74,7 @@ impl RunError {
         match self {
             RunError::Config(_) => "config",
             RunError::SchemaDrift(_) => "schema_drift",
+            RunError::NoCanonicalForm(_) => "no_canonical_form",
             RunError::PolicyRefused { .. } => "policy_refused",
             RunError::Unreachable { .. } => "agent_unreachable",
             RunError::Agent { .. } => "agent_error",

@@ -5,6 +5,12 @@
 //! A level costs one aggregate per side whatever the factor: every differing parent
 //! of the level travels in the same request. The first level doubles as the quick
 //! check: its buckets partition the whole dataset, so identical data ends there.
+//!
+//! The drill fails closed (DESIGN §5 step 3): on each side, the children of a parent
+//! must add up to the parent (count, SUM mod 2^64, XOR where present), and a parent
+//! that differed must have a differing child. Otherwise rows changed between levels
+//! or a predicate lost them, and the parent itself becomes a leaf flagged
+//! inconsistent; its children are not used, so nothing is silently forgotten.
 
 use std::collections::BTreeMap;
 
@@ -111,6 +117,19 @@ pub struct Leaf {
     pub segment: Segment,
     pub source: AnyAggregate,
     pub target: AnyAggregate,
+    /// Why the drill could not go on below this segment although it differed: its
+    /// children did not add up to it on a side, or none of them differed. `None` for a
+    /// leaf where the drill stopped normally.
+    pub inconsistent: Option<String>,
+}
+
+/// A differing segment waiting for the next level, with both sides' aggregates from
+/// the level that produced it (absent for level 1's parent, the whole dataset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Parent {
+    level: u32,
+    segment: Segment,
+    aggs: Option<(AnyAggregate, AnyAggregate)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +140,9 @@ pub struct LevelStats {
     /// Rows covered by this level, source side.
     pub source_rows: u64,
     pub target_rows: u64,
+    /// Parents of this level whose children did not account for them (each became an
+    /// inconsistent leaf).
+    pub inconsistent: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +168,12 @@ pub enum PlanError {
     },
     #[error("source and target disagree on the bounds of bucket {child} of parent {parent}")]
     BoundsMismatch { parent: usize, child: usize },
+    #[error("{side} answered parent {parent} with period {label:?} twice")]
+    DuplicatePeriod {
+        side: &'static str,
+        parent: usize,
+        label: String,
+    },
     #[error(transparent)]
     Method(#[from] tally_common::checksum::MethodMismatch),
 }
@@ -154,7 +182,7 @@ pub enum PlanError {
 pub struct Planner {
     params: PlanParams,
     level: u32,
-    pending: Vec<Segment>,
+    pending: Vec<Parent>,
     pub leaves: Vec<Leaf>,
     pub levels: Vec<LevelStats>,
     pub stop: Option<Stop>,
@@ -167,7 +195,11 @@ impl Planner {
         Planner {
             params,
             level: 0,
-            pending: vec![Segment::whole()],
+            pending: vec![Parent {
+                level: 0,
+                segment: Segment::whole(),
+                aggs: None,
+            }],
             leaves: Vec::new(),
             levels: Vec::new(),
             stop: None,
@@ -201,7 +233,11 @@ impl Planner {
         let mut follows = follows;
         // a single integer key with a known range: even cuts, no need to wait for the source
         if let (Split::Quantile(_), Some(range)) = (&split, self.params.int_range) {
-            let even: Option<Vec<Split>> = self.pending.iter().map(|seg| even_cuts(seg, range, f)).collect();
+            let even: Option<Vec<Split>> = self
+                .pending
+                .iter()
+                .map(|p| even_cuts(&p.segment, range, f))
+                .collect();
             if let Some(even) = even {
                 splits = even;
                 follows = false;
@@ -209,7 +245,7 @@ impl Planner {
         }
         Some(LevelPlan {
             level: self.level + 1,
-            parents: self.pending.clone(),
+            parents: self.pending.iter().map(|p| p.segment.clone()).collect(),
             split,
             splits,
             target_follows_source: follows,
@@ -268,28 +304,65 @@ impl Planner {
         let mut new_leaves = Vec::new();
         let mut segments = 0;
         let mut differing = Vec::new();
+        let mut differing_total = 0;
         let (mut src_rows, mut tgt_rows) = (0, 0);
-        for (a, b) in Self::pair(plan, source, target)? {
+        let pairs = Self::pair(plan, source, target)?;
+        // per parent: whether any child differs
+        let mut child_differs = vec![false; plan.parents.len()];
+        for (a, b) in &pairs {
             segments += 1;
             src_rows += a.agg.count();
             tgt_rows += b.agg.count();
             if self.differs(&a.agg, &b.agg)? {
-                differing.push((a.segment.clone(), a.agg, b.agg));
+                differing_total += 1;
+                if let Some(d) = child_differs.get_mut(a.parent) {
+                    *d = true;
+                }
+                differing.push((a.parent, a.segment.clone(), a.agg, b.agg));
             }
         }
+        // fail closed: a parent its children do not account for becomes a leaf itself
+        let mut inconsistent = vec![false; plan.parents.len()];
+        for (p, parent) in self.pending.iter().enumerate().take(plan.parents.len()) {
+            let Some((ps, pt)) = &parent.aggs else { continue };
+            let mut reasons = Vec::new();
+            for (side, parent_agg, buckets) in [("source", ps, source), ("target", pt, target)] {
+                let children: Vec<&BucketResult> = buckets.iter().filter(|b| b.parent == p).collect();
+                reasons.extend(unaccounted(side, parent_agg, &children)?);
+            }
+            if !child_differs[p] {
+                reasons.push("no child differs although the parent did".to_string());
+            }
+            if !reasons.is_empty() {
+                inconsistent[p] = true;
+                new_leaves.push(Leaf {
+                    level: parent.level,
+                    segment: parent.segment.clone(),
+                    source: *ps,
+                    target: *pt,
+                    inconsistent: Some(reasons.join("; ")),
+                });
+            }
+        }
+        let differing: Vec<(Segment, AnyAggregate, AnyAggregate)> = differing
+            .into_iter()
+            .filter(|(p, ..)| !inconsistent.get(*p).copied().unwrap_or(false))
+            .map(|(_, seg, a, b)| (seg, a, b))
+            .collect();
         let stats = LevelStats {
             level: plan.level,
             segments,
-            differing: differing.len(),
+            differing: differing_total,
             source_rows: src_rows,
             target_rows: tgt_rows,
+            inconsistent: new_leaves.len(),
         };
         if plan.level == 1 {
             self.totals = Some((src_rows, tgt_rows));
         }
         let degenerate = plan.level >= 2
-            && differing.len() >= EARLY_STOP_MIN
-            && differing.len() as f64 > segments as f64 * EARLY_STOP_SHARE;
+            && stats.differing >= EARLY_STOP_MIN
+            && stats.differing as f64 > segments as f64 * EARLY_STOP_SHARE;
         for (seg, a, b) in differing {
             let big = a.count().max(b.count()) >= self.params.threshold;
             if !degenerate && big && plan.level < self.params.depth && self.can_split(&seg, &a, &b) {
@@ -298,6 +371,7 @@ impl Planner {
                     segment: seg,
                     source: a,
                     target: b,
+                    inconsistent: None,
                 });
             } else {
                 new_leaves.push(Leaf {
@@ -305,6 +379,7 @@ impl Planner {
                     segment: seg,
                     source: a,
                     target: b,
+                    inconsistent: None,
                 });
             }
         }
@@ -329,7 +404,14 @@ impl Planner {
             self.leaves.extend(next);
             self.pending = Vec::new();
         } else {
-            self.pending = next.into_iter().map(|l| l.segment).collect();
+            self.pending = next
+                .into_iter()
+                .map(|l| Parent {
+                    level: l.level,
+                    segment: l.segment,
+                    aggs: Some((l.source, l.target)),
+                })
+                .collect();
         }
         Ok(stats)
     }
@@ -358,11 +440,26 @@ impl Planner {
                 };
                 let mut by_label: BTreeMap<String, (Option<&BucketResult>, Option<&BucketResult>)> =
                     BTreeMap::new();
+                // a period answered twice would otherwise hide one of its buckets
                 for b in &s {
-                    by_label.entry(label(b)).or_default().0 = Some(b);
+                    let slot = &mut by_label.entry(label(b)).or_default().0;
+                    if slot.replace(b).is_some() {
+                        return Err(PlanError::DuplicatePeriod {
+                            side: "source",
+                            parent: p,
+                            label: label(b),
+                        });
+                    }
                 }
                 for b in &t {
-                    by_label.entry(label(b)).or_default().1 = Some(b);
+                    let slot = &mut by_label.entry(label(b)).or_default().1;
+                    if slot.replace(b).is_some() {
+                        return Err(PlanError::DuplicatePeriod {
+                            side: "target",
+                            parent: p,
+                            label: label(b),
+                        });
+                    }
                 }
                 let empty = |other: &BucketResult| BucketResult {
                     agg: AnyAggregate::new(other.agg.method(), 0, 0, other.agg.xor().map(|_| 0)),
@@ -398,6 +495,42 @@ impl Planner {
         }
         Ok(out)
     }
+}
+
+/// Why one side's children do not add up to their parent: count, SUM (mod 2^64) and,
+/// where the parent and every child carry it, XOR. Empty when they do.
+fn unaccounted(
+    side: &str,
+    parent: &AnyAggregate,
+    children: &[&BucketResult],
+) -> Result<Vec<String>, PlanError> {
+    let mut total = AnyAggregate::empty(parent.method(), parent.xor().is_some());
+    for c in children {
+        total = total.merge(c.agg)?;
+    }
+    let mut out = Vec::new();
+    if total.count() != parent.count() {
+        out.push(format!(
+            "{side} children add up to {} rows, the parent had {}",
+            total.count(),
+            parent.count()
+        ));
+    }
+    if total.sum() != parent.sum() {
+        out.push(format!(
+            "{side} children's checksums add up to {:016x}, the parent's was {:016x}",
+            total.sum(),
+            parent.sum()
+        ));
+    }
+    if let (Some(x), Some(px)) = (total.xor(), parent.xor())
+        && x != px
+    {
+        out.push(format!(
+            "{side} children's XOR is {x:016x}, the parent's was {px:016x}"
+        ));
+    }
+    Ok(out)
 }
 
 /// Up to `factor` even parts of a segment's integer key range: its own bounds, or the
@@ -518,7 +651,35 @@ mod tests {
         }
     }
 
-    fn run(p: PlanParams, src: &Fake, tgt: &Fake) -> (Planner, usize) {
+    /// Anything that answers a level like an agent.
+    trait Answers {
+        fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult>;
+    }
+
+    impl Answers for Fake {
+        fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult> {
+            Fake::answer(self, parents, splits)
+        }
+    }
+
+    /// A dataset that answers level 1 from `first` and every later level from `later`:
+    /// rows that changed between levels, or a child predicate that loses rows.
+    struct Shifting {
+        first: Fake,
+        later: Fake,
+    }
+
+    impl Answers for Shifting {
+        fn answer(&self, parents: &[Segment], splits: &[Split]) -> Vec<BucketResult> {
+            if parents.iter().all(|p| *p == Segment::whole()) {
+                self.first.answer(parents, splits)
+            } else {
+                self.later.answer(parents, splits)
+            }
+        }
+    }
+
+    fn run(p: PlanParams, src: &impl Answers, tgt: &impl Answers) -> (Planner, usize) {
         let mut planner = Planner::new(p);
         let mut queries = 0;
         while let Some(plan) = planner.next_level() {
@@ -668,6 +829,7 @@ mod tests {
             },
             source: agg(n),
             target: agg(n),
+            inconsistent: None,
         };
         let hashed = Leaf {
             segment: Segment {
@@ -783,6 +945,184 @@ mod tests {
         pp.max_leaves = Some(3);
         let (p, _) = run(pp, &src, &tgt);
         assert!(matches!(p.stop, Some(Stop::MaxLeaves { limit: 3, .. })));
+    }
+
+    fn without(rows: Vec<(i64, u64)>, lost: &[i64]) -> Vec<(i64, u64)> {
+        rows.into_iter().filter(|(k, _)| !lost.contains(k)).collect()
+    }
+
+    /// Every row of both datasets lies in a leaf or in a segment that matched: the
+    /// leaves of an inconsistent drill still cover `k`.
+    fn covered(p: &Planner, k: i64) -> bool {
+        p.leaves.iter().any(|l| in_seg(&l.segment, k))
+    }
+
+    #[test]
+    fn a_differing_parent_whose_children_all_match_becomes_an_inconsistent_leaf() {
+        // row 123 differs; at level 2 both agents' child predicates lose it, so every
+        // child matches although the parent differed
+        let src = Shifting {
+            first: Fake { rows: data(1000) },
+            later: Fake {
+                rows: without(data(1000), &[123]),
+            },
+        };
+        let mut t = data(1000);
+        t[123].1 ^= 1;
+        let tgt = Shifting {
+            first: Fake { rows: t.clone() },
+            later: Fake {
+                rows: without(t, &[123]),
+            },
+        };
+        let (p, q) = run(params(Strategy::Quantile), &src, &tgt);
+        assert_eq!(q, 2, "the drill ends at level 2: nothing is left to descend");
+        assert_eq!(p.leaves.len(), 1, "{:?}", p.leaves);
+        let leaf = &p.leaves[0];
+        let reason = leaf.inconsistent.as_deref().expect("flagged inconsistent");
+        assert!(
+            reason.contains("source children add up to 249 rows, the parent had 250"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("target children add up to 249 rows, the parent had 250"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("no child differs although the parent did"),
+            "{reason}"
+        );
+        // the parent's bounds and both of its level-1 aggregates
+        assert_eq!(leaf.level, 1);
+        assert_eq!(leaf.source.count(), 250);
+        assert_eq!(leaf.target.count(), 250);
+        assert!(!leaf.source.matches(&leaf.target).unwrap());
+        assert!(covered(&p, 123), "the differing row is not forgotten");
+        assert_eq!(p.levels[1].inconsistent, 1);
+        assert_eq!(p.levels[1].differing, 0);
+    }
+
+    #[test]
+    fn children_that_do_not_add_up_are_not_used() {
+        // row 123 changed; the target's level-2 predicate loses row 124 as well, so a
+        // child differs but the target's children miss a row of their parent
+        let src = Fake { rows: data(1000) };
+        let mut t = data(1000);
+        t[123].1 ^= 1;
+        let tgt = Shifting {
+            first: Fake { rows: t.clone() },
+            later: Fake {
+                rows: without(t, &[124]),
+            },
+        };
+        let (p, _) = run(params(Strategy::Quantile), &src, &tgt);
+        assert_eq!(p.leaves.len(), 1, "{:?}", p.leaves);
+        let reason = p.leaves[0].inconsistent.as_deref().expect("flagged inconsistent");
+        assert!(
+            reason.contains("target children add up to 249 rows, the parent had 250"),
+            "{reason}"
+        );
+        assert!(!reason.contains("source children"), "{reason}");
+        assert!(!reason.contains("no child differs"), "{reason}");
+        // the children (where 124 looked missing) did not descend: the parent stands
+        assert_eq!(p.leaves[0].level, 1);
+        assert!(covered(&p, 123) && covered(&p, 124));
+        assert_eq!(p.levels.len(), 2);
+    }
+
+    #[test]
+    fn rows_changed_between_levels_are_caught_by_the_checksums() {
+        // the target's row 300 differs at level 1 and has caught up by level 2: counts
+        // add up, the checksums do not
+        let src = Fake { rows: data(1000) };
+        let mut t = data(1000);
+        t[300].1 ^= 0xff00;
+        let tgt = Shifting {
+            first: Fake { rows: t },
+            later: Fake { rows: data(1000) },
+        };
+        let (p, _) = run(params(Strategy::Hash), &src, &tgt);
+        assert_eq!(p.leaves.len(), 1, "{:?}", p.leaves);
+        let reason = p.leaves[0].inconsistent.as_deref().expect("flagged inconsistent");
+        assert!(
+            reason.starts_with("target children's checksums add up to"),
+            "{reason}"
+        );
+        assert!(reason.contains("target children's XOR is"), "{reason}");
+        assert!(reason.contains("no child differs"), "{reason}");
+        assert!(!reason.contains("rows"), "counts add up: {reason}");
+        assert!(p.leaves[0].segment.contains(&vec![KeyPart::Int(300)], 300 % 64));
+    }
+
+    #[test]
+    fn a_parent_answered_with_no_children_is_not_forgotten() {
+        let mut planner = Planner::new(params(Strategy::Hash));
+        let src = Fake { rows: data(100) };
+        let mut t = data(100);
+        t[5].1 ^= 1;
+        let tgt = Fake { rows: t };
+        let plan = planner.next_level().unwrap();
+        let (s, t) = (
+            src.answer(&plan.parents, &plan.splits),
+            tgt.answer(&plan.parents, &plan.splits),
+        );
+        planner.observe(&plan, &s, &t).unwrap();
+        let plan = planner.next_level().expect("one parent descends");
+        assert_eq!(plan.parents.len(), 1);
+        // both agents answer the level with no bucket for the parent
+        let stats = planner.observe(&plan, &[], &[]).unwrap();
+        assert_eq!(stats.inconsistent, 1);
+        assert_eq!(planner.next_level(), None);
+        let leaf = &planner.leaves[0];
+        assert_eq!(leaf.segment, plan.parents[0]);
+        let reason = leaf.inconsistent.as_deref().unwrap();
+        assert!(
+            reason.contains("source children add up to 0 rows")
+                && reason.contains("target children add up to 0 rows"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_consistent_drill_flags_nothing() {
+        let src = Fake { rows: data(5000) };
+        let mut t = data(5000);
+        t[123].1 ^= 1;
+        t.remove(2700);
+        t.push((9000, 3));
+        let tgt = Fake { rows: t };
+        let mut int = params(Strategy::Quantile);
+        int.int_range = Some((0, 9000));
+        let mut time = params(Strategy::Time);
+        time.time = Some(("at".into(), Granularity::Day));
+        for pp in [params(Strategy::Quantile), params(Strategy::Hash), int, time] {
+            let (p, q) = run(pp.clone(), &src, &tgt);
+            assert!(q > 2, "{:?}: the drill went deep", pp.strategy);
+            assert!(
+                p.leaves.iter().all(|l| l.inconsistent.is_none()),
+                "{:?}: {:?}",
+                pp.strategy,
+                p.leaves
+            );
+            assert!(p.levels.iter().all(|l| l.inconsistent == 0));
+            assert!(covered(&p, 123) && covered(&p, 2700) && covered(&p, 9000));
+        }
+    }
+
+    #[test]
+    fn a_period_answered_twice_is_refused() {
+        let mut pp = params(Strategy::Time);
+        pp.time = Some(("at".into(), Granularity::Day));
+        let mut planner = Planner::new(pp);
+        let plan = planner.next_level().unwrap();
+        let src = Fake { rows: data(300) };
+        let s = src.answer(&plan.parents, &plan.splits);
+        let mut twice = s.clone();
+        twice.push(s[0].clone());
+        assert!(matches!(
+            planner.observe(&plan, &s, &twice),
+            Err(PlanError::DuplicatePeriod { side: "target", .. })
+        ));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use tally_common::{PrivacyLevel, TypeClass};
 use tally_proto::v1 as pb;
 
 use crate::error::RunError;
-use crate::spec::{HashChoice, Spec, Strategy};
+use crate::spec::{HashChoice, Override, Spec, Strategy};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedColumn {
@@ -27,7 +27,8 @@ pub struct Resolved {
     pub method: HashMethod,
     /// Both sides compute XOR (otherwise SUM only is compared).
     pub xor: bool,
-    /// Not fatal: columns present on one side only, columns with no canonical form.
+    /// Not fatal: columns present on one side only, and every rule applied across
+    /// classes or to a scale (exact decimals, zone conversions, overrides).
     pub warnings: Vec<String>,
 }
 
@@ -68,47 +69,226 @@ fn class(c: &pb::Column) -> TypeClass {
     TypeClass::try_from(c.type_class).unwrap_or(TypeClass::Other)
 }
 
-/// The class both sides render a column as, or why they cannot.
-fn resolve_format(name: &str, s: &pb::Column, t: &pb::Column) -> Result<FieldFormat, String> {
+/// Why a column cannot be compared as the spec asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    /// The two sides' types do not compare (schema drift).
+    Drift(String),
+    /// A side's type has no canonical form (arrays, intervals, geometry, …).
+    NoCanonicalForm(String),
+    /// The spec asks for something that does not fit the column (an override).
+    Spec(String),
+}
+
+/// What resolving one column needs besides its two descriptions.
+struct ColumnContext<'a> {
+    name: &'a str,
+    is_key: bool,
+    overrides: Option<(&'a str, &'a Override)>,
+    /// The zones each side reads its zone-less timestamps in ("" = UTC).
+    zones: (&'a str, &'a str),
+}
+
+const SIDES: [&str; 2] = ["source", "target"];
+
+/// The zone a dataset reads its zone-less timestamps in.
+fn zone(z: &str) -> &str {
+    if z.is_empty() { "UTC" } else { z }
+}
+
+/// The class both sides render a column as, its scale, and the rules applied (stated
+/// in the run's warnings), or why it cannot be compared.
+fn resolve_format(
+    cx: &ColumnContext<'_>,
+    s: &pb::Column,
+    t: &pb::Column,
+) -> Result<(FieldFormat, Vec<String>), Refusal> {
     use TypeClass::*;
+    let name = cx.name;
     let (a, b) = (class(s), class(t));
-    let resolved = match (a, b) {
-        (Other, _) | (_, Other) => {
-            return Err(format!(
-                "column {name} has no canonical form ({} / {})",
+    let declared = [&s.declared_type, &t.declared_type];
+    let mut notes = Vec::new();
+    if a == Other || b == Other {
+        return Err(Refusal::NoCanonicalForm(if cx.is_key {
+            format!(
+                "key column {name} ({} / {}) has no canonical form; key the comparison on other columns",
                 s.declared_type, t.declared_type
-            ));
-        }
+            )
+        } else {
+            format!(
+                "column {name} ({} / {}) has no canonical form; compare it some other way or exclude it: exclude: [{name}]",
+                s.declared_type, t.declared_type
+            )
+        }));
+    }
+    // which side (0 source, 1 target) has class `c`, for the rules across classes
+    let side_of = |c: TypeClass| usize::from(a != c);
+    let across = |x: TypeClass, y: TypeClass| (a, b) == (x, y) || (a, b) == (y, x);
+    let cross_class = a != b && !across(Boolean, Integer) && !across(Integer, Decimal);
+    if cross_class && cx.is_key {
+        // key bounds and ordering are compared within one class only: a zone
+        // conversion or a hex rendering would order the two sides' keys differently
+        return Err(Refusal::Drift(format!(
+            "key column {name} is {a} ({}) on the source and {b} ({}) on the target; key columns compare within one type class",
+            s.declared_type, t.declared_type
+        )));
+    }
+    let mut fixed_char = s.fixed_char || t.fixed_char;
+    let resolved = match (a, b) {
         (x, y) if x == y => x,
         (Boolean, Integer) | (Integer, Boolean) => Boolean,
         (Integer, Decimal) | (Decimal, Integer) => Decimal,
+        // MariaDB stores JSON as LONGTEXT
+        (Json, Text) | (Text, Json) => {
+            let text = side_of(Text);
+            notes.push(format!(
+                "column {name}: the {}'s text ({}) is parsed as JSON and compared with the {}'s json ({}) in RFC 8785 form",
+                SIDES[text],
+                declared[text],
+                SIDES[1 - text],
+                declared[1 - text]
+            ));
+            // CHAR(n) padding is no part of a JSON document
+            fixed_char = false;
+            Json
+        }
+        (Timestamp, TimestampTz) | (TimestampTz, Timestamp) => {
+            let local = side_of(Timestamp);
+            let z = zone(if local == 0 { cx.zones.0 } else { cx.zones.1 });
+            notes.push(format!(
+                "column {name}: the {}'s timestamp without time zone ({}) is read in {z} (its agent's time_zone) and \
+                 compared in UTC with the {}'s timestamp with time zone ({})",
+                SIDES[local],
+                declared[local],
+                SIDES[1 - local],
+                declared[1 - local]
+            ));
+            TimestampTz
+        }
+        (Decimal, Float) | (Float, Decimal) => Decimal,
+        (Text, Binary) | (Binary, Text) => {
+            let text = side_of(Text);
+            notes.push(format!(
+                "column {name}: the {}'s text ({}) is compared with the {}'s binary ({}) by its UTF-8 bytes, in lowercase hex",
+                SIDES[text],
+                declared[text],
+                SIDES[1 - text],
+                declared[1 - text]
+            ));
+            // trailing 0x00 bytes are insignificant only where the binary side is fixed
+            // BINARY(n); a CHAR(n) text side never makes them so
+            fixed_char = if text == 0 { t.fixed_char } else { s.fixed_char };
+            Binary
+        }
         _ => {
-            return Err(format!(
+            return Err(Refusal::Drift(format!(
                 "column {name} is {a} ({}) on the source and {b} ({}) on the target",
                 s.declared_type, t.declared_type
-            ));
+            )));
         }
     };
+    let (scale_override, precision_override) = match cx.overrides {
+        Some((key, o)) => {
+            let scaled = matches!(resolved, Decimal | Float);
+            let timed = matches!(resolved, Timestamp | TimestampTz | Time);
+            if o.scale.is_some() && !scaled {
+                return Err(Refusal::Spec(format!(
+                    "overrides.{key}.scale: column {name} is compared as {resolved}, which has no scale \
+                     (scale applies to decimal and float columns, precision to timestamp and time columns)"
+                )));
+            }
+            if o.precision.is_some() && !timed {
+                return Err(Refusal::Spec(format!(
+                    "overrides.{key}.precision: column {name} is compared as {resolved}, which has no precision \
+                     (precision applies to timestamp and time columns, scale to decimal and float columns)"
+                )));
+            }
+            (o.scale.map(|n| (key, n)), o.precision.map(|n| (key, n)))
+        }
+        None => (None, None),
+    };
+    let mut exact = false;
     let scale = match resolved {
-        // the larger declared scale of the two sides; an unconstrained numeric is read at 6
-        Decimal => s
-            .scale
-            .into_iter()
-            .chain(t.scale)
-            .max()
-            .unwrap_or(DEFAULT_FLOAT_SCALE),
-        Float => DEFAULT_FLOAT_SCALE,
-        Timestamp | TimestampTz | Time => s
-            .scale
-            .into_iter()
-            .chain(t.scale)
-            .max()
-            .unwrap_or(DEFAULT_TIME_PRECISION),
+        Decimal => {
+            // per side: the declared scale of its decimal (an integer declares 0); the
+            // float side of a decimal/float pair follows the decimal
+            let declared_scale = |c: &pb::Column, k: TypeClass| match k {
+                Integer => Some(Some(0)),
+                Decimal => Some(c.scale),
+                _ => None,
+            };
+            let scales = [declared_scale(s, a), declared_scale(t, b)];
+            let undeclared: Vec<usize> = (0..2).filter(|i| scales[*i] == Some(None)).collect();
+            let fixed = scales.iter().flatten().flatten().copied().max().unwrap_or(0);
+            let float_side = across(Decimal, Float).then(|| side_of(Float));
+            let decimal_side = float_side.map(|f| 1 - f);
+            let scale = if let Some((key, n)) = scale_override {
+                notes.push(format!(
+                    "column {name}: compared at scale {n}, set by overrides.{key} (declared {} / {})",
+                    s.declared_type, t.declared_type
+                ));
+                n
+            } else if !undeclared.is_empty() {
+                exact = true;
+                let (where_, types) = match undeclared.as_slice() {
+                    [i] => (format!("on the {}", SIDES[*i]), declared[*i].to_string()),
+                    _ => (
+                        "on both sides".to_string(),
+                        format!("{} / {}", s.declared_type, t.declared_type),
+                    ),
+                };
+                notes.push(format!(
+                    "column {name}: scale undeclared {where_} ({types}), compared exactly"
+                ));
+                0
+            } else {
+                fixed
+            };
+            if let (Some(f), Some(d)) = (float_side, decimal_side) {
+                let how = if exact {
+                    "exactly".to_string()
+                } else {
+                    format!("at scale {scale}")
+                };
+                notes.push(format!(
+                    "column {name}: the {}'s float ({}) is compared with the {}'s decimal ({}) {how}",
+                    SIDES[f], declared[f], SIDES[d], declared[d]
+                ));
+            }
+            scale
+        }
+        Float => match scale_override {
+            Some((key, n)) => {
+                notes.push(format!(
+                    "column {name}: floats compared at scale {n}, set by overrides.{key}"
+                ));
+                n
+            }
+            None => DEFAULT_FLOAT_SCALE,
+        },
+        Timestamp | TimestampTz | Time => match precision_override {
+            Some((key, n)) => {
+                notes.push(format!(
+                    "column {name}: compared at precision {n}, set by overrides.{key} (declared {} / {})",
+                    s.declared_type, t.declared_type
+                ));
+                n
+            }
+            // an undeclared precision counts as 6, the finest PostgreSQL and MySQL store
+            None => s
+                .scale
+                .unwrap_or(DEFAULT_TIME_PRECISION)
+                .max(t.scale.unwrap_or(DEFAULT_TIME_PRECISION)),
+        },
         _ => 0,
     };
-    Ok(FieldFormat::new(resolved)
-        .with_scale(scale)
-        .fixed_char(s.fixed_char || t.fixed_char))
+    Ok((
+        FieldFormat::new(resolved)
+            .with_scale(scale)
+            .fixed_char(fixed_char)
+            .exact(exact),
+        notes,
+    ))
 }
 
 pub fn resolve(
@@ -117,6 +297,7 @@ pub fn resolve(
     tgt: &pb::DescribeResponse,
 ) -> Result<Resolved, RunError> {
     let mut drift = Vec::new();
+    let mut uncomparable = Vec::new();
     let mut warnings = Vec::new();
     // the key: the spec's, or the source agent's configured key; both agents must agree
     let key: Vec<String> = if spec.key.is_empty() {
@@ -124,6 +305,7 @@ pub fn resolve(
     } else {
         spec.key.clone()
     };
+    let is_key = |name: &str| key.iter().any(|k| k.eq_ignore_ascii_case(name));
     for (side, d) in [("source", src), ("target", tgt)] {
         let same = d.key.len() == key.len() && d.key.iter().zip(&key).all(|(a, b)| a.eq_ignore_ascii_case(b));
         if !same {
@@ -135,10 +317,25 @@ pub fn resolve(
             ));
         }
     }
+    for c in &spec.exclude {
+        if is_key(c) {
+            return Err(RunError::Config(format!(
+                "exclude: {c} is a key column and cannot be excluded"
+            )));
+        }
+        if find(src, c).is_none() && find(tgt, c).is_none() {
+            return Err(RunError::Config(format!(
+                "exclude: column {c} is in neither the source dataset {} nor the target dataset {}",
+                src.dataset, tgt.dataset
+            )));
+        }
+    }
     let names: Vec<String> = if spec.columns.is_empty() {
+        // every column both sides have; one on one side only is not requested, so it
+        // is a warning rather than drift (naming it in `columns:` makes it drift)
         let mut v = Vec::new();
         for c in &src.columns {
-            if key.iter().any(|k| k.eq_ignore_ascii_case(&c.name)) {
+            if is_key(&c.name) || spec.excludes(&c.name) {
                 continue;
             }
             match find(tgt, &c.name) {
@@ -146,17 +343,11 @@ pub fn resolve(
                     "column {} exists on the source only: not compared",
                     c.name
                 )),
-                Some(t) if class(c) == TypeClass::Other || class(t) == TypeClass::Other => {
-                    warnings.push(format!(
-                        "column {} ({}) has no canonical form: not compared",
-                        c.name, c.declared_type
-                    ))
-                }
                 Some(_) => v.push(c.name.clone()),
             }
         }
         for c in &tgt.columns {
-            if find(src, &c.name).is_none() {
+            if find(src, &c.name).is_none() && !spec.excludes(&c.name) {
                 warnings.push(format!(
                     "column {} exists on the target only: not compared",
                     c.name
@@ -167,24 +358,44 @@ pub fn resolve(
     } else {
         spec.columns.clone()
     };
+    let all: Vec<&String> = key.iter().chain(&names).collect();
+    for k in spec.overrides.keys() {
+        if !all.iter().any(|n| n.eq_ignore_ascii_case(k)) {
+            return Err(RunError::Config(format!(
+                "overrides.{k}: column {k} is not compared (the compared columns are {})",
+                all.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
     let mut columns = Vec::new();
-    for (i, name) in key.iter().chain(&names).enumerate() {
+    for (i, name) in all.into_iter().enumerate() {
         let (s, t) = (find(src, name), find(tgt, name));
         match (s, t) {
-            (Some(s), Some(t)) => match resolve_format(name, s, t) {
-                Ok(format) => {
-                    if i < key.len() && s.nullable && t.nullable {
-                        warnings.push(format!("key column {name} is nullable on both sides"));
+            (Some(s), Some(t)) => {
+                let cx = ColumnContext {
+                    name,
+                    is_key: i < key.len(),
+                    overrides: spec.override_of(name),
+                    zones: (&src.time_zone, &tgt.time_zone),
+                };
+                match resolve_format(&cx, s, t) {
+                    Ok((format, notes)) => {
+                        if i < key.len() && s.nullable && t.nullable {
+                            warnings.push(format!("key column {name} is nullable on both sides"));
+                        }
+                        warnings.extend(notes);
+                        columns.push(ResolvedColumn {
+                            source_name: s.name.clone(),
+                            target_name: t.name.clone(),
+                            format,
+                            masked: s.masked || t.masked,
+                        })
                     }
-                    columns.push(ResolvedColumn {
-                        source_name: s.name.clone(),
-                        target_name: t.name.clone(),
-                        format,
-                        masked: s.masked || t.masked,
-                    })
+                    Err(Refusal::Drift(e)) => drift.push(format!("incompatible types: {e}")),
+                    Err(Refusal::NoCanonicalForm(e)) => uncomparable.push(e),
+                    Err(Refusal::Spec(e)) => return Err(RunError::Config(e)),
                 }
-                Err(e) => drift.push(format!("incompatible types: {e}")),
-            },
+            }
             (None, _) => drift.push(format!(
                 "missing column: {name} is not in the source dataset {}",
                 src.dataset
@@ -196,7 +407,11 @@ pub fn resolve(
         }
     }
     if !drift.is_empty() {
+        drift.extend(uncomparable);
         return Err(RunError::SchemaDrift(drift.join("; ")));
+    }
+    if !uncomparable.is_empty() {
+        return Err(RunError::NoCanonicalForm(uncomparable.join("; ")));
     }
     let supports = |d: &pb::DescribeResponse, m: HashMethod| {
         let want = match m {
@@ -367,6 +582,442 @@ mod tests {
         let mut sp = spec();
         sp.hash = HashChoice::Sha256_64;
         assert!(resolve(&sp, &s, &t).is_err());
+    }
+
+    fn one(class: TypeClass, declared: &str, scale: Option<u32>) -> Vec<pb::Column> {
+        vec![
+            col("id", TypeClass::Integer, "bigint", None),
+            col("v", class, declared, scale),
+        ]
+    }
+
+    /// Resolves a column `v` between the two given sides.
+    fn pair(
+        sp: &Spec,
+        s: (TypeClass, &str, Option<u32>),
+        t: (TypeClass, &str, Option<u32>),
+    ) -> Result<Resolved, RunError> {
+        resolve(
+            sp,
+            &describe("x", one(s.0, s.1, s.2)),
+            &describe("y", one(t.0, t.1, t.2)),
+        )
+    }
+
+    fn format_of(r: &Resolved) -> FieldFormat {
+        r.columns[1].format
+    }
+
+    fn with_override(scale: Option<u32>, precision: Option<u32>) -> Spec {
+        let mut sp = spec();
+        sp.overrides.insert("V".into(), Override { scale, precision });
+        sp
+    }
+
+    /// The warnings about column `v`, the key's nullability left aside.
+    fn notes(r: &Resolved) -> Vec<&str> {
+        r.warnings
+            .iter()
+            .map(String::as_str)
+            .filter(|w| !w.starts_with("key column"))
+            .collect()
+    }
+
+    #[test]
+    fn a_column_without_canonical_form_refuses_the_run_naming_it_and_the_way_out() {
+        let s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("tags", TypeClass::Other, "text[]", None),
+                col("geom", TypeClass::Other, "geometry", None),
+                col("amount", TypeClass::Integer, "int", None),
+            ],
+        );
+        let t = describe(
+            "y",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("tags", TypeClass::Json, "json", None),
+                col("geom", TypeClass::Other, "geometry", None),
+                col("amount", TypeClass::Integer, "int", None),
+            ],
+        );
+        let e = resolve(&spec(), &s, &t).unwrap_err();
+        assert_eq!(e.code(), "no_canonical_form");
+        assert_eq!(
+            e.to_string(),
+            "column tags (text[] / json) has no canonical form; compare it some other way or exclude it: \
+             exclude: [tags]; column geom (geometry / geometry) has no canonical form; compare it some other \
+             way or exclude it: exclude: [geom]"
+        );
+        // named explicitly: the same refusal
+        let mut sp = spec();
+        sp.columns = vec!["geom".into()];
+        assert_eq!(resolve(&sp, &s, &t).unwrap_err().code(), "no_canonical_form");
+        // excluded: compared without them, and nothing is said about them
+        let mut sp = spec();
+        sp.exclude = vec!["TAGS".into(), "geom".into()];
+        let r = resolve(&sp, &s, &t).unwrap();
+        assert_eq!(r.compared_names(), vec!["amount"]);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| !w.contains("tags") && !w.contains("geom")),
+            "{:?}",
+            r.warnings
+        );
+        // a key column cannot be excluded, so it says so
+        let mut sp = spec();
+        sp.key = vec!["geom".into()];
+        let mut s2 = s.clone();
+        let mut t2 = t.clone();
+        s2.key = vec!["geom".into()];
+        t2.key = vec!["geom".into()];
+        sp.exclude = vec!["tags".into()];
+        let e = resolve(&sp, &s2, &t2).unwrap_err().to_string();
+        assert!(
+            e.contains("key column geom (geometry / geometry) has no canonical form; key the comparison on other columns"),
+            "{e}"
+        );
+        // drift and a column without canonical form: drift, naming both
+        let mut t3 = t.clone();
+        t3.columns[3].type_class = pb::TypeClass::from(TypeClass::Date) as i32;
+        let e = resolve(&spec(), &s, &t3).unwrap_err();
+        assert_eq!(e.code(), "schema_drift");
+        assert!(
+            e.to_string().contains("column amount is integer") && e.to_string().contains("exclude: [tags]")
+        );
+    }
+
+    #[test]
+    fn exclude_must_name_an_existing_non_key_column() {
+        let s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("only_src", TypeClass::Text, "text", None),
+            ],
+        );
+        let t = describe("y", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        // the key comes from the agents here, not the spec
+        let mut sp = spec();
+        sp.exclude = vec!["ID".into()];
+        let e = resolve(&sp, &s, &t).unwrap_err();
+        assert_eq!(e.code(), "config");
+        assert_eq!(
+            e.to_string(),
+            "exclude: ID is a key column and cannot be excluded"
+        );
+        sp.exclude = vec!["nowhere".into()];
+        assert_eq!(
+            resolve(&sp, &s, &t).unwrap_err().to_string(),
+            "exclude: column nowhere is in neither the source dataset x nor the target dataset y"
+        );
+        // excluding a one-sided column silences its warning
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert!(
+            notes(&r)
+                .iter()
+                .any(|w| w.contains("only_src exists on the source only"))
+        );
+        sp.exclude = vec!["only_src".into()];
+        let r = resolve(&sp, &s, &t).unwrap();
+        assert!(notes(&r).is_empty(), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn a_one_sided_column_is_a_warning_only_when_not_requested() {
+        let s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("note", TypeClass::Text, "text", None),
+            ],
+        );
+        let t = describe("y", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(
+            notes(&r),
+            vec!["column note exists on the source only: not compared"]
+        );
+        let mut sp = spec();
+        sp.columns = vec!["note".into()];
+        let e = resolve(&sp, &s, &t).unwrap_err();
+        assert_eq!(e.code(), "schema_drift");
+        assert!(
+            e.to_string()
+                .contains("missing column: note is not in the target dataset y")
+        );
+    }
+
+    #[test]
+    fn overrides_fit_the_class_and_name_a_compared_column() {
+        let text = (TypeClass::Text, "text", None);
+        let e = pair(&with_override(Some(2), None), text, text).unwrap_err();
+        assert_eq!(e.code(), "config");
+        assert!(
+            e.to_string()
+                .starts_with("overrides.V.scale: column v is compared as text, which has no scale"),
+            "{e}"
+        );
+        let dec = (TypeClass::Decimal, "numeric(12,2)", Some(2));
+        let e = pair(&with_override(None, Some(3)), dec, dec)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("overrides.V.precision: column v is compared as decimal, which has no precision"),
+            "{e}"
+        );
+        let ts = (TypeClass::Timestamp, "timestamp(3)", Some(3));
+        let e = pair(&with_override(Some(3), None), ts, ts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("overrides.V.scale: column v is compared as timestamp"),
+            "{e}"
+        );
+        // an override of a column that is not compared
+        let mut sp = with_override(Some(2), None);
+        sp.exclude = vec!["v".into()];
+        let e = pair(&sp, dec, dec).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "overrides.V: column V is not compared (the compared columns are id)"
+        );
+        let mut sp = spec();
+        sp.overrides.insert(
+            "gone".into(),
+            Override {
+                scale: Some(1),
+                precision: None,
+            },
+        );
+        let e = pair(&sp, dec, dec).unwrap_err().to_string();
+        assert!(
+            e.starts_with("overrides.gone: column gone is not compared"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn undeclared_decimal_scales_compare_exactly_and_are_never_invented() {
+        use TypeClass::{Decimal, Integer};
+        let numeric = (Decimal, "numeric", None);
+        let n12_2 = (Decimal, "numeric(12,2)", Some(2));
+        let n14_4 = (Decimal, "decimal(14,4)", Some(4));
+        let int = (Integer, "integer", None);
+        // either side undeclared: exact on both sides, said in the warnings
+        let r = pair(&spec(), numeric, n12_2).unwrap();
+        assert!(format_of(&r).exact);
+        assert_eq!(
+            notes(&r),
+            vec!["column v: scale undeclared on the source (numeric), compared exactly"]
+        );
+        let r = pair(&spec(), n12_2, numeric).unwrap();
+        assert!(format_of(&r).exact);
+        assert_eq!(
+            notes(&r),
+            vec!["column v: scale undeclared on the target (numeric), compared exactly"]
+        );
+        let r = pair(&spec(), numeric, numeric).unwrap();
+        assert!(format_of(&r).exact);
+        assert!(notes(&r)[0].contains("undeclared on both sides (numeric / numeric)"));
+        // both declared: the larger, not exact, nothing to say
+        let r = pair(&spec(), n12_2, n14_4).unwrap();
+        assert_eq!((format_of(&r).exact, format_of(&r).scale), (false, 4));
+        assert!(notes(&r).is_empty());
+        // an integer declares scale 0
+        let r = pair(&spec(), int, n12_2).unwrap();
+        assert_eq!(
+            (format_of(&r).class, format_of(&r).exact, format_of(&r).scale),
+            (Decimal, false, 2)
+        );
+        let r = pair(&spec(), numeric, int).unwrap();
+        assert!(format_of(&r).exact);
+        // the spec's scale wins over exactness
+        let r = pair(&with_override(Some(3), None), numeric, n12_2).unwrap();
+        assert_eq!((format_of(&r).exact, format_of(&r).scale), (false, 3));
+        assert_eq!(
+            notes(&r),
+            vec!["column v: compared at scale 3, set by overrides.V (declared numeric / numeric(12,2))"]
+        );
+    }
+
+    #[test]
+    fn floats_are_compared_at_scale_6_unless_overridden() {
+        let f = (TypeClass::Float, "double precision", None);
+        let r = pair(&spec(), f, f).unwrap();
+        assert_eq!(
+            (format_of(&r).class, format_of(&r).scale, format_of(&r).exact),
+            (TypeClass::Float, 6, false)
+        );
+        let r = pair(&with_override(Some(9), None), f, f).unwrap();
+        assert_eq!(format_of(&r).scale, 9);
+        assert_eq!(
+            notes(&r),
+            vec!["column v: floats compared at scale 9, set by overrides.V"]
+        );
+    }
+
+    #[test]
+    fn undeclared_time_precision_counts_as_6() {
+        for class in [TypeClass::Timestamp, TypeClass::TimestampTz, TypeClass::Time] {
+            let p = |n: Option<u32>| (class, "t", n);
+            let scale = |s, t| format_of(&pair(&spec(), p(s), p(t)).unwrap()).scale;
+            assert_eq!(scale(Some(3), None), 6, "{class}");
+            assert_eq!(scale(None, Some(0)), 6, "{class}");
+            assert_eq!(scale(None, None), 6, "{class}");
+            assert_eq!(scale(Some(3), Some(0)), 3, "{class}");
+            assert_eq!(scale(Some(3), Some(9)), 9, "{class}");
+            let r = pair(&with_override(None, Some(2)), p(None), p(Some(6))).unwrap();
+            assert_eq!(format_of(&r).scale, 2, "{class}");
+            assert!(notes(&r)[0].contains("compared at precision 2, set by overrides.V"));
+        }
+    }
+
+    #[test]
+    fn json_compares_with_json_and_with_mariadb_longtext() {
+        let json = (TypeClass::Json, "jsonb", None);
+        let longtext = (TypeClass::Text, "longtext", None);
+        let r = pair(&spec(), json, json).unwrap();
+        assert_eq!(format_of(&r).class, TypeClass::Json);
+        assert!(notes(&r).is_empty());
+        let r = pair(&spec(), json, longtext).unwrap();
+        assert_eq!(format_of(&r).class, TypeClass::Json);
+        assert_eq!(
+            notes(&r),
+            vec![
+                "column v: the target's text (longtext) is parsed as JSON and compared with the source's json \
+                 (jsonb) in RFC 8785 form"
+            ]
+        );
+        let r = pair(&spec(), longtext, json).unwrap();
+        assert_eq!(format_of(&r).class, TypeClass::Json);
+        assert!(notes(&r)[0].starts_with("column v: the source's text (longtext) is parsed as JSON"));
+        // a JSON column is not a text column
+        let e = pair(&spec(), json, (TypeClass::Integer, "int", None)).unwrap_err();
+        assert_eq!(e.code(), "schema_drift");
+    }
+
+    #[test]
+    fn a_timestamp_without_zone_is_read_in_its_datasets_zone_against_one_with_zone() {
+        let local = col("v", TypeClass::Timestamp, "datetime(3)", Some(3));
+        let utc = col("v", TypeClass::TimestampTz, "timestamptz", Some(6));
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let mut s = describe("x", vec![id.clone(), local.clone()]);
+        s.time_zone = "Europe/Berlin".into();
+        let t = describe("y", vec![id.clone(), utc.clone()]);
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(
+            (format_of(&r).class, format_of(&r).scale),
+            (TypeClass::TimestampTz, 6)
+        );
+        assert_eq!(
+            notes(&r),
+            vec![
+                "column v: the source's timestamp without time zone (datetime(3)) is read in Europe/Berlin (its \
+                 agent's time_zone) and compared in UTC with the target's timestamp with time zone (timestamptz)"
+            ]
+        );
+        // the other way round, with the default zone
+        let s = describe("x", vec![id.clone(), utc]);
+        let t = describe("y", vec![id, local]);
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(format_of(&r).class, TypeClass::TimestampTz);
+        assert!(
+            notes(&r)[0].starts_with(
+                "column v: the target's timestamp without time zone (datetime(3)) is read in UTC"
+            ),
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    #[test]
+    fn a_decimal_compares_with_a_float_at_the_decimals_scale() {
+        let dec = (TypeClass::Decimal, "numeric(12,2)", Some(2));
+        let numeric = (TypeClass::Decimal, "numeric", None);
+        let double = (TypeClass::Float, "double", None);
+        let r = pair(&spec(), dec, double).unwrap();
+        assert_eq!(
+            (format_of(&r).class, format_of(&r).scale, format_of(&r).exact),
+            (TypeClass::Decimal, 2, false)
+        );
+        assert_eq!(
+            notes(&r),
+            vec![
+                "column v: the target's float (double) is compared with the source's decimal (numeric(12,2)) at scale 2"
+            ]
+        );
+        let r = pair(&spec(), double, numeric).unwrap();
+        assert!(format_of(&r).exact);
+        assert_eq!(
+            notes(&r),
+            vec![
+                "column v: scale undeclared on the target (numeric), compared exactly",
+                "column v: the source's float (double) is compared with the target's decimal (numeric) exactly"
+            ]
+        );
+        let r = pair(&with_override(Some(4), None), double, numeric).unwrap();
+        assert_eq!((format_of(&r).scale, format_of(&r).exact), (4, false));
+        assert!(notes(&r)[1].ends_with("at scale 4"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn text_compares_with_binary_by_its_utf8_bytes() {
+        let mut text = col("v", TypeClass::Text, "char(4)", None);
+        text.fixed_char = true;
+        let bytea = col("v", TypeClass::Binary, "bytea", None);
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let s = describe("x", vec![id.clone(), text.clone()]);
+        let t = describe("y", vec![id.clone(), bytea]);
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(format_of(&r).class, TypeClass::Binary);
+        assert!(
+            !format_of(&r).fixed_char,
+            "a CHAR(n) side never makes 0x00 bytes insignificant"
+        );
+        assert_eq!(
+            notes(&r),
+            vec![
+                "column v: the source's text (char(4)) is compared with the target's binary (bytea) by its UTF-8 bytes, in lowercase hex"
+            ]
+        );
+        let mut binary4 = col("v", TypeClass::Binary, "binary(4)", None);
+        binary4.fixed_char = true;
+        let r = resolve(
+            &spec(),
+            &describe("x", vec![id.clone(), binary4]),
+            &describe("y", vec![id, text]),
+        )
+        .unwrap();
+        assert!(format_of(&r).fixed_char, "BINARY(n) padding stays insignificant");
+        assert!(notes(&r)[0].starts_with("column v: the target's text (char(4))"));
+    }
+
+    #[test]
+    fn key_columns_compare_within_one_class_only() {
+        let mut s = describe("x", vec![col("id", TypeClass::Timestamp, "timestamp", Some(6))]);
+        let mut t = describe(
+            "y",
+            vec![col("id", TypeClass::TimestampTz, "timestamptz", Some(6))],
+        );
+        s.key = vec!["id".into()];
+        t.key = vec!["id".into()];
+        let e = resolve(&spec(), &s, &t).unwrap_err();
+        assert_eq!(e.code(), "schema_drift");
+        assert!(
+            e.to_string()
+                .contains("key columns compare within one type class"),
+            "{e}"
+        );
+        // the long-standing pairs still key a comparison
+        t.columns[0] = col("id", TypeClass::Timestamp, "datetime", None);
+        assert!(resolve(&spec(), &s, &t).is_ok());
+        let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        let t = describe("y", vec![col("id", TypeClass::Decimal, "numeric(20,0)", Some(0))]);
+        assert!(resolve(&spec(), &s, &t).is_ok());
     }
 
     #[test]

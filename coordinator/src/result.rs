@@ -36,7 +36,14 @@ pub struct LevelOut {
     pub level: u32,
     pub segments: usize,
     pub differing: usize,
+    /// Parents of this level whose children did not account for them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inconsistent: usize,
     pub elapsed_ms: u64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,6 +67,14 @@ pub struct LeafOut {
     pub bounds: Segment,
     pub source: AggOut,
     pub target: AggOut,
+    /// The segment differed but the drill could not go on below it: its children did
+    /// not add up to it on a side, or none of them differed (data changed between
+    /// levels, or a predicate lost rows). DESIGN §5 step 3.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inconsistent: bool,
+    /// Why it is inconsistent (only when it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sql: Option<SqlPair>,
 }
@@ -220,8 +235,16 @@ impl RunResult {
         for l in &self.levels {
             let _ = writeln!(
                 o,
-                "  level {}: {} segments, {} differing ({} ms)",
-                l.level, l.segments, l.differing, l.elapsed_ms
+                "  level {}: {} segments, {} differing{} ({} ms)",
+                l.level,
+                l.segments,
+                l.differing,
+                if l.inconsistent > 0 {
+                    format!(", {} inconsistent parents", l.inconsistent)
+                } else {
+                    String::new()
+                },
+                l.elapsed_ms
             );
         }
         if !self.leaves.is_empty() {
@@ -239,6 +262,10 @@ impl RunResult {
                     l.source.count,
                     l.target.count
                 );
+                if let Some(reason) = &l.reason {
+                    let cont = if i + 1 == self.leaves.len() { " " } else { "│" };
+                    let _ = writeln!(o, "  {cont}    INCONSISTENT: {reason}");
+                }
             }
         }
         if let (Some(diffs), Some(c)) = (&self.differences, &self.difference_counts) {
@@ -271,5 +298,70 @@ impl RunResult {
         }
         let _ = writeln!(o, "  elapsed: {} ms", self.elapsed_ms);
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(leaves: Vec<LeafOut>) -> RunResult {
+        RunResult {
+            name: "t".into(),
+            verdict: Verdict::Differ,
+            hash_method: "sha256_64".into(),
+            strategy: "quantile".into(),
+            level: "count_only".into(),
+            xor_compared: true,
+            false_match_probability: 0.0,
+            false_match_bound: 0.0,
+            source: SideStats::default(),
+            target: SideStats::default(),
+            levels: Vec::new(),
+            leaves,
+            differences: None,
+            difference_counts: None,
+            duplicate_keys: None,
+            truncated: false,
+            warnings: Vec::new(),
+            advice: None,
+            error: None,
+            elapsed_ms: 0,
+        }
+    }
+
+    fn leaf(reason: Option<&str>) -> LeafOut {
+        let agg = |count| AggOut {
+            count,
+            checksum: "0000000000000001".into(),
+            xor: None,
+        };
+        LeafOut {
+            level: 1,
+            bounds: Segment::whole(),
+            source: agg(10),
+            target: agg(11),
+            inconsistent: reason.is_some(),
+            reason: reason.map(String::from),
+            sql: None,
+        }
+    }
+
+    #[test]
+    fn an_inconsistent_leaf_says_so_and_why_and_a_plain_one_carries_neither_field() {
+        let r = result(vec![
+            leaf(None),
+            leaf(Some("no child differs although the parent did")),
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let leaves = v["leaves"].as_array().unwrap();
+        assert!(leaves[0].get("inconsistent").is_none() && leaves[0].get("reason").is_none());
+        assert_eq!(leaves[1]["inconsistent"], true);
+        assert_eq!(leaves[1]["reason"], "no child differs although the parent did");
+        let text = r.render();
+        assert!(
+            text.contains("INCONSISTENT: no child differs although the parent did"),
+            "{text}"
+        );
     }
 }

@@ -233,6 +233,7 @@ impl Run<'_> {
             }
             None => {}
         }
+        // any leaf, inconsistent ones included, means differ: never match by omission
         self.res.verdict = if planner.leaves.is_empty() {
             Verdict::Match
         } else {
@@ -307,9 +308,19 @@ impl Run<'_> {
                 bounds: l.segment.clone(),
                 source: agg_out(&l.source),
                 target: agg_out(&l.target),
+                inconsistent: l.inconsistent.is_some(),
+                reason: l.inconsistent.clone(),
                 sql: None,
             })
             .collect();
+        let inconsistent = planner.leaves.iter().filter(|l| l.inconsistent.is_some()).count();
+        if inconsistent > 0 {
+            self.res.warnings.push(format!(
+                "{inconsistent} differing segments could not be drilled into: their children did not account for \
+                 them (data changed between levels, or an agent's predicate lost rows); they are reported as \
+                 inconsistent leaves"
+            ));
+        }
     }
 
     fn aggregate_request(
@@ -394,6 +405,7 @@ impl Run<'_> {
                 level: stats.level,
                 segments: stats.segments,
                 differing: stats.differing,
+                inconsistent: stats.inconsistent,
                 elapsed_ms: ms,
             });
             self.say(format!(

@@ -2,6 +2,7 @@
 //! reported, and the gates that stop a run. Typed, `deny_unknown_fields`, defaults
 //! defined once here, validated with errors that name the key and the file.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,13 @@ pub struct Spec {
     /// Compared columns; default: every column both sides have.
     #[serde(default)]
     pub columns: Vec<String>,
+    /// Columns left out of the default column list (case-insensitive); never a key column.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Per compared column: the scale (decimal, float) or precision (timestamp, time)
+    /// to render it at, instead of the one resolved from the declarations.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, Override>,
     #[serde(default)]
     pub mode: Mode,
     #[serde(default)]
@@ -38,6 +46,21 @@ pub struct Spec {
     #[serde(default)]
     pub gates: Gates,
 }
+
+/// `overrides: {col: {scale: n}}` or `{col: {precision: n}}`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    /// Decimal and float columns: fractional digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<u32>,
+    /// Timestamp and time columns: fractional-second digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<u32>,
+}
+
+/// The largest decimal or float scale an override may set (the wire's limit).
+pub const MAX_SCALE: u32 = 38;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -168,6 +191,18 @@ pub struct Gates {
 }
 
 impl Spec {
+    /// The override of `column` (names compare case-insensitively), with the key it is under.
+    pub fn override_of(&self, column: &str) -> Option<(&str, &Override)> {
+        self.overrides
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(column))
+            .map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn excludes(&self, column: &str) -> bool {
+        self.exclude.iter().any(|c| c.eq_ignore_ascii_case(column))
+    }
+
     pub fn load(path: &Path) -> Result<Spec, ConfigError> {
         let spec: Spec = load_yaml(path)?;
         spec.validate(path)?;
@@ -252,6 +287,58 @@ impl Spec {
                 return bad("columns", &format!("column {c} named twice"));
             }
         }
+        let mut excluded = std::collections::HashSet::new();
+        for c in &self.exclude {
+            if c.is_empty() {
+                return bad("exclude", "empty column name");
+            }
+            if !excluded.insert(c.to_ascii_lowercase()) {
+                return bad("exclude", &format!("column {c} named twice"));
+            }
+            if self.key.iter().any(|k| k.eq_ignore_ascii_case(c)) {
+                return bad("exclude", &format!("{c} is a key column and cannot be excluded"));
+            }
+            if self.columns.iter().any(|k| k.eq_ignore_ascii_case(c)) {
+                return bad(
+                    "exclude",
+                    &format!("column {c} is named in both columns and exclude"),
+                );
+            }
+        }
+        let mut overridden = std::collections::HashSet::new();
+        for (c, o) in &self.overrides {
+            let key = format!("overrides.{c}");
+            if c.is_empty() {
+                return bad("overrides", "empty column name");
+            }
+            if !overridden.insert(c.to_ascii_lowercase()) {
+                return bad(&key, &format!("column {c} overridden twice"));
+            }
+            if self.excludes(c) {
+                return bad(&key, &format!("column {c} is excluded, so it is not compared"));
+            }
+            match (o.scale, o.precision) {
+                (None, None) => {
+                    return bad(&key, "set scale (decimal, float) or precision (timestamp, time)");
+                }
+                (Some(_), Some(_)) => {
+                    return bad(
+                        &key,
+                        "scale (decimal, float) and precision (timestamp, time) never apply to the same column",
+                    );
+                }
+                (Some(n), _) if n > MAX_SCALE => {
+                    return bad(&format!("{key}.scale"), &format!("must be at most {MAX_SCALE}"));
+                }
+                (_, Some(n)) if n > tally_common::canonical::MAX_TIME_PRECISION => {
+                    return bad(
+                        &format!("{key}.precision"),
+                        &format!("must be at most {}", tally_common::canonical::MAX_TIME_PRECISION),
+                    );
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 }
@@ -308,10 +395,95 @@ mod tests {
                 "time_granularity",
             ),
             ("bisection: { time_column: at }\n", "bisection.time_column"),
+            ("excludes: [tags]\n", "excludes"),
+            ("overrides: { amount: { digits: 2 } }\n", "digits"),
         ];
         for (extra, key) in cases {
             let e = parse(&format!("{BASE}{extra}")).unwrap_err().to_string();
             assert!(e.starts_with("spec.yaml") && e.contains(key), "{extra:?}: {e}");
+        }
+    }
+
+    fn parse_extra(extra: &str) -> Result<Spec, String> {
+        let p = Path::new("spec.yaml");
+        let s: Spec = parse_yaml(p, &format!("{BASE}{extra}")).map_err(|e| e.to_string())?;
+        s.validate(p).map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
+    #[test]
+    fn exclude_and_overrides_parse() {
+        let s = parse_extra(
+            "exclude: [tags, Geom]\noverrides: { amount: { scale: 2 }, Created_At: { precision: 3 } }\n",
+        )
+        .unwrap();
+        assert_eq!(s.exclude, vec!["tags", "Geom"]);
+        assert!(s.excludes("GEOM") && s.excludes("tags") && !s.excludes("amount"));
+        assert_eq!(
+            s.override_of("AMOUNT"),
+            Some((
+                "amount",
+                &Override {
+                    scale: Some(2),
+                    precision: None
+                }
+            ))
+        );
+        assert_eq!(s.override_of("created_at").unwrap().1.precision, Some(3));
+        assert_eq!(s.override_of("other"), None);
+        let d = parse_extra("").unwrap();
+        assert!(d.exclude.is_empty() && d.overrides.is_empty());
+    }
+
+    #[test]
+    fn exclude_and_override_errors_name_the_key_and_the_column() {
+        let cases = [
+            (
+                "key: [id]\nexclude: [ID]\n",
+                "exclude",
+                "ID is a key column and cannot be excluded",
+            ),
+            (
+                "columns: [amount, tags]\nexclude: [Tags]\n",
+                "exclude",
+                "column Tags is named in both columns and exclude",
+            ),
+            ("exclude: [tags, TAGS]\n", "exclude", "column TAGS named twice"),
+            ("exclude: ['']\n", "exclude", "empty column name"),
+            ("overrides: { amount: {} }\n", "overrides.amount", "set scale"),
+            (
+                "overrides: { amount: { scale: 2, precision: 3 } }\n",
+                "overrides.amount",
+                "never apply to the same column",
+            ),
+            (
+                "overrides: { amount: { scale: 39 } }\n",
+                "overrides.amount.scale",
+                "at most 38",
+            ),
+            (
+                "overrides: { at: { precision: 10 } }\n",
+                "overrides.at.precision",
+                "at most 9",
+            ),
+            (
+                "exclude: [tags]\noverrides: { TAGS: { scale: 1 } }\n",
+                "overrides.TAGS",
+                "column TAGS is excluded",
+            ),
+            (
+                "overrides: { amount: { scale: 1 }, AMOUNT: { scale: 2 } }\n",
+                "overrides.",
+                "overridden twice",
+            ),
+            ("overrides: { amount: { scale: -1 } }\n", "scale", ""),
+        ];
+        for (extra, key, message) in cases {
+            let e = parse_extra(extra).unwrap_err();
+            assert!(
+                e.starts_with("spec.yaml") && e.contains(key) && e.contains(message),
+                "{extra:?}: {e}"
+            );
         }
     }
 }
