@@ -4,6 +4,7 @@
 //! after these run; nothing here decides what may leave the zone.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
@@ -21,7 +22,8 @@ pub struct Dataset {
     pub name: String,
     pub config: DatasetConfig,
     pub source: Source,
-    pub connector: Connector,
+    /// Shared by every dataset on the same database URL (`server::open_datasets`).
+    pub connector: Arc<Connector>,
     /// Set once a value could not be rendered from the engine's own text (under
     /// `hashing: auto`): row fetches then read the SQL canonical text instead, so the
     /// rows phase after a fallen-back aggregate reads those values too.
@@ -29,12 +31,17 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    pub fn new(name: String, config: DatasetConfig, source: Source, connector: Connector) -> Dataset {
+    pub fn new(
+        name: String,
+        config: DatasetConfig,
+        source: Source,
+        connector: impl Into<Arc<Connector>>,
+    ) -> Dataset {
         Dataset {
             name,
             config,
             source,
-            connector,
+            connector: connector.into(),
             sql_text_only: AtomicBool::new(false),
         }
     }

@@ -9,8 +9,8 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonical_row};
-use crate::config::Source;
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, classify_declared};
@@ -60,7 +60,7 @@ impl PgConnector {
         }
     }
 
-    pub fn open(url: &str) -> Result<PgConnector> {
+    pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {
                 AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into())
@@ -75,7 +75,8 @@ impl PgConnector {
                 ("client_encoding", "UTF8"),
             ]);
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(limits.max_connections)
+            .idle_timeout(limits.idle_timeout())
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
         Ok(PgConnector {
