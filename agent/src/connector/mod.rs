@@ -171,6 +171,30 @@ impl Connector {
         }
     }
 
+    /// Opens one connection outside the pool and closes it again, for `tally-agent
+    /// check`. The error is the driver's own text (the pool's retries would hide it
+    /// behind a timeout): print it inside the zone, never put it in an [`AgentError`],
+    /// whose text reaches the coordinator.
+    pub async fn ping(&self) -> std::result::Result<(), String> {
+        let attempt = async {
+            match &self.driver {
+                Driver::Postgres(c) => c.ping().await.map_err(|e| e.to_string()),
+                Driver::MySql(c) => c.ping().await.map_err(|e| e.to_string()),
+                Driver::Sqlite(c) => c.ping().await.map_err(|e| e.to_string()),
+                #[cfg(feature = "duckdb")]
+                Driver::DuckDb(c) => c.ping().await,
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {} s (a firewall dropping packets, or a wrong host)",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })
+    }
+
     pub fn dialect(&self) -> &dyn Dialect {
         match &self.driver {
             Driver::Postgres(c) => c.dialect(),
@@ -299,6 +323,13 @@ impl Connector {
     pub fn supports_pushdown(&self) -> bool {
         !matches!(self.driver, Driver::Sqlite(_))
     }
+}
+
+/// One connection with `pool`'s options but outside it, closed again: the driver's own
+/// error where the pool would retry until its timeout.
+async fn connect_once<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> std::result::Result<(), sqlx::Error> {
+    use sqlx::{ConnectOptions, Connection};
+    pool.connect_options().connect().await?.close().await
 }
 
 /// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`

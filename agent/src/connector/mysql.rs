@@ -59,6 +59,11 @@ fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
 }
 
 impl MySqlConnector {
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<MySqlConnector> {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let opts = MySqlConnectOptions::from_str(&url)

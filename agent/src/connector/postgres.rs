@@ -60,6 +60,11 @@ impl PgConnector {
         }
     }
 
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {

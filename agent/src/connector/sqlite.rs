@@ -34,6 +34,11 @@ fn bind_all<'q>(
 }
 
 impl SqliteConnector {
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<SqliteConnector> {
         let opts = SqliteConnectOptions::from_str(url)
             .map_err(|_| {
