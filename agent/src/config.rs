@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tally_common::PrivacyLevel;
@@ -19,7 +20,62 @@ pub struct AgentConfig {
     /// Without it, release records go to the agent's log (stderr).
     #[serde(default)]
     pub release_log: Option<PathBuf>,
+    /// Limits of the connection pools: one pool per database URL, shared by every
+    /// dataset whose URL resolves to the same string.
+    #[serde(default)]
+    pub connections: ConnectionsConfig,
     pub datasets: BTreeMap<String, DatasetConfig>,
+}
+
+/// `connections:` — applies to each database URL's pool on its own.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// Connections the agent opens to one database URL at most. Calls beyond it wait
+    /// for a free connection rather than fail.
+    pub max_connections: u32,
+    /// An idle connection is closed after this many seconds.
+    pub idle_timeout_secs: u64,
+    /// How long a call waits for a free connection while all are busy before it fails
+    /// as unavailable. Connecting itself has its own, short timeout.
+    pub acquire_timeout_secs: u64,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        ConnectionsConfig {
+            max_connections: 8,
+            idle_timeout_secs: 300,
+            acquire_timeout_secs: 600,
+        }
+    }
+}
+
+impl ConnectionsConfig {
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_secs(self.acquire_timeout_secs)
+    }
+
+    fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("max_connections", u64::from(self.max_connections)),
+            ("idle_timeout_secs", self.idle_timeout_secs),
+            ("acquire_timeout_secs", self.acquire_timeout_secs),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("connections.{key}"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -183,6 +239,7 @@ impl AgentConfig {
                 "at least one dataset is needed",
             ));
         }
+        self.connections.validate(file)?;
         for (name, d) in &self.datasets {
             let key = |k: &str| format!("datasets.{name}.{k}");
             if name.is_empty()
@@ -325,6 +382,21 @@ mod tests {
     }
 
     #[test]
+    fn connections_default_to_eight_per_url_and_take_overrides() {
+        let one = "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n";
+        let c = parse(&format!("{BASE}{one}")).unwrap();
+        assert_eq!(c.connections, ConnectionsConfig::default());
+        assert_eq!(c.connections.max_connections, 8);
+        assert_eq!(c.connections.idle_timeout(), Duration::from_secs(300));
+        let c = parse(&format!("{BASE}connections: {{ max_connections: 3 }}\n{one}")).unwrap();
+        assert_eq!(c.connections.max_connections, 3);
+        assert_eq!(
+            c.connections.acquire_timeout_secs, 600,
+            "the others keep their defaults"
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("datasets:\n  o: { table: t, key: [id] }\n", "datasets.o.url"),
@@ -347,6 +419,22 @@ mod tests {
             (
                 "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], password: x }\n",
                 "password",
+            ),
+            (
+                "connections: { max_connections: 0 }\ndatasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n",
+                "connections.max_connections",
+            ),
+            (
+                "connections: { idle_timeout_secs: 0 }\ndatasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n",
+                "connections.idle_timeout_secs",
+            ),
+            (
+                "connections: { acquire_timeout_secs: 0 }\ndatasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n",
+                "connections.acquire_timeout_secs",
+            ),
+            (
+                "connections: { max_per_database: 4 }\ndatasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n",
+                "max_per_database",
             ),
         ];
         for (text, key) in cases {

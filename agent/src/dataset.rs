@@ -4,6 +4,7 @@
 //! after these run; nothing here decides what may leave the zone.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
 use tally_common::period::period_label;
@@ -20,16 +21,22 @@ pub struct Dataset {
     pub name: String,
     pub config: DatasetConfig,
     pub source: Source,
-    pub connector: Connector,
+    /// Shared by every dataset on the same database URL (`server::open_datasets`).
+    pub connector: Arc<Connector>,
 }
 
 impl Dataset {
-    pub fn new(name: String, config: DatasetConfig, source: Source, connector: Connector) -> Dataset {
+    pub fn new(
+        name: String,
+        config: DatasetConfig,
+        source: Source,
+        connector: impl Into<Arc<Connector>>,
+    ) -> Dataset {
         Dataset {
             name,
             config,
             source,
-            connector,
+            connector: connector.into(),
         }
     }
 }

@@ -1,11 +1,15 @@
 //! `tally-agent -c agent.yaml` serves; `tally-agent check -c agent.yaml` validates the
 //! config, connects to every dataset and prints what it found.
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use tally_agent::config::AgentConfig;
+use tally_agent::connector::Connector;
 use tally_agent::dataset::Path;
 use tally_agent::server;
 
@@ -108,7 +112,25 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
             ok = false;
         }
     }
+    // datasets on one URL share a connector: connect once per connector
+    let mut reached: HashMap<*const Connector, Result<(), String>> = HashMap::new();
+    let urls: HashSet<*const Connector> = datasets.values().map(|d| Arc::as_ptr(&d.connector)).collect();
+    println!(
+        "connections: {} database URL(s), at most {} connection(s) to each",
+        urls.len(),
+        cfg.connections.max_connections
+    );
     for (name, ds) in &datasets {
+        let reach = match reached.entry(Arc::as_ptr(&ds.connector)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(ds.connector.ping().await),
+        };
+        if let Err(driver_text) = reach {
+            // the driver's own words: this runs inside the zone, nothing goes on the wire
+            println!("dataset {name}: cannot connect: {driver_text}");
+            ok = false;
+            continue;
+        }
         match ds.describe().await {
             Ok(info) => {
                 let d = ds.connector.dialect_for(&info);

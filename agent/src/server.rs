@@ -1,6 +1,7 @@
 //! Building an agent from its config and serving it over mutual TLS.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,18 +18,28 @@ use crate::release_log::ReleaseLog;
 use crate::service::AgentService;
 use crate::tls;
 
-/// Opens every dataset's connection pool (lazily: nothing connects yet).
+/// Opens one connection pool per database URL (lazily: nothing connects yet) and the
+/// datasets over them. Datasets whose URLs resolve to the same string share a pool, so
+/// `connections.max_connections` caps the agent's connections to that URL however many
+/// datasets use it; the same database under two spellings of its URL gets two pools.
 pub fn open_datasets(
     cfg: &AgentConfig,
     config_path: &Path,
 ) -> Result<BTreeMap<String, Arc<Dataset>>, AgentError> {
+    let mut pools: HashMap<String, Arc<Connector>> = HashMap::new();
     let mut out = BTreeMap::new();
     for (name, d) in &cfg.datasets {
         let url = d
             .resolve_url(config_path, name)
             .map_err(|e| AgentError::Config(e.to_string()))?;
-        let connector =
-            Connector::open(&url).map_err(|e| AgentError::Config(format!("datasets.{name}.url: {e}")))?;
+        let connector = match pools.entry(url) {
+            Entry::Occupied(e) => Arc::clone(e.get()),
+            Entry::Vacant(e) => {
+                let c = Connector::open_with(e.key(), &cfg.connections)
+                    .map_err(|err| AgentError::Config(format!("datasets.{name}.url: {err}")))?;
+                Arc::clone(e.insert(Arc::new(c)))
+            }
+        };
         out.insert(
             name.clone(),
             Arc::new(Dataset::new(name.clone(), d.clone(), d.source(), connector)),

@@ -322,8 +322,8 @@ impl Live {
             Engine::DuckDb =>
             {
                 #[cfg(feature = "duckdb")]
-                match &self.connector {
-                    Connector::DuckDb(c) => c.execute_batch("t", sql).await.unwrap(),
+                match self.connector.driver() {
+                    tally_agent::connector::Driver::DuckDb(c) => c.execute_batch("t", sql).await.unwrap(),
                     _ => unreachable!(),
                 }
             }

@@ -117,6 +117,16 @@ fn start_postgres() -> Server {
 /// A PostgreSQL listening on 127.0.0.1 of network namespace `ns` (of this one when
 /// `None`), removed when the test process exits.
 pub fn start_postgres_in(ns: Option<&str>) -> Server {
+    start_postgres_with(ns, 100)
+}
+
+/// A PostgreSQL of this test's own (never `TALLY_TEST_PG_URL`'s) that admits at most
+/// `max_connections` clients, for tests of connection limits.
+pub fn start_postgres_with_max_connections(max_connections: u32) -> Server {
+    start_postgres_with(None, max_connections)
+}
+
+fn start_postgres_with(ns: Option<&str>, max_connections: u32) -> Server {
     let bin = pg_bindir();
     let dir = temp_dir("tally-pg");
     let data = dir.join("data");
@@ -162,7 +172,7 @@ pub fn start_postgres_in(ns: Option<&str>) -> Server {
     ));
     let opts = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-         -c max_connections=100 -c shared_buffers=256MB",
+         -c max_connections={max_connections} -c shared_buffers=256MB",
         dir.display()
     );
     run(
@@ -194,9 +204,19 @@ fn start_mariadb() -> Server {
 
 /// A MariaDB listening on 127.0.0.1 of network namespace `ns` (of this one when
 /// `None`), removed when the test process exits.
+pub fn start_mariadb_in(ns: Option<&str>) -> Server {
+    start_mariadb_with(ns, 200)
+}
+
+/// A MariaDB of this test's own (never `TALLY_TEST_MYSQL_URL`'s) that admits at most
+/// `max_connections` clients, for tests of connection limits.
+pub fn start_mariadb_with_max_connections(max_connections: u32) -> Server {
+    start_mariadb_with(None, max_connections)
+}
+
 // mariadbd outlives the handle on purpose: the reaper stops it when this process ends
 #[allow(clippy::zombie_processes)]
-pub fn start_mariadb_in(ns: Option<&str>) -> Server {
+fn start_mariadb_with(ns: Option<&str>, max_connections: u32) -> Server {
     let (install, server) = (
         Path::new("/usr/bin/mariadb-install-db"),
         Path::new("/usr/sbin/mariadbd"),
@@ -233,7 +253,8 @@ pub fn start_mariadb_in(ns: Option<&str>) -> Server {
             "--innodb-doublewrite=0",
             "--character-set-server=utf8mb4",
         ])
-        .args(["--collation-server=utf8mb4_general_ci", "--max-connections=200"])
+        .arg("--collation-server=utf8mb4_general_ci")
+        .arg(format!("--max-connections={max_connections}"))
         .arg(format!("--port={port}"))
         .arg(format!("--datadir={}", data.display()))
         .arg(format!("--socket={}", sock.display()))

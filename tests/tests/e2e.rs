@@ -515,7 +515,7 @@ fn agent_check_reports_each_dataset() {
         "PostgreSQL hashes in the agent by default: {stdout}"
     );
     assert!(
-        stdout.contains("dataset bad: database of dataset bad unavailable"),
+        stdout.contains("dataset bad: cannot connect:") && stdout.contains("Connection refused"),
         "{stdout}"
     );
     // a config error names the key and exits 2

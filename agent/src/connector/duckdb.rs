@@ -78,6 +78,15 @@ impl DuckDbConnector {
         })
     }
 
+    /// Opens the database once (see [`super::Connector::ping`]). DuckDB's own error text
+    /// is in the agent's log (`db_err`); a missing file is named here.
+    pub async fn ping(&self) -> std::result::Result<(), String> {
+        if let Some(p) = self.path.as_ref().filter(|p| !p.exists()) {
+            return Err(format!("{}: no such file", p.display()));
+        }
+        self.connection("check").map(drop).map_err(|e| e.to_string())
+    }
+
     /// A connection of its own for one call (opened once, then cloned).
     fn connection(&self, dataset: &str) -> Result<Connection> {
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());

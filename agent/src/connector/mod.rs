@@ -1,6 +1,9 @@
-//! Connectors execute what dialects render. One variant per engine; each engine's
-//! driver code lives in its own file. A connector turns a row into canonical fields
-//! ([`CanonRow`]) so everything above it is engine-independent.
+//! Connectors execute what dialects render. One [`Driver`] variant per engine; each
+//! engine's driver code lives in its own file. A connector turns a row into canonical
+//! fields ([`CanonRow`]) so everything above it is engine-independent.
+//!
+//! One connector per database URL: the agent shares it (`Arc`) between every dataset
+//! on that URL, so the URL's connection cap holds whatever the number of datasets.
 
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
@@ -14,17 +17,18 @@ use tally_common::canonical::canonical_from_text;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
-use crate::config::Source;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, FetchShape, Sql};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo, canonical_error};
 
-/// How long to wait for a database connection before reporting it unavailable.
+/// How long opening a database connection may take before the call reports the
+/// database unavailable. Waiting for a busy pool's free connection is apart from it
+/// (`connections.acquire_timeout_secs`): a slot is taken before the pool is asked, so
+/// the pool's own acquire timeout only ever times a connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Connections an agent opens to one server database at most: a run keeps up to 8
-/// busy per side in its rows phase, so two runs at once do not queue.
-pub const MAX_CONNECTIONS: u32 = 16;
 
 /// One row in canonical form: its key and the canonical text of every requested
 /// column (key columns first), `None` for NULL.
@@ -92,12 +96,22 @@ impl EngineKind {
     }
 }
 
-pub enum Connector {
+/// One engine's driver and its pool.
+pub enum Driver {
     Postgres(postgres::PgConnector),
     MySql(mysql::MySqlConnector),
     Sqlite(sqlite::SqliteConnector),
     #[cfg(feature = "duckdb")]
     DuckDb(duckdb::DuckDbConnector),
+}
+
+/// A database URL's driver, with one slot per connection its pool may hold. Every
+/// database call takes a slot first and holds it to the end, so calls beyond the cap
+/// queue here (up to `acquire_timeout`) and the pool below is never short of one.
+pub struct Connector {
+    driver: Driver,
+    slots: Semaphore,
+    acquire_timeout: Duration,
 }
 
 impl std::fmt::Debug for Connector {
@@ -107,58 +121,119 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
+    /// [`Connector::open_with`] the default `connections` limits.
+    pub fn open(url: &str) -> Result<Connector> {
+        Connector::open_with(url, &ConnectionsConfig::default())
+    }
+
     /// Creates the connection pool without connecting: a database that is down makes
     /// calls fail with `UNAVAILABLE`, it does not stop the agent.
-    pub fn open(url: &str) -> Result<Connector> {
-        Ok(match EngineKind::from_url(url)? {
-            EngineKind::Postgres => Connector::Postgres(postgres::PgConnector::open(url)?),
-            EngineKind::MySql => Connector::MySql(mysql::MySqlConnector::open(url)?),
-            EngineKind::Sqlite => Connector::Sqlite(sqlite::SqliteConnector::open(url)?),
+    pub fn open_with(url: &str, limits: &ConnectionsConfig) -> Result<Connector> {
+        let driver = match EngineKind::from_url(url)? {
+            EngineKind::Postgres => Driver::Postgres(postgres::PgConnector::open(url, limits)?),
+            EngineKind::MySql => Driver::MySql(mysql::MySqlConnector::open(url, limits)?),
+            EngineKind::Sqlite => Driver::Sqlite(sqlite::SqliteConnector::open(url, limits)?),
             #[cfg(feature = "duckdb")]
-            EngineKind::DuckDb => Connector::DuckDb(duckdb::DuckDbConnector::open(url)?),
+            EngineKind::DuckDb => Driver::DuckDb(duckdb::DuckDbConnector::open(url)?),
             #[cfg(not(feature = "duckdb"))]
             EngineKind::DuckDb => unreachable!("from_url refuses duckdb without the feature"),
+        };
+        Ok(Connector {
+            driver,
+            slots: Semaphore::new(limits.max_connections as usize),
+            acquire_timeout: limits.acquire_timeout(),
         })
     }
 
     /// The dialect of a request: what the engine computes can depend on its version
     /// (PostgreSQL's `bit_xor` from 14), read from the request's own describe.
     pub fn dialect_for(&self, info: &DatasetInfo) -> &dyn Dialect {
-        match self {
-            Connector::Postgres(_) => crate::dialect::postgres::for_version(&info.engine_version),
+        match &self.driver {
+            Driver::Postgres(_) => crate::dialect::postgres::for_version(&info.engine_version),
             _ => self.dialect(),
         }
     }
 
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// Waits for a free connection slot of this URL.
+    async fn slot(&self, dataset: &str) -> Result<SemaphorePermit<'_>> {
+        match tokio::time::timeout(self.acquire_timeout, self.slots.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(AgentError::DatabaseUnavailable {
+                dataset: dataset.to_string(),
+                kind: "pool closed",
+            }),
+            Err(_) => {
+                tracing::warn!(
+                    dataset,
+                    waited_secs = self.acquire_timeout.as_secs(),
+                    "every connection to the database stayed busy"
+                );
+                Err(AgentError::DatabaseUnavailable {
+                    dataset: dataset.to_string(),
+                    kind: "all connections busy",
+                })
+            }
+        }
+    }
+
+    /// Opens one connection outside the pool and closes it again, for `tally-agent
+    /// check`. The error is the driver's own text (the pool's retries would hide it
+    /// behind a timeout): print it inside the zone, never put it in an [`AgentError`],
+    /// whose text reaches the coordinator.
+    pub async fn ping(&self) -> std::result::Result<(), String> {
+        let attempt = async {
+            match &self.driver {
+                Driver::Postgres(c) => c.ping().await.map_err(|e| e.to_string()),
+                Driver::MySql(c) => c.ping().await.map_err(|e| e.to_string()),
+                Driver::Sqlite(c) => c.ping().await.map_err(|e| e.to_string()),
+                #[cfg(feature = "duckdb")]
+                Driver::DuckDb(c) => c.ping().await,
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {} s (a firewall dropping packets, or a wrong host)",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })
+    }
+
     /// The dialect for quoting and catalog SQL, independent of a server version.
     pub fn dialect(&self) -> &dyn Dialect {
-        match self {
-            Connector::Postgres(c) => c.dialect(),
-            Connector::MySql(c) => &c.dialect,
-            Connector::Sqlite(c) => &c.dialect,
+        match &self.driver {
+            Driver::Postgres(c) => c.dialect(),
+            Driver::MySql(c) => &c.dialect,
+            Driver::Sqlite(c) => &c.dialect,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => &c.dialect,
+            Driver::DuckDb(c) => &c.dialect,
         }
     }
 
     /// What the fetch of a row selects on this engine: the cheapest form the
     /// connector can turn into canonical text.
     pub fn fetch_shape(&self) -> FetchShape {
-        match self {
-            Connector::Sqlite(_) => FetchShape::Raw,
-            Connector::Postgres(_) | Connector::MySql(_) => FetchShape::Text,
+        match &self.driver {
+            Driver::Sqlite(_) => FetchShape::Raw,
+            Driver::Postgres(_) | Driver::MySql(_) => FetchShape::Text,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(_) => FetchShape::Canonical,
+            Driver::DuckDb(_) => FetchShape::Canonical,
         }
     }
 
     pub async fn describe(&self, dataset: &str, source: &Source, key: &[String]) -> Result<DatasetInfo> {
-        let mut info = match self {
-            Connector::Postgres(c) => c.describe(dataset, source).await?,
-            Connector::MySql(c) => c.describe(dataset, source).await?,
-            Connector::Sqlite(c) => c.describe(dataset, source).await?,
+        let _slot = self.slot(dataset).await?;
+        let mut info = match &self.driver {
+            Driver::Postgres(c) => c.describe(dataset, source).await?,
+            Driver::MySql(c) => c.describe(dataset, source).await?,
+            Driver::Sqlite(c) => c.describe(dataset, source).await?,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.describe(dataset, source).await?,
+            Driver::DuckDb(c) => c.describe(dataset, source).await?,
         };
         let mut resolved = Vec::with_capacity(key.len());
         for k in key {
@@ -182,22 +257,24 @@ impl Connector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
-        match self {
-            Connector::Postgres(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
-            Connector::MySql(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
-            Connector::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
+        let _slot = self.slot(dataset).await?;
+        match &self.driver {
+            Driver::Postgres(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
+            Driver::MySql(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
+            Driver::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
+            Driver::DuckDb(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
         }
     }
 
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
-        match self {
-            Connector::Postgres(c) => c.count(dataset, sql).await,
-            Connector::MySql(c) => c.count(dataset, sql).await,
-            Connector::Sqlite(c) => c.count(dataset, sql).await,
+        let _slot = self.slot(dataset).await?;
+        match &self.driver {
+            Driver::Postgres(c) => c.count(dataset, sql).await,
+            Driver::MySql(c) => c.count(dataset, sql).await,
+            Driver::Sqlite(c) => c.count(dataset, sql).await,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.count(dataset, sql).await,
+            Driver::DuckDb(c) => c.count(dataset, sql).await,
         }
     }
 
@@ -208,25 +285,27 @@ impl Connector {
         sql: &Sql,
         key_classes: &[TypeClass],
     ) -> Result<Vec<AggRow>> {
-        match self {
-            Connector::Postgres(c) => c.aggregate(dataset, sql, key_classes).await,
-            Connector::MySql(c) => c.aggregate(dataset, sql, key_classes).await,
-            Connector::Sqlite(_) => Err(AgentError::Unsupported(
+        let _slot = self.slot(dataset).await?;
+        match &self.driver {
+            Driver::Postgres(c) => c.aggregate(dataset, sql, key_classes).await,
+            Driver::MySql(c) => c.aggregate(dataset, sql, key_classes).await,
+            Driver::Sqlite(_) => Err(AgentError::Unsupported(
                 "sqlite has no pushed-down aggregate".into(),
             )),
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.aggregate(dataset, sql, key_classes).await,
+            Driver::DuckDb(c) => c.aggregate(dataset, sql, key_classes).await,
         }
     }
 
     /// A single text value from a query (for tests and `check`).
     pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
-        match self {
-            Connector::Postgres(c) => c.query_text(dataset, sql).await,
-            Connector::MySql(c) => c.query_text(dataset, sql).await,
-            Connector::Sqlite(c) => c.query_text(dataset, sql).await,
+        let _slot = self.slot(dataset).await?;
+        match &self.driver {
+            Driver::Postgres(c) => c.query_text(dataset, sql).await,
+            Driver::MySql(c) => c.query_text(dataset, sql).await,
+            Driver::Sqlite(c) => c.query_text(dataset, sql).await,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(c) => c.query_text(dataset, sql).await,
+            Driver::DuckDb(c) => c.query_text(dataset, sql).await,
         }
     }
 
@@ -234,21 +313,21 @@ impl Connector {
     /// hashing (measured: docs/performance.md). DuckDB's vectorised, multi-threaded
     /// SQL hashing does not lose to a row-at-a-time read.
     pub fn prefers_in_process(&self) -> bool {
-        match self {
-            Connector::Postgres(_) | Connector::MySql(_) | Connector::Sqlite(_) => true,
+        match &self.driver {
+            Driver::Postgres(_) | Driver::MySql(_) | Driver::Sqlite(_) => true,
             #[cfg(feature = "duckdb")]
-            Connector::DuckDb(_) => false,
+            Driver::DuckDb(_) => false,
         }
     }
 
     /// Whether row fetches stream through `COPY ... TO STDOUT` (PostgreSQL), which takes
     /// no bind parameters: fetch SQL is then rendered with literal key bounds.
     pub fn copies_out(&self) -> bool {
-        matches!(self, Connector::Postgres(_))
+        matches!(self.driver, Driver::Postgres(_))
     }
 
     pub fn supports_pushdown(&self) -> bool {
-        !matches!(self, Connector::Sqlite(_))
+        !matches!(self.driver, Driver::Sqlite(_))
     }
 }
 
@@ -264,6 +343,13 @@ pub fn reread(d: &dyn Dialect, shape: FetchShape, cols: &[BoundColumn]) -> Vec<b
             FetchShape::Canonical => d.canonical_expr(c).is_none(),
         })
         .collect()
+}
+
+/// One connection with `pool`'s options but outside it, closed again: the driver's own
+/// error where the pool would retry until its timeout.
+async fn connect_once<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> std::result::Result<(), sqlx::Error> {
+    use sqlx::{ConnectOptions, Connection};
+    pool.connect_options().connect().await?.close().await
 }
 
 /// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`

@@ -9,8 +9,8 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonical_row};
-use crate::config::Source;
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
@@ -59,14 +59,20 @@ fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
 }
 
 impl MySqlConnector {
-    pub fn open(url: &str) -> Result<MySqlConnector> {
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
+    pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<MySqlConnector> {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let opts = MySqlConnectOptions::from_str(&url)
             .map_err(|_| AgentError::Config("invalid mysql URL (expected mysql://user@host:port/db)".into()))?
             .charset("utf8mb4")
             .timezone(Some("+00:00".to_string()));
         let pool = MySqlPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(limits.max_connections)
+            .idle_timeout(limits.idle_timeout())
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
         Ok(MySqlConnector { pool, dialect: MySql })

@@ -8,8 +8,8 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, MAX_CONNECTIONS, agg_row, canonical_row};
-use crate::config::Source;
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Sql, postgres::Postgres, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
@@ -52,7 +52,12 @@ impl PgConnector {
         crate::dialect::postgres::for_version("14")
     }
 
-    pub fn open(url: &str) -> Result<PgConnector> {
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
+    pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {
                 AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into())
@@ -67,7 +72,8 @@ impl PgConnector {
                 ("client_encoding", "UTF8"),
             ]);
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(limits.max_connections)
+            .idle_timeout(limits.idle_timeout())
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
         Ok(PgConnector { pool })

@@ -10,7 +10,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::{CONNECT_TIMEOUT, CanonRow};
-use crate::config::Source;
+use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Sql, relation, sqlite::Sqlite};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, canonical_error};
@@ -34,7 +34,12 @@ fn bind_all<'q>(
 }
 
 impl SqliteConnector {
-    pub fn open(url: &str) -> Result<SqliteConnector> {
+    /// Connects once outside the pool (see [`super::Connector::ping`]).
+    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
+        super::connect_once(&self.pool).await
+    }
+
+    pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<SqliteConnector> {
         let opts = SqliteConnectOptions::from_str(url)
             .map_err(|_| {
                 AgentError::Config("invalid sqlite URL (expected sqlite:///path/to/file.db)".into())
@@ -42,7 +47,8 @@ impl SqliteConnector {
             .read_only(true)
             .busy_timeout(std::time::Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(limits.max_connections)
+            .idle_timeout(limits.idle_timeout())
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(opts);
         Ok(SqliteConnector {

@@ -1,0 +1,106 @@
+//! `tally-agent check` runs inside the zone, so it prints the driver's own reason a
+//! database cannot be reached, where the coordinator only ever sees the error kind.
+
+use std::path::Path;
+use std::process::Command;
+
+use tally_e2e::db;
+use tally_e2e::proc::free_port;
+
+/// Runs `tally-agent check` on a config with `datasets`; its exit code and stdout.
+fn check(dir: &Path, datasets: &str) -> (Option<i32>, String) {
+    let path = dir.join("agent.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:0\n\
+             tls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem }}\n\
+             datasets:\n{datasets}"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tally-agent"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code(), stdout)
+}
+
+/// The line `check` printed for `dataset`.
+fn line<'a>(stdout: &'a str, dataset: &str) -> &'a str {
+    let head = format!("dataset {dataset}: ");
+    stdout
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no line for {dataset}:\n{stdout}"))
+}
+
+#[test]
+fn check_prints_the_drivers_reason_for_a_closed_port() {
+    let dir = tempfile::tempdir().unwrap();
+    // nothing listens there: bound and released at once
+    let port = free_port();
+    let (code, out) = check(
+        dir.path(),
+        &format!(
+            "  pg: {{ url: 'postgres://tally@127.0.0.1:{port}/x', table: t, key: [id] }}\n\
+             \x20 pg2: {{ url: 'postgres://tally@127.0.0.1:{port}/x', table: u, key: [id] }}\n\
+             \x20 my: {{ url: 'mysql://tally@127.0.0.1:{port}/x', table: t, key: [id] }}\n\
+             \x20 lite: {{ url: 'sqlite://{}', table: t, key: [id] }}\n",
+            dir.path().join("missing.db").display()
+        ),
+    );
+    assert_eq!(code, Some(2), "{out}");
+    for ds in ["pg", "pg2", "my"] {
+        let l = line(&out, ds).to_lowercase();
+        assert!(
+            l.contains("cannot connect") && l.contains("connection refused"),
+            "{l}"
+        );
+    }
+    let l = line(&out, "lite");
+    assert!(
+        l.contains("cannot connect") && l.contains("unable to open database file"),
+        "{l}"
+    );
+}
+
+#[test]
+fn check_prints_too_many_clients_when_the_server_is_full() {
+    use sqlx::Connection;
+    let pg = db::start_postgres_with_max_connections(5);
+    let url = pg.create_database("full");
+    pg.exec(Some("full"), "CREATE TABLE t (id int PRIMARY KEY)");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // take every client slot the server has
+    let held = rt.block_on(async {
+        let mut held = Vec::new();
+        while let Ok(c) = sqlx::PgConnection::connect(&url).await {
+            held.push(c);
+            assert!(held.len() < 50, "the server admits more clients than configured");
+        }
+        held
+    });
+    assert!(!held.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = check(
+        dir.path(),
+        &format!("  full: {{ url: '{url}', table: t, key: [id] }}\n"),
+    );
+    assert_eq!(code, Some(2), "{out}");
+    let l = line(&out, "full");
+    assert!(l.contains("too many clients already"), "{l}");
+    // with a slot free again, the same config checks clean but for the TLS files
+    rt.block_on(async {
+        for c in held {
+            c.close().await.unwrap();
+        }
+    });
+    let (_, out) = check(
+        dir.path(),
+        &format!("  full: {{ url: '{url}', table: t, key: [id] }}\n"),
+    );
+    assert!(line(&out, "full").starts_with("dataset full: postgres "), "{out}");
+}
