@@ -466,6 +466,12 @@ impl Dataset {
         self.connector
             .scan(&self.name, &sql, shape, &b.cols, key_len, &mut |row: CanonRow| {
                 seen += 1;
+                // the engine filtered the key range; filter again with the comparator
+                // that assigns children, so a row the two disagree on is in neither
+                // (the drill then sees the parent and children not add up)
+                if !seg.in_key_range(&row.key) {
+                    return Ok(());
+                }
                 if let Some((i, p)) = period
                     && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
                 {

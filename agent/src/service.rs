@@ -110,7 +110,7 @@ impl Agent for AgentService {
             };
             let int_tuple =
                 |v: i64| tally_common::segment::tuple_to_pb(&vec![tally_common::segment::KeyPart::Int(v)]);
-            let d = ds.connector.dialect();
+            let d = ds.connector.dialect_for(&info);
             Ok(pb::DescribeResponse {
                 dataset: r.dataset.clone(),
                 columns: info

@@ -106,6 +106,9 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
         // rendered by its value: distinct from both booleans, never folded into one
         (TypeClass::Boolean, Value::Int(i)) => i.to_string(),
         (TypeClass::Binary, Value::Bytes(b)) => binary_hex(b, fmt.fixed_char),
+        // a text value compared as binary (or stored in a binary column, SQLite): its
+        // UTF-8 bytes, never its characters read as hex digits
+        (TypeClass::Binary, Value::Text(t)) => binary_hex(t.as_bytes(), fmt.fixed_char),
         (TypeClass::Uuid, Value::Bytes(b)) => canonical_uuid(&hex::encode(b))?,
         (_, Value::Text(s)) => return canonical_from_text(fmt, Some(s)),
         (class, _) => {
@@ -730,5 +733,7 @@ mod tests {
             "dead"
         );
         assert_eq!(canonical_value(&bin, &Value::Null).unwrap(), None);
+        // text as binary is its bytes: 'abcd' is 61626364, never the bytes ab cd
+        assert_eq!(canonical_value(&bin, &Value::Text("abcd")).unwrap().unwrap(), "61626364");
     }
 }

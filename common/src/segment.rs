@@ -104,11 +104,16 @@ impl Segment {
     /// Whether a row with this key and bucket hash belongs to the segment (its period,
     /// if any, is checked by the caller, which knows the row's time).
     pub fn contains(&self, key: &KeyTuple, bucket_hash: u64) -> bool {
-        self.lower.as_ref().is_none_or(|l| key >= l)
-            && self.upper.as_ref().is_none_or(|u| key < u)
+        self.in_key_range(key)
             && self
                 .hash
                 .is_none_or(|(lo, hi)| bucket_hash >= lo && bucket_hash < hi)
+    }
+
+    /// Whether a key lies in `[lower, upper)`, compared the way children are assigned:
+    /// integers by value, text bytewise (NO PAD).
+    pub fn in_key_range(&self, key: &KeyTuple) -> bool {
+        self.lower.as_ref().is_none_or(|l| key >= l) && self.upper.as_ref().is_none_or(|u| key < u)
     }
 
     /// The start and width of the `n`-way split of the hash range: child `i` is
