@@ -547,13 +547,22 @@ fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<Strin
     Ok(out)
 }
 
-/// `n` as at least `width` decimal digits (zero-padded).
+/// `n` as at least `width` decimal digits (zero-padded), without allocating (hot: a
+/// timestamp pushes five of these per row).
 fn push_digits(out: &mut String, n: u64, width: usize) {
-    let d = n.to_string();
-    for _ in d.len()..width {
-        out.push('0');
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
-    out.push_str(&d);
+    let start = i.min(buf.len().saturating_sub(width));
+    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
 }
 
 /// `[-]HH:MM:SS` (hours past 24 for durations).

@@ -71,11 +71,14 @@ pub fn push_year(out: &mut String, year: i64) {
         out.push('+');
     }
     let a = year.unsigned_abs();
-    let digits = a.to_string();
-    for _ in digits.len()..4 {
-        out.push('0');
+    if a < 10_000 {
+        // the common case, without allocating
+        for d in [a / 1000, a / 100 % 10, a / 10 % 10, a % 10] {
+            out.push(char::from(b'0' + d as u8));
+        }
+    } else {
+        out.push_str(&a.to_string());
     }
-    out.push_str(&digits);
 }
 
 fn push2(out: &mut String, n: u8) {
