@@ -49,87 +49,7 @@ struct Known {
     applies: fn(&str) -> bool,
 }
 
-const KNOWN_DIVERGENCES: &[Known] = &[
-    Known {
-        engine: "postgres",
-        case: "float double precision",
-        what: "a double with two shortest round-trip decimals (an exact tie, e.g. 1000000000000000.25): \
-               float8out (Ryu) picks the even digit (.2), Rust's Display the other (.3); pushdown SQL rounds \
-               the engine's digits, the agent and the reference Rust's",
-        applies: float_tie,
-    },
-    Known {
-        engine: "mariadb",
-        case: "float DOUBLE",
-        what: "the same tie on MariaDB: CAST(x AS CHAR) gives the even digit, Rust's Display the other",
-        applies: float_tie,
-    },
-    Known {
-        engine: "postgres",
-        case: "date date",
-        what: "dates after 294276-12-31: the pushdown SQL's to_char casts the date to timestamp and the \
-               query fails (date out of range for timestamp); the agent renders them",
-        applies: pg_date_past_timestamps,
-    },
-    Known {
-        engine: "postgres",
-        case: "json jsonb",
-        what: "jsonb prints numbers as full decimals (1e300 as 1 and 300 zeros); serde_json, without its \
-               float_roundtrip feature, parses some of those (and some shortest forms) an ulp off, so the \
-               same document canonicalises differently from its written text",
-        applies: json_has_fraction_or_exponent,
-    },
-    Known {
-        engine: "sqlite",
-        case: "json JSON",
-        what: "a JSON column has NUMERIC affinity: a document that is a bare number is stored as an \
-               INTEGER or REAL, and the agent refuses it (a value that does not match the column's class)",
-        applies: json_is_number,
-    },
-];
-
-/// Whether a double (shown as its shortest text) has a second shortest round-trip
-/// decimal: the last digit one up or down reads back as the same double.
-fn float_tie(shown: &str) -> bool {
-    let Ok(x) = shown.parse::<f64>() else { return false };
-    let t = format!("{x:e}");
-    let (mantissa, exp) = t.split_once('e').expect("exponent form");
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    if digits.len() < 16 {
-        return false;
-    }
-    let n: u64 = digits.parse().expect("digits");
-    [n.wrapping_sub(1), n + 1].iter().any(|m| {
-        let m = m.to_string();
-        let (first, rest) = m.split_at(1);
-        let sign = if x < 0.0 { "-" } else { "" };
-        format!("{sign}{first}.{rest}e{exp}").parse::<f64>() == Ok(x)
-    })
-}
-
-fn pg_date_past_timestamps(shown: &str) -> bool {
-    shown
-        .strip_prefix('+')
-        .and_then(|d| d.split('-').next())
-        .and_then(|y| y.parse::<i64>().ok())
-        .is_some_and(|y| y > 294_276)
-}
-
-fn json_has_fraction_or_exponent(shown: &str) -> bool {
-    fn any_float(v: &serde_json::Value) -> bool {
-        match v {
-            serde_json::Value::Number(n) => n.is_f64(),
-            serde_json::Value::Array(a) => a.iter().any(any_float),
-            serde_json::Value::Object(o) => o.values().any(any_float),
-            _ => false,
-        }
-    }
-    serde_json::from_str::<serde_json::Value>(shown).is_ok_and(|v| any_float(&v))
-}
-
-fn json_is_number(shown: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(shown).is_ok_and(|v| v.is_number())
-}
+const KNOWN_DIVERGENCES: &[Known] = &[];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Engine {
@@ -1368,7 +1288,9 @@ fn json_values() -> impl Strategy<Value = serde_json::Value> {
 fn jsons(e: Engine) -> Vec<Case> {
     let fmt = FieldFormat::new(TypeClass::Json);
     let name = format!("{e:?} json");
-    let mut docs: Vec<String> = draw(&name, (json_values(), any::<bool>()), DRAWS)
+    // SQLite loses its bare-float documents below: draw a few more there
+    let n = if e == Engine::Sqlite { DRAWS + 100 } else { DRAWS };
+    let mut docs: Vec<String> = draw(&name, (json_values(), any::<bool>()), n)
         .into_iter()
         .map(|(v, pretty)| {
             if pretty {
@@ -1402,6 +1324,12 @@ fn jsons(e: Engine) -> Vec<Case> {
         ]
         .map(String::from),
     );
+    if e == Engine::Sqlite {
+        // a JSON column has NUMERIC affinity: a document that is a bare non-integer
+        // number is stored as a REAL through SQLite's own text-to-double conversion,
+        // which is not correctly rounded, so the stored double is not the document's
+        docs.retain(|d| serde_json::from_str::<serde_json::Value>(d).map_or(true, |v| !v.is_f64()));
+    }
     let vals: Vec<Val> = docs
         .into_iter()
         .map(|d| Val {

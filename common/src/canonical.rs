@@ -98,7 +98,7 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
         (TypeClass::Decimal, Value::Int(i)) => decimal_text(&i.to_string(), fmt)?,
         (TypeClass::Decimal, Value::Float(f)) if fmt.exact => match float_token(*f) {
             Some(t) => t.to_string(),
-            None => exact_decimal(&format!("{f}"))?,
+            None => exact_decimal(&crate::shortest::shortest_decimal(*f))?,
         },
         (TypeClass::Float | TypeClass::Decimal, Value::Float(f)) => canonical_float(*f, fmt.scale),
         (TypeClass::Boolean, Value::Bool(b)) => if *b { "1" } else { "0" }.to_string(),
@@ -106,6 +106,10 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
         // rendered by its value: distinct from both booleans, never folded into one
         (TypeClass::Boolean, Value::Int(i)) => i.to_string(),
         (TypeClass::Binary, Value::Bytes(b)) => binary_hex(b, fmt.fixed_char),
+        // a JSON document that is a bare number, stored as one (SQLite's NUMERIC
+        // affinity): the number as RFC 8785 writes it
+        (TypeClass::Json, Value::Int(i)) => json_number(*i as f64)?,
+        (TypeClass::Json, Value::Float(f)) => json_number(*f)?,
         // a text value compared as binary (or stored in a binary column, SQLite): its
         // UTF-8 bytes, never its characters read as hex digits
         (TypeClass::Binary, Value::Text(t)) => binary_hex(t.as_bytes(), fmt.fixed_char),
@@ -177,6 +181,19 @@ pub fn binary_hex(b: &[u8], fixed: bool) -> String {
     hex::encode(&b[..end])
 }
 
+fn json_number(f: f64) -> Result<String, CanonicalError> {
+    if !f.is_finite() {
+        return Err(invalid(
+            "json",
+            &f.to_string(),
+            "a JSON number outside double range",
+        ));
+    }
+    let mut out = String::new();
+    crate::jcs::push_number(&mut out, f);
+    Ok(out)
+}
+
 /// The token of a non-finite float, or `None` for a finite one.
 fn float_token(f: f64) -> Option<&'static str> {
     if f.is_nan() {
@@ -236,9 +253,9 @@ fn canonical_integer(v: &str) -> Result<String, CanonicalError> {
         .map_err(|_| invalid("integer", v, "not an integer"))
 }
 
-/// A float is rendered from its shortest round-trip decimal, rounded half away from
-/// zero to `scale` digits. Rust's `Display` for `f64` gives exactly that decimal, with
-/// no exponent.
+/// A float is rendered from its shortest round-trip decimal (ties between two shortest
+/// candidates to the even digit, as every engine prints them), rounded half away from
+/// zero to `scale` digits.
 pub fn canonical_float(f: f64, scale: u32) -> String {
     if f.is_nan() {
         return "NaN".to_string();
@@ -246,7 +263,8 @@ pub fn canonical_float(f: f64, scale: u32) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
     }
-    fixed_point(&format!("{f}"), scale).expect("Display of a finite f64 is a plain decimal")
+    fixed_point(&crate::shortest::shortest_decimal(f), scale)
+        .expect("a finite double's shortest decimal is plain")
 }
 
 /// Whether `s` already is the fixed-point text at `scale` (the common case of a decimal

@@ -81,7 +81,7 @@ pub fn push_number(out: &mut String, f: f64) {
         out.push('0'); // also -0
         return;
     }
-    let (neg, digits, exp) = shortest_digits(f);
+    let (neg, digits, exp) = crate::shortest::shortest_digits(f);
     let k = digits.len() as i32; // number of significant digits
     let n = exp + 1; // position of the decimal point relative to the digits
     if neg {
@@ -112,64 +112,6 @@ pub fn push_number(out: &mut String, f: f64) {
         out.push(if n > 0 { '+' } else { '-' });
         out.push_str(&(n - 1).abs().to_string());
     }
-}
-
-/// The shortest round-trip digits of a finite non-zero double and the exponent of the
-/// first: `(neg, "12345", -7)` for -1.2345e-7. Where two shortest digit strings are
-/// equally close to the double, ECMAScript takes the even one; Rust's `{:e}` may
-/// take the other, so ties are settled here.
-fn shortest_digits(f: f64) -> (bool, String, i32) {
-    let split = |sci: &str| {
-        let (m, e) = sci.split_once('e').expect("exponent form");
-        let (neg, m) = m.strip_prefix('-').map_or((false, m), |m| (true, m));
-        let digits: String = m.chars().filter(|c| *c != '.').collect();
-        (neg, digits, e.parse::<i32>().expect("exponent digits"))
-    };
-    let (neg, digits, exp) = split(&format!("{f:e}"));
-    let k = digits.len();
-    let last = digits.as_bytes()[k - 1] - b'0';
-    if last.is_multiple_of(2) {
-        return (neg, digits, exp);
-    }
-    // the double's exact decimal expansion (767 significant digits always suffice)
-    let (_, exact, exact_exp) = split(&format!("{f:.800e}"));
-    let exact = exact.trim_end_matches('0');
-    if exact_exp != exp || exact.len() != k + 1 || !exact.ends_with('5') {
-        return (neg, digits, exp);
-    }
-    // exact = shared prefix + one more digit 5: a tie between digits and its neighbour
-    let prefix = &exact[..k];
-    let other = if prefix == digits {
-        bump(&digits, 1)
-    } else {
-        Some(prefix.to_string())
-    };
-    match other {
-        Some(o) if o.len() == k && (o.as_bytes()[k - 1] - b'0').is_multiple_of(2) => {
-            let text = format!("{}{}.{}e{exp}", if neg { "-" } else { "" }, &o[..1], &o[1..]);
-            if text.parse::<f64>().ok() == Some(f) {
-                return (neg, o, exp);
-            }
-            (neg, digits, exp)
-        }
-        _ => (neg, digits, exp),
-    }
-}
-
-/// A digit string plus `d` in its last place, `None` on a carry out of the first digit.
-fn bump(digits: &str, d: u8) -> Option<String> {
-    let mut b = digits.as_bytes().to_vec();
-    let mut i = b.len() - 1;
-    b[i] += d;
-    while b[i] > b'9' {
-        b[i] -= 10;
-        if i == 0 {
-            return None;
-        }
-        i -= 1;
-        b[i] += 1;
-    }
-    String::from_utf8(b).ok()
 }
 
 #[cfg(test)]

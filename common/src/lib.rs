@@ -11,6 +11,7 @@ pub mod jcs;
 pub mod period;
 pub mod pki;
 pub mod segment;
+pub mod shortest;
 pub mod types;
 pub mod vectors;
 

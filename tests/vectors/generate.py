@@ -373,6 +373,8 @@ ROWS = [
     ("json: string escapes", [J('["\\u0001\\u001f", "\\n\\t\\"\\\\/", "\\u00e9\\ud83d\\ude00"]')]),
     ("json: members sorted by UTF-16 code units", [J('{"\\ue000": 1, "\\ud83d\\ude00": 2, "a": 3}')]),
     ("json: a scalar document and nesting", [J('"text"'), J('{"o": {"z": [], "y": {}}}')]),
+    ("float: a double halfway between two shortest decimals takes the even digit", [F("1000000000000000.25"), F("1125899906842624.25", 1)]),
+    ("json: numbers read exactly as doubles (no ulp lost in parsing)", [J('[2.9133421712063755e+193, 1.8824190929447882e+65, -69026.3]')]),
 ]
 
 

@@ -203,7 +203,14 @@ impl Dialect for Postgres {
             // only whole zero bytes: a match of (00)+ at an odd offset cannot reach the end
             TypeClass::Binary if f.fixed_char => format!("regexp_replace(encode({x}, 'hex'), '(00)+$', '')"),
             TypeClass::Binary => format!("encode({x}, 'hex')"),
-            TypeClass::Date => dated(&x, "-MM-DD", "", ""),
+            // past 294276 AD a date has no timestamp, which to_char needs: its parts
+            // come from extract, which reads the date itself (PostgreSQL 14 and later)
+            TypeClass::Date => format!(
+                "CASE WHEN {x} = 'infinity' THEN 'infinity' WHEN {x} = '-infinity' THEN '-infinity' \
+                 WHEN {x} >= '0001-01-01' AND {x} < '10000-01-01' THEN to_char({x}, 'YYYY-MM-DD') \
+                 ELSE {} || '-' || lpad(extract(month from {x})::text, 2, '0') || '-' || lpad(extract(day from {x})::text, 2, '0') END",
+                iso_year(&x)
+            ),
             TypeClass::Timestamp => dated(
                 &x,
                 "-MM-DD\"T\"HH24:MI:SS",
