@@ -169,6 +169,11 @@ pub struct Policy {
     pub min_segment_rows: u64,
     #[serde(default)]
     pub mask_columns: Vec<String>,
+    /// Whether investigation SQL of a `query:` dataset shows the query's text. Off,
+    /// it names the dataset instead: the query may name tables, columns or literal
+    /// values the zone does not release.
+    #[serde(default)]
+    pub share_query: bool,
 }
 
 fn yes() -> bool {
@@ -182,6 +187,7 @@ impl Default for Policy {
             expose_key_bounds: true,
             min_segment_rows: 0,
             mask_columns: Vec::new(),
+            share_query: false,
         }
     }
 }
@@ -379,6 +385,16 @@ mod tests {
         assert_eq!(c.datasets["o"].policy, Policy::default());
         assert_eq!(c.datasets["o"].policy.max_level, PrivacyLevel::CountOnly);
         assert!(c.datasets["o"].policy.expose_key_bounds);
+    }
+
+    #[test]
+    fn share_query_defaults_to_false() {
+        let c = parse(&format!(
+            "{BASE}datasets:\n  q: {{ url: 'sqlite://x', query: 'SELECT 1 AS id', key: [id] }}\n  s: {{ url: 'sqlite://x', query: 'SELECT 1 AS id', key: [id], policy: {{ share_query: true }} }}\n"
+        ))
+        .unwrap();
+        assert!(!c.datasets["q"].policy.share_query);
+        assert!(c.datasets["s"].policy.share_query);
     }
 
     #[test]
