@@ -734,6 +734,9 @@ mod tests {
         );
         assert_eq!(canonical_value(&bin, &Value::Null).unwrap(), None);
         // text as binary is its bytes: 'abcd' is 61626364, never the bytes ab cd
-        assert_eq!(canonical_value(&bin, &Value::Text("abcd")).unwrap().unwrap(), "61626364");
+        assert_eq!(
+            canonical_value(&bin, &Value::Text("abcd")).unwrap().unwrap(),
+            "61626364"
+        );
     }
 }
