@@ -73,6 +73,8 @@ refuse $A "max_level" -f $EX --set datasets.orders.policy.max_level=everything
 refuse $A "databaseSecret" -f $EX --set databaseSecret=
 refuse $A "max_connections" -f $EX --set agent.connections.max_connections=0
 refuse $A "max_per_database" -f $EX --set agent.connections.max_per_database=4
+refuse $A "allowedClients" -f $EX --set-string agent.allowedClients=everyone
+refuse $A "allowedClients" -f $EX --set-json 'agent.allowedClients=[]'
 C=charts/tally-coordinator; CX=$C/examples/two-zones.yaml
 refuse $C "endpoint" -f $CX --set agents.dc1.endpoint=http://plain:7401
 refuse $C "password" -f $CX --set agents.dc1.password=x

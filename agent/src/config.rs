@@ -84,10 +84,46 @@ pub struct TlsConfig {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// Client certificate names (SAN or CN) allowed to call; empty allows any client
-    /// certificate issued by `ca`.
+    /// Client certificate names allowed to call (DESIGN §2): `[coordinator]` unless
+    /// set; `any` admits every client certificate issued by `ca`.
     #[serde(default)]
-    pub allowed_clients: Vec<String>,
+    pub allowed_clients: AllowedClients,
+}
+
+/// `tls.allowed_clients`: a list of names, matched against a client certificate's DNS
+/// SANs (its common name only when it has no DNS SAN), or the word `any`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "AllowedClientsText")]
+pub enum AllowedClients {
+    Any,
+    Names(Vec<String>),
+}
+
+impl Default for AllowedClients {
+    fn default() -> Self {
+        AllowedClients::Names(vec!["coordinator".to_string()])
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AllowedClientsText {
+    Word(String),
+    Names(Vec<String>),
+}
+
+impl TryFrom<AllowedClientsText> for AllowedClients {
+    type Error = String;
+
+    fn try_from(t: AllowedClientsText) -> Result<Self, String> {
+        match t {
+            AllowedClientsText::Word(w) if w == "any" => Ok(AllowedClients::Any),
+            AllowedClientsText::Word(w) => Err(format!(
+                "tls.allowed_clients: expected a list of certificate names or `any`, found {w:?}"
+            )),
+            AllowedClientsText::Names(n) => Ok(AllowedClients::Names(n)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -169,6 +205,11 @@ pub struct Policy {
     pub min_segment_rows: u64,
     #[serde(default)]
     pub mask_columns: Vec<String>,
+    /// Whether investigation SQL of a `query:` dataset shows the query's text. Off,
+    /// it names the dataset instead: the query may name tables, columns or literal
+    /// values the zone does not release.
+    #[serde(default)]
+    pub share_query: bool,
 }
 
 fn yes() -> bool {
@@ -182,6 +223,7 @@ impl Default for Policy {
             expose_key_bounds: true,
             min_segment_rows: 0,
             mask_columns: Vec::new(),
+            share_query: false,
         }
     }
 }
@@ -332,13 +374,22 @@ impl AgentConfig {
                 ));
             }
         }
-        for (i, c) in self.tls.allowed_clients.iter().enumerate() {
-            if c.is_empty() {
+        if let AllowedClients::Names(names) = &self.tls.allowed_clients {
+            if names.is_empty() {
                 return Err(ConfigError::invalid(
                     file,
-                    format!("tls.allowed_clients[{i}]"),
-                    "empty client name",
+                    "tls.allowed_clients",
+                    "empty: no client could call; list the coordinator's certificate name, or write `any` to admit every client of the CA",
                 ));
+            }
+            for (i, c) in names.iter().enumerate() {
+                if c.is_empty() {
+                    return Err(ConfigError::invalid(
+                        file,
+                        format!("tls.allowed_clients[{i}]"),
+                        "empty client name",
+                    ));
+                }
             }
         }
         Ok(())
@@ -379,6 +430,40 @@ mod tests {
         assert_eq!(c.datasets["o"].policy, Policy::default());
         assert_eq!(c.datasets["o"].policy.max_level, PrivacyLevel::CountOnly);
         assert!(c.datasets["o"].policy.expose_key_bounds);
+    }
+
+    #[test]
+    fn allowed_clients_default_to_the_coordinator_and_open_only_with_any() {
+        let one = "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n";
+        let c = parse(&format!("{BASE}{one}")).unwrap();
+        assert_eq!(
+            c.tls.allowed_clients,
+            AllowedClients::Names(vec!["coordinator".into()])
+        );
+        let with = |v: &str| {
+            parse(&format!(
+                "listen: 127.0.0.1:7401\ntls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem, allowed_clients: {v} }}\n{one}"
+            ))
+        };
+        assert_eq!(with("any").unwrap().tls.allowed_clients, AllowedClients::Any);
+        assert_eq!(
+            with("[coordinator, ops]").unwrap().tls.allowed_clients,
+            AllowedClients::Names(vec!["coordinator".into(), "ops".into()])
+        );
+        let e = with("[]").unwrap_err().to_string();
+        assert!(e.contains("tls.allowed_clients") && e.contains("any"), "{e}");
+        let e = with("everyone").unwrap_err().to_string();
+        assert!(e.contains("allowed_clients"), "{e}");
+    }
+
+    #[test]
+    fn share_query_defaults_to_false() {
+        let c = parse(&format!(
+            "{BASE}datasets:\n  q: {{ url: 'sqlite://x', query: 'SELECT 1 AS id', key: [id] }}\n  s: {{ url: 'sqlite://x', query: 'SELECT 1 AS id', key: [id], policy: {{ share_query: true }} }}\n"
+        ))
+        .unwrap();
+        assert!(!c.datasets["q"].policy.share_query);
+        assert!(c.datasets["s"].policy.share_query);
     }
 
     #[test]

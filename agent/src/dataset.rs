@@ -631,10 +631,24 @@ impl Dataset {
         Ok((out, truncated))
     }
 
+    /// Investigation SQL of a segment. A `query:` dataset shows its query only where
+    /// its policy says `share_query: true`; otherwise the SQL reads from a comment
+    /// naming the dataset (names are letters, digits, '-', '_', '.': no `*/`).
     pub fn investigation_sql(&self, b: &Bound, seg: &Segment) -> String {
+        let withheld;
+        let source = match &self.source {
+            Source::Query(_) if !self.config.policy.share_query => {
+                withheld = Source::Query(format!(
+                    "/* dataset {}: query not shared by its agent's policy */",
+                    self.name
+                ));
+                &withheld
+            }
+            s => s,
+        };
         dialect::investigation_sql(
             self.connector.dialect_for(&b.info),
-            &self.source,
+            source,
             &b.cols,
             &b.key_infos(),
             seg,

@@ -35,6 +35,10 @@ pub enum AgentError {
     Unsupported(String),
     #[error("configuration: {0}")]
     Config(String),
+    /// The release log could not record the call: the agent releases nothing it has
+    /// not recorded (fail closed).
+    #[error("the agent's release log cannot be written; nothing was released")]
+    ReleaseLog,
 }
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
@@ -82,6 +86,7 @@ impl AgentError {
             AgentError::Canonical { .. } => Code::FailedPrecondition,
             AgentError::Unsupported(_) => Code::Unimplemented,
             AgentError::Config(_) => Code::FailedPrecondition,
+            AgentError::ReleaseLog => Code::Unavailable,
         }
     }
 }

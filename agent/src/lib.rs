@@ -12,6 +12,7 @@ pub mod dataset;
 pub mod dialect;
 pub mod error;
 pub mod policy;
+pub mod release;
 pub mod release_log;
 pub mod sample_data;
 pub mod schema;

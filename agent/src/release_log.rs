@@ -22,7 +22,8 @@ impl std::fmt::Debug for ReleaseLog {
 }
 
 struct State {
-    file: Option<(PathBuf, std::fs::File)>,
+    /// `None`: records go to the tracing output only.
+    path: Option<PathBuf>,
     seq: u64,
     prev: String,
 }
@@ -36,7 +37,7 @@ impl ReleaseLog {
     /// tracing output only.
     pub fn open(path: Option<&Path>) -> std::io::Result<ReleaseLog> {
         let mut state = State {
-            file: None,
+            path: None,
             seq: 0,
             prev: GENESIS.to_string(),
         };
@@ -49,32 +50,52 @@ impl ReleaseLog {
                 state.seq = seq;
                 state.prev = prev;
             }
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
-            state.file = Some((p.to_path_buf(), f));
+            // created here, once: a log that disappears later is an error, never a
+            // fresh chain
+            std::fs::OpenOptions::new().create(true).append(true).open(p)?;
+            state.path = Some(p.to_path_buf());
         }
         Ok(ReleaseLog {
             inner: Mutex::new(state),
         })
     }
 
-    /// Appends one record; `record` is an object with the request and what was released.
-    pub fn append(&self, mut record: Value) {
+    /// Appends one record (an object with the request and what was released) and
+    /// returns the new head: the SHA-256 of the line just written, which the next line
+    /// carries as `prev`. The file is reopened and synced for every record, so a log
+    /// whose file or directory went away fails here rather than writing to an unlinked
+    /// inode; on failure nothing is recorded and the caller must release nothing.
+    pub fn append(&self, mut record: Value) -> std::io::Result<String> {
         let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        s.seq += 1;
         let obj = record.as_object_mut().expect("release records are objects");
-        obj.insert("seq".into(), json!(s.seq));
+        obj.insert("seq".into(), json!(s.seq + 1));
         obj.insert("ts".into(), json!(now_rfc3339()));
         obj.insert("prev".into(), json!(s.prev));
         let line = serde_json::to_string(&record).expect("json");
-        s.prev = line_hash(&line);
-        match &mut s.file {
-            Some((path, f)) => {
-                if let Err(e) = writeln!(f, "{line}").and_then(|_| f.flush()) {
+        match &s.path {
+            Some(path) => {
+                let written = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .and_then(|mut f| {
+                        f.write_all(format!("{line}\n").as_bytes())?;
+                        f.sync_data()
+                    });
+                if let Err(e) = written {
                     tracing::error!(path = %path.display(), error = %e, "cannot append to the release log");
+                    return Err(e);
                 }
             }
             None => tracing::info!(target: "tally::release", "{line}"),
         }
+        s.seq += 1;
+        s.prev = line_hash(&line);
+        Ok(s.prev.clone())
+    }
+
+    /// The hash of the last line written (all zeros for an empty log).
+    pub fn head(&self) -> String {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).prev.clone()
     }
 }
 
@@ -130,16 +151,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("release.jsonl");
         let log = ReleaseLog::open(Some(&p)).unwrap();
-        log.append(json!({"rpc": "Aggregate", "released": {"buckets": 32}}));
-        log.append(json!({"rpc": "RevealKeys", "released": {"keys": 3}}));
+        log.append(json!({"rpc": "Aggregate", "released": {"buckets": 32}}))
+            .unwrap();
+        log.append(json!({"rpc": "RevealKeys", "released": {"keys": 3}}))
+            .unwrap();
         drop(log);
         let log = ReleaseLog::open(Some(&p)).unwrap();
-        log.append(json!({"rpc": "Describe"}));
-        assert_eq!(verify_chain(&p).unwrap().0, 3);
+        let head = log.append(json!({"rpc": "Describe"})).unwrap();
+        assert_eq!(verify_chain(&p).unwrap(), (3, head.clone()));
+        assert_eq!(log.head(), head);
         let text = std::fs::read_to_string(&p)
             .unwrap()
             .replace("\"keys\":3", "\"keys\":0");
         std::fs::write(&p, text).unwrap();
         assert!(verify_chain(&p).unwrap_err().contains("chain broken"));
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_written_refuses_and_keeps_its_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("logs");
+        let p = sub.join("release.jsonl");
+        let log = ReleaseLog::open(Some(&p)).unwrap();
+        let head = log.append(json!({"rpc": "Describe"})).unwrap();
+        // the directory goes away under the running agent (root ignores chmod)
+        std::fs::remove_dir_all(&sub).unwrap();
+        assert!(log.append(json!({"rpc": "Aggregate"})).is_err());
+        assert_eq!(log.head(), head, "a failed write must not advance the chain");
+        // a file replaced by a directory
+        std::fs::create_dir_all(&p).unwrap();
+        assert!(log.append(json!({"rpc": "Aggregate"})).is_err());
+        // and back: the chain continues from the last line that was written
+        std::fs::remove_dir(&p).unwrap();
+        std::fs::write(&p, "").unwrap();
+        assert!(log.append(json!({"rpc": "Aggregate"})).is_ok());
+        let e = verify_chain(&p).unwrap_err();
+        assert!(e.contains("chain broken"), "a truncated log must not verify: {e}");
     }
 }

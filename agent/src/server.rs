@@ -54,7 +54,7 @@ pub struct Bound {
     listener: TcpListener,
     service: AgentService,
     tls: tonic::transport::ServerTlsConfig,
-    allowed: Vec<String>,
+    allowed: crate::config::AllowedClients,
 }
 
 impl std::fmt::Debug for Bound {
@@ -71,6 +71,11 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
     let log = ReleaseLog::open(cfg.release_log.as_deref())
         .map_err(|e| AgentError::Config(format!("release_log: {e}")))?;
     let tls = tls::server_tls(&cfg.tls)?;
+    if cfg.tls.allowed_clients == crate::config::AllowedClients::Any {
+        tracing::warn!(
+            "tls.allowed_clients is any: every client certificate of the CA may call this agent; list the coordinator's name to close it"
+        );
+    }
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| AgentError::Config(format!("listen {}: {e}", cfg.listen)))?;

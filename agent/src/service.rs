@@ -1,5 +1,6 @@
 //! The `tally.agent.v1.Agent` gRPC service: wire types in, domain types through the
-//! policy and the dataset, wire types out, and one release-log record per call.
+//! policy and the dataset, wire types out, and one release-log record per call, written
+//! before the response leaves: a call the log cannot record releases nothing.
 
 use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
@@ -18,6 +19,7 @@ use tracing::Instrument;
 use crate::dataset::{Bound, Dataset};
 use crate::error::AgentError;
 use crate::policy;
+use crate::release::{self, Asked, DigestsSent};
 use crate::release_log::ReleaseLog;
 use crate::tls::client_name;
 
@@ -57,6 +59,30 @@ fn segment_from(s: Option<pb::Segment>, field: &str) -> Result<Segment, AgentErr
         .unwrap_or_default())
 }
 
+fn outcome_of(e: &AgentError) -> String {
+    match e {
+        AgentError::Policy { key, .. } => format!("denied:{key}"),
+        e => format!("error:{}", e.code()),
+    }
+}
+
+/// One release-log line: who asked, the request's digest and summary, the outcome and
+/// what was released.
+fn record_line(
+    log: &ReleaseLog,
+    client: &str,
+    rpc: &str,
+    dataset: &str,
+    asked: &Asked,
+    outcome: &str,
+    released: serde_json::Value,
+) -> Result<String, Status> {
+    log.append(json!({"client": client, "rpc": rpc, "dataset": dataset,
+                      "request_sha256": asked.sha256, "request": asked.summary,
+                      "outcome": outcome, "released": released}))
+        .map_err(|_| Status::from(AgentError::ReleaseLog))
+}
+
 type DigestStream = Pin<Box<dyn Stream<Item = Result<pb::RowDigestBatch, Status>> + Send>>;
 
 impl AgentService {
@@ -67,22 +93,23 @@ impl AgentService {
             .ok_or_else(|| AgentError::UnknownDataset(name.to_string()))
     }
 
-    /// Records the outcome of one call in the release log.
+    /// Records one call in the release log; the log's new head, or the refusal to
+    /// send when it cannot be written.
     fn record<T>(
         &self,
         client: &str,
         rpc: &str,
         dataset: &str,
+        asked: &Asked,
         result: &Result<T, AgentError>,
         released: serde_json::Value,
-    ) {
+    ) -> Result<String, Status> {
         let outcome = match result {
-            Ok(_) => json!("ok"),
-            Err(AgentError::Policy { key, .. }) => json!(format!("denied:{key}")),
-            Err(e) => json!(format!("error:{}", e.code())),
+            Ok(_) => "ok".to_string(),
+            Err(e) => outcome_of(e),
         };
         let released = if result.is_ok() { released } else { json!({}) };
-        self.log.append(json!({"client": client, "rpc": rpc, "dataset": dataset, "outcome": outcome, "released": released}));
+        record_line(&self.log, client, rpc, dataset, asked, &outcome, released)
     }
 
     async fn bound(&self, ds: &Dataset, cols: Vec<pb::ColumnRef>, key_len: u32) -> Result<Bound, AgentError> {
@@ -98,6 +125,7 @@ impl Agent for AgentService {
     ) -> Result<Response<pb::DescribeResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
+        let asked = Asked::describe(&r);
         let span = tracing::info_span!("describe", dataset = %r.dataset, client = %client);
         let result = async {
             let ds = self.dataset(&r.dataset)?;
@@ -139,6 +167,7 @@ impl Agent for AgentService {
                 min_segment_rows: p.min_segment_rows,
                 key_min: range.map(|r| int_tuple(r.0)),
                 key_max: range.map(|r| int_tuple(r.1)),
+                release_log_head: String::new(),
             })
         }
         .instrument(span)
@@ -147,8 +176,11 @@ impl Agent for AgentService {
             Ok(d) => json!({"schema": true, "key_range": d.key_min.is_some()}),
             Err(_) => json!({}),
         };
-        self.record(&client, "Describe", &r.dataset, &result, released);
-        Ok(Response::new(result?))
+        let head = self.record(&client, "Describe", &r.dataset, &asked, &result, released)?;
+        Ok(Response::new(pb::DescribeResponse {
+            release_log_head: head,
+            ..result?
+        }))
     }
 
     async fn aggregate(
@@ -157,6 +189,7 @@ impl Agent for AgentService {
     ) -> Result<Response<pb::AggregateResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
+        let asked = Asked::aggregate(&r);
         let n_segments = r.segments.len();
         let span =
             tracing::info_span!("aggregate", dataset = %r.dataset, client = %client, segments = n_segments);
@@ -196,33 +229,44 @@ impl Agent for AgentService {
                 ms = started.elapsed().as_millis() as u64,
                 "aggregate done"
             );
-            Ok(out)
+            Ok(pb::AggregateResponse {
+                buckets: out
+                    .buckets
+                    .iter()
+                    .map(|b| pb::Bucket {
+                        parent: b.parent as u32,
+                        child: b.child as u32,
+                        segment: Some(pb::Segment::from(&b.segment)),
+                        count: b.agg.count(),
+                        sum: b.agg.sum(),
+                        xor: b.agg.xor(),
+                    })
+                    .collect(),
+                path: out.path.name().to_string(),
+                rows_scanned: out.rows_scanned,
+                release_log_head: String::new(),
+            })
         }
         .instrument(span)
         .await;
         let released = match &result {
             Ok(o) => {
-                json!({"buckets": o.buckets.len(), "key_bounds": o.buckets.iter().any(|b| b.segment.has_key_bounds()), "path": o.path.name()})
+                let mut v = release::aggregate_released(&o.buckets);
+                v["key_bounds"] = json!(o.buckets.iter().any(|b| {
+                    b.segment
+                        .as_ref()
+                        .is_some_and(|s| s.lower.is_some() || s.upper.is_some())
+                }));
+                v["path"] = json!(o.path);
+                v["rows_scanned"] = json!(o.rows_scanned.to_string());
+                v
             }
             Err(_) => json!({}),
         };
-        self.record(&client, "Aggregate", &r.dataset, &result, released);
-        let out = result?;
+        let head = self.record(&client, "Aggregate", &r.dataset, &asked, &result, released)?;
         Ok(Response::new(pb::AggregateResponse {
-            buckets: out
-                .buckets
-                .iter()
-                .map(|b| pb::Bucket {
-                    parent: b.parent as u32,
-                    child: b.child as u32,
-                    segment: Some(pb::Segment::from(&b.segment)),
-                    count: b.agg.count(),
-                    sum: b.agg.sum(),
-                    xor: b.agg.xor(),
-                })
-                .collect(),
-            path: out.path.name().to_string(),
-            rows_scanned: out.rows_scanned,
+            release_log_head: head,
+            ..result?
         }))
     }
 
@@ -234,6 +278,7 @@ impl Agent for AgentService {
     ) -> Result<Response<DigestStream>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
+        let asked = Asked::row_digests(&r);
         let prepared = async {
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
@@ -250,18 +295,35 @@ impl Agent for AgentService {
             Ok((ds, method, seg, b))
         }
         .await;
-        self.record(
-            &client,
-            "RowDigests",
-            &r.dataset,
-            &prepared,
-            json!({"digests": "streamed"}),
-        );
-        let (ds, method, seg, b) = prepared?;
+        // a refused request is recorded as such; an accepted one opens with a
+        // `started` line (nothing is streamed unless it is written) and closes with the
+        // count and outcome once the stream has ended
+        let rpc = "RowDigests";
+        let (ds, method, seg, b) = match prepared {
+            Err(e) => {
+                record_line(
+                    &self.log,
+                    &client,
+                    rpc,
+                    &r.dataset,
+                    &asked,
+                    &outcome_of(&e),
+                    json!({}),
+                )?;
+                return Err(e.into());
+            }
+            Ok(p) => p,
+        };
+        let opened = record_line(&self.log, &client, rpc, &r.dataset, &asked, "started", json!({}))?;
+        let log = Arc::clone(&self.log);
+        let dataset = r.dataset.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::RowDigestBatch, Status>>(4);
+        let span = tracing::info_span!("row_digests", dataset = %dataset, client = %client);
         tokio::spawn(
             async move {
                 let txc = tx.clone();
+                let mut sent = DigestsSent::default();
+                let mut cancelled = false;
                 let result = ds
                     .digests(&b, method, &seg, 4096, &mut |batch| {
                         let msg = pb::RowDigestBatch {
@@ -272,16 +334,37 @@ impl Agent for AgentService {
                                     row_hash: r,
                                 })
                                 .collect(),
+                            release_log_head: opened.clone(),
                         };
+                        let counted = msg.digests.clone();
                         // a full channel waits for the client: memory stays bounded
-                        txc.blocking_send_or_closed(Ok(msg))
+                        let r = txc.blocking_send_or_closed(Ok(msg));
+                        match &r {
+                            Ok(()) => counted.iter().for_each(|d| sent.add(d)),
+                            Err(_) => cancelled = true,
+                        }
+                        r
                     })
                     .await;
-                if let Err(e) = result {
-                    let _ = tx.send(Err(Status::from(e))).await;
+                let outcome = match &result {
+                    Ok(_) => "ok".to_string(),
+                    Err(_) if cancelled => "cancelled".to_string(),
+                    Err(e) => outcome_of(e),
+                };
+                let closed = record_line(&log, &client, rpc, &dataset, &asked, &outcome, sent.released());
+                let last = match (result, closed) {
+                    (_, Err(status)) => Err(status),
+                    (Err(e), _) => Err(Status::from(e)),
+                    (Ok(_), Ok(head)) => Ok(pb::RowDigestBatch {
+                        digests: Vec::new(),
+                        release_log_head: head,
+                    }),
+                };
+                if !cancelled {
+                    let _ = tx.send(last).await;
                 }
             }
-            .instrument(tracing::info_span!("row_digests", client = %client)),
+            .instrument(span),
         );
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -308,22 +391,27 @@ impl Agent for AgentService {
     ) -> Result<Response<pb::InvestigationSqlResponse>, Status> {
         let client = client_name(&req);
         let r = req.into_inner();
+        let asked = Asked::investigation_sql(&r);
         let result = async {
             let ds = self.dataset(&r.dataset)?;
-            let seg = segment_from(r.segment, "segment")?;
+            let seg = segment_from(r.segment.clone(), "segment")?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
-            let b = self.bound(&ds, r.columns, r.key_len).await?;
+            let b = self.bound(&ds, r.columns.clone(), r.key_len).await?;
             Ok(ds.investigation_sql(&b, &seg))
         }
         .await;
-        self.record(
+        let head = self.record(
             &client,
             "InvestigationSql",
             &r.dataset,
+            &asked,
             &result,
             json!({"sql": true}),
-        );
-        Ok(Response::new(pb::InvestigationSqlResponse { sql: result? }))
+        )?;
+        Ok(Response::new(pb::InvestigationSqlResponse {
+            sql: result?,
+            release_log_head: head,
+        }))
     }
 }
 
@@ -340,6 +428,7 @@ impl AgentService {
         } else {
             "RevealKeys"
         };
+        let asked = Asked::reveal(rpc, &r);
         let result = async {
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, level, r.consent_acknowledged)?;
@@ -386,17 +475,19 @@ impl AgentService {
             Ok(pb::RevealResponse {
                 truncated: truncated || r.key_hashes.len() > limit,
                 rows,
+                release_log_head: String::new(),
             })
         }
         .await;
         let released = match &result {
-            Ok(resp) => {
-                json!({"rows": resp.rows.len(), "values": level == PrivacyLevel::Detailed, "key_hashes": r.key_hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>()})
-            }
+            Ok(resp) => release::reveal_released(&resp.rows, level == PrivacyLevel::Detailed),
             Err(_) => json!({}),
         };
-        self.record(&client, rpc, &r.dataset, &result, released);
-        Ok(Response::new(result?))
+        let head = self.record(&client, rpc, &r.dataset, &asked, &result, released)?;
+        Ok(Response::new(pb::RevealResponse {
+            release_log_head: head,
+            ..result?
+        }))
     }
 }
 

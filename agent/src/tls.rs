@@ -1,6 +1,8 @@
 //! Mutual TLS for the agent's gRPC server: client certificates are required and must
-//! chain to the configured CA (rustls does that during the handshake); the optional
-//! allow-list of client names is checked per call from the verified certificate.
+//! chain to the configured CA with the ClientAuth extended key usage (rustls/webpki
+//! check both during the handshake, so another agent's ServerAuth-only certificate
+//! cannot call); the allow-list of client names (`[coordinator]` unless configured) is
+//! checked per call from the verified certificate.
 
 use std::path::Path;
 
@@ -8,7 +10,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
-use crate::config::TlsConfig;
+use crate::config::{AllowedClients, TlsConfig};
 use crate::error::AgentError;
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, AgentError> {
@@ -25,7 +27,8 @@ pub fn server_tls(cfg: &TlsConfig) -> Result<ServerTlsConfig, AgentError> {
         .client_auth_optional(false))
 }
 
-/// The names a certificate carries: DNS SANs, then the common name.
+/// The names a certificate is known by: its DNS SANs, or its common name when it has
+/// no DNS SAN (RFC 6125: the CN is ignored where SANs name the subject).
 pub fn cert_names(der: &[u8]) -> Vec<String> {
     let Ok((_, cert)) = X509Certificate::from_der(der) else {
         return Vec::new();
@@ -37,6 +40,9 @@ pub fn cert_names(der: &[u8]) -> Vec<String> {
                 names.push(d.to_string());
             }
         }
+    }
+    if !names.is_empty() {
+        return names;
     }
     for cn in cert.subject().iter_common_name() {
         if let Ok(s) = cn.as_str() {
@@ -55,11 +61,12 @@ pub fn client_name<T>(req: &Request<T>) -> String {
 }
 
 /// Builds the interceptor that enforces `tls.allowed_clients`.
-pub fn allow_list(allowed: Vec<String>) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
+pub fn allow_list(allowed: AllowedClients) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |req: Request<()>| {
-        if allowed.is_empty() {
-            return Ok(req);
-        }
+        let allowed = match &allowed {
+            AllowedClients::Any => return Ok(req),
+            AllowedClients::Names(n) => n,
+        };
         let names = req
             .peer_certs()
             .and_then(|certs| certs.first().map(|c| cert_names(c.as_ref())))
@@ -76,5 +83,30 @@ pub fn allow_list(allowed: Vec<String>) -> impl Fn(Request<()>) -> Result<Reques
                 "client certificate {who:?} is not in this agent's tls.allowed_clients"
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cert_names;
+
+    fn der(cn: &str, sans: &[&str]) -> Vec<u8> {
+        let mut p =
+            rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        p.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn the_common_name_counts_only_without_dns_sans() {
+        assert_eq!(
+            cert_names(&der("coordinator", &["other"])),
+            vec!["other".to_string()]
+        );
+        assert_eq!(
+            cert_names(&der("coordinator", &[])),
+            vec!["coordinator".to_string()]
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tally_agent::config::AgentConfig;
 use tally_agent::release_log::verify_chain;
 use tally_common::config_file::parse_yaml;
-use tally_common::pki::{Ca, Role};
+use tally_common::pki::{Ca, Pem, Role};
 use tally_common::segment::{KeyPart, Segment, Split};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;
@@ -21,6 +21,12 @@ struct Fixture {
     ca: Ca,
     endpoint: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Fixture {
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("logs/release.jsonl")
+    }
 }
 
 impl Drop for Fixture {
@@ -43,7 +49,12 @@ async fn sqlite_table(path: &Path) {
         .filename(path)
         .create_if_missing(true);
     let mut c = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
-    let mut sql = String::from("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, secret TEXT);\n");
+    let mut sql = String::from(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, secret TEXT);\n\
+         CREATE TABLE big (id INTEGER PRIMARY KEY, name TEXT, secret TEXT);\n\
+         WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 100000) \
+         INSERT INTO big SELECT i, 'name ' || i, 'secret ' || i FROM c;\n",
+    );
     for i in 1..=200 {
         sql.push_str(&format!(
             "INSERT INTO t VALUES ({i}, 'name {i}', 'secret {i}');\n"
@@ -58,10 +69,19 @@ async fn sqlite_table(path: &Path) {
 
 /// An agent on 127.0.0.1 with a few SQLite datasets (and any extra dataset YAML).
 async fn start(extra_datasets: &str) -> Fixture {
+    start_with(extra_datasets, ", allowed_clients: [coordinator]", None).await
+}
+
+/// [`start`] with `tls_extra` appended to the `tls:` map (`""`: the defaults) and the
+/// server certificate `server` (an agent leaf named dc1 unless given).
+async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca) -> Pem>) -> Fixture {
     tally_agent::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test-ca").unwrap();
-    let server = ca.issue("dc1", Role::Server, &[]).unwrap();
+    let server = match server {
+        Some(f) => f(&ca),
+        None => ca.issue("dc1", Role::Server, &[]).unwrap(),
+    };
     write(dir.path(), "ca.pem", &ca.pem.cert);
     write(dir.path(), "dc1.pem", &server.cert);
     write(dir.path(), "dc1-key.pem", &server.key);
@@ -70,14 +90,15 @@ async fn start(extra_datasets: &str) -> Fixture {
     let url = format!("sqlite://{}", db.display());
     let text = format!(
         "listen: 127.0.0.1:0\n\
-         tls: {{ ca: ca.pem, cert: dc1.pem, key: dc1-key.pem, allowed_clients: [coordinator] }}\n\
-         release_log: release.jsonl\n\
+         tls: {{ ca: ca.pem, cert: dc1.pem, key: dc1-key.pem{tls_extra} }}\n\
+         release_log: logs/release.jsonl\n\
          datasets:\n\
          \x20 closed: {{ url: '{url}', table: t, key: [id] }}\n\
          \x20 keys: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, mask_columns: [secret] }} }}\n\
          \x20 detailed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: detailed, mask_columns: [secret] }} }}\n\
          \x20 hidden: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, expose_key_bounds: false }} }}\n\
          \x20 floor: {{ url: '{url}', table: t, key: [id], policy: {{ min_segment_rows: 50 }} }}\n\
+         \x20 big: {{ url: '{url}', table: big, key: [id], policy: {{ max_level: with_keys }} }}\n\
          {extra_datasets}"
     );
     let path = write(dir.path(), "agent.yaml", &text);
@@ -310,9 +331,9 @@ async fn policy_holds_whatever_the_coordinator_asks() {
     assert!(rows[0].values[1].text.as_deref().unwrap().starts_with("name "));
     assert_eq!(rows[0].values[2].text, None, "masked column revealed");
     // every call is in the release log, chained
-    let (records, _) = verify_chain(&f.dir.path().join("release.jsonl")).unwrap();
+    let (records, _) = verify_chain(&f.log()).unwrap();
     assert!(records >= 14, "{records}");
-    let log = std::fs::read_to_string(f.dir.path().join("release.jsonl")).unwrap();
+    let log = std::fs::read_to_string(f.log()).unwrap();
     assert!(log.contains("\"denied:max_level\"") && log.contains("\"denied:expose_key_bounds\""));
     assert!(log.contains("\"client\":\"coordinator\""));
 }
@@ -438,4 +459,243 @@ fn the_shipped_example_config_parses() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/agent.yaml");
     let cfg: AgentConfig = parse_yaml(&p, &std::fs::read_to_string(&p).unwrap()).unwrap();
     cfg.validate(&p).unwrap();
+}
+
+/// Whether a call with this client succeeds: a refusal may come at the handshake or
+/// at the first call (TLS 1.3 checks the client certificate after the client's
+/// handshake has finished).
+async fn admitted(f: &Fixture, leaf: &Pem) -> Result<(), String> {
+    let mut c = client_with(f, &f.ca.pem.cert, Some((&leaf.cert, &leaf.key))).await?;
+    c.describe(pb::DescribeRequest {
+        dataset: "closed".into(),
+    })
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("{:?}: {}", e.code(), e.message()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_certificate_cannot_call_another_agent() {
+    let f = start_with("", "", None).await;
+    // another agent's leaf of the same CA: ServerAuth only
+    let vpc2 = f.ca.issue("vpc2", Role::Server, &[]).unwrap();
+    let e = admitted(&f, &vpc2).await.unwrap_err();
+    assert!(
+        !e.starts_with("PermissionDenied"),
+        "refused by the handshake, not by name: {e}"
+    );
+    // even one named like the coordinator: the extended key usage is what refuses it
+    let named = f.ca.issue("coordinator", Role::Server, &[]).unwrap();
+    let e = admitted(&f, &named).await.unwrap_err();
+    assert!(!e.starts_with("PermissionDenied"), "{e}");
+    // the coordinator's own certificate is admitted
+    admitted(&f, &f.ca.issue("coordinator", Role::Client, &[]).unwrap())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowed_clients_default_to_the_coordinator_and_any_opens_the_agent() {
+    // no allowed_clients in the config: [coordinator]
+    let f = start_with("", "", None).await;
+    let other = f.ca.issue("other", Role::Client, &[]).unwrap();
+    let e = admitted(&f, &other).await.unwrap_err();
+    assert!(
+        e.starts_with("PermissionDenied") && e.contains("allowed_clients"),
+        "{e}"
+    );
+    // names are the DNS SANs: one of them naming the coordinator admits the client
+    let sans =
+        f.ca.issue("other", Role::Client, &["coordinator".into()])
+            .unwrap();
+    admitted(&f, &sans).await.unwrap();
+    drop(f);
+    let f = start_with("", ", allowed_clients: any", None).await;
+    let other = f.ca.issue("other", Role::Client, &[]).unwrap();
+    admitted(&f, &other).await.unwrap();
+    // any is any client of the CA: a certificate of another CA is still refused
+    let stranger = Ca::generate("other-ca")
+        .unwrap()
+        .issue("other", Role::Client, &[])
+        .unwrap();
+    assert!(admitted(&f, &stranger).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_coordinator_certificate_cannot_serve_as_an_agent() {
+    // an agent configured with the coordinator's ClientAuth-only certificate: a client
+    // that checks ServerAuth (tonic's rustls, as the coordinator does) refuses it
+    let f = start_with(
+        "",
+        "",
+        Some(|ca: &Ca| {
+            ca.issue("coordinator", Role::Client, &["localhost".into()])
+                .unwrap()
+        }),
+    )
+    .await;
+    let leaf = f.ca.issue("coordinator", Role::Client, &[]).unwrap();
+    let e = admitted(&f, &leaf).await.unwrap_err();
+    assert!(
+        e.to_lowercase().contains("usage") || e.contains("Eku") || e.contains("InvalidCertificate"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_response_carries_the_release_log_head() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let d = c
+        .describe(pb::DescribeRequest {
+            dataset: "closed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.release_log_head, verify_chain(&f.log()).unwrap().1);
+    let a = c
+        .aggregate(agg("closed", Segment::whole(), Split::Quantile(4)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.release_log_head, verify_chain(&f.log()).unwrap().1);
+    let line = last_line(&f);
+    assert_eq!(line["rpc"], "Aggregate");
+    assert_eq!(line["outcome"], "ok");
+    assert_eq!(line["request"]["splits"], serde_json::json!({"quantile": 1}));
+    assert_eq!(line["request"]["columns"][1]["class"], "text");
+    assert_eq!(line["released"]["buckets"], 4);
+    assert_eq!(line["released"]["total_count"], "200");
+    assert_eq!(line["request_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(line["released"]["buckets_sha256"].as_str().unwrap().len(), 64);
+    // the same request gives the same digest; another segment another
+    c.aggregate(agg("closed", Segment::whole(), Split::Quantile(4)))
+        .await
+        .unwrap();
+    assert_eq!(last_line(&f)["request_sha256"], line["request_sha256"]);
+    let bounded = Segment {
+        lower: Some(vec![KeyPart::Int(7)]),
+        ..Segment::default()
+    };
+    c.aggregate(agg("closed", bounded, Split::Quantile(4)))
+        .await
+        .unwrap();
+    let l = last_line(&f);
+    assert_ne!(l["request_sha256"], line["request_sha256"]);
+    assert_eq!(l["request"]["key_bounds"], true);
+    assert!(
+        !l.to_string().contains("\"int\""),
+        "key values are digested, not logged: {l}"
+    );
+    // a row-digest stream: every batch carries the head of its `started` line, a last
+    // empty batch the head of the line that closed it
+    let mut stream = c.row_digests(digests("keys")).await.unwrap().into_inner();
+    let (mut n, mut heads) = (0, Vec::new());
+    while let Some(b) = stream.message().await.unwrap() {
+        n += b.digests.len();
+        heads.push((b.digests.is_empty(), b.release_log_head));
+    }
+    assert_eq!(n, 200);
+    let (last_empty, last_head) = heads.pop().unwrap();
+    assert!(last_empty);
+    assert_eq!(last_head, verify_chain(&f.log()).unwrap().1);
+    let lines = lines(&f);
+    let (opened, closed) = (&lines[lines.len() - 2], &lines[lines.len() - 1]);
+    assert_eq!(
+        (opened["rpc"].as_str(), opened["outcome"].as_str()),
+        (Some("RowDigests"), Some("started"))
+    );
+    assert_eq!(closed["outcome"], "ok");
+    assert_eq!(closed["released"]["digests"], 200);
+    assert_eq!(closed["request_sha256"], opened["request_sha256"]);
+    let reveal = c
+        .reveal_keys(reveal("keys", vec![1, 2], false))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reveal.release_log_head, verify_chain(&f.log()).unwrap().1);
+    assert_eq!(last_line(&f)["released"]["rows"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_digest_stream_is_logged_as_cancelled() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let mut stream = c.row_digests(digests("big")).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(!first.digests.is_empty());
+    drop(stream);
+    for _ in 0..100 {
+        let l = last_line(&f);
+        if l["rpc"] == "RowDigests" && l["outcome"] != "started" {
+            assert_eq!(l["outcome"], "cancelled", "{l}");
+            let sent = l["released"]["digests"].as_u64().unwrap();
+            assert!(sent > 0 && sent < 100_000, "{l}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the stream's end was never logged: {}", last_line(&f));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_log_that_cannot_be_written_refuses_every_call() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    c.aggregate(agg("closed", Segment::whole(), Split::Whole))
+        .await
+        .unwrap();
+    let before = verify_chain(&f.log()).unwrap();
+    // the log's directory goes away under the running agent (root ignores chmod)
+    std::fs::remove_dir_all(f.dir.path().join("logs")).unwrap();
+    let unavailable = |r: Result<(), tonic::Status>| {
+        let e = r.expect_err("must fail closed");
+        assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+        assert!(e.message().contains("release log"), "{}", e.message());
+    };
+    unavailable(
+        c.aggregate(agg("closed", Segment::whole(), Split::Quantile(4)))
+            .await
+            .map(|_| ()),
+    );
+    unavailable(
+        c.describe(pb::DescribeRequest {
+            dataset: "closed".into(),
+        })
+        .await
+        .map(|_| ()),
+    );
+    // no digest leaves before its stream is recorded
+    unavailable(c.row_digests(digests("keys")).await.map(|_| ()));
+    unavailable(c.reveal_keys(reveal("keys", vec![1], false)).await.map(|_| ()));
+    // a file replaced by a directory: the same
+    std::fs::create_dir_all(f.log()).unwrap();
+    unavailable(
+        c.aggregate(agg("closed", Segment::whole(), Split::Whole))
+            .await
+            .map(|_| ()),
+    );
+    // no refused call advanced the chain: once the file is back, the next line
+    // follows the last one written before the directory went away
+    std::fs::remove_dir(f.log()).unwrap();
+    std::fs::write(f.log(), "").unwrap();
+    c.aggregate(agg("closed", Segment::whole(), Split::Whole))
+        .await
+        .unwrap();
+    let l = last_line(&f);
+    assert_eq!(l["prev"], before.1.as_str());
+    assert_eq!(l["seq"], before.0 + 1);
+}
+
+fn lines(f: &Fixture) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(f.log())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn last_line(f: &Fixture) -> serde_json::Value {
+    lines(f).pop().unwrap()
 }

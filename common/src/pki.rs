@@ -17,6 +17,8 @@ pub enum PkiError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("invalid certificate name {0:?}: use letters, digits, '-', '_' and '.'")]
     BadName(String),
+    #[error("invalid --agent {0:?}: expected NAME or NAME=SAN1,SAN2 (DNS names or IP addresses)")]
+    BadAgent(String),
 }
 
 /// A PEM certificate and its PEM private key.
@@ -38,13 +40,55 @@ impl std::fmt::Debug for Ca {
     }
 }
 
-/// What a leaf certificate is for.
+/// What a leaf certificate is for (DESIGN §2): each role's extended key usage is the
+/// only one it carries, so an agent's certificate cannot call another agent and the
+/// coordinator's cannot serve as an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// An agent's gRPC server (also valid as a client, for `tally-agent check` tooling).
+    /// An agent's gRPC server: ServerAuth only.
     Server,
-    /// The coordinator (or any caller) authenticating to agents.
+    /// The coordinator (or any caller) authenticating to agents: ClientAuth only.
     Client,
+}
+
+/// One agent of `tally certs init`: its name and the extra names (DNS or IP) its
+/// server certificate is valid for, from `--agent NAME=SAN1,SAN2`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentLeaf {
+    pub name: String,
+    pub sans: Vec<String>,
+}
+
+impl AgentLeaf {
+    pub fn new(name: impl Into<String>) -> AgentLeaf {
+        AgentLeaf {
+            name: name.into(),
+            sans: Vec::new(),
+        }
+    }
+
+    /// Parses `NAME` or `NAME=SAN1,SAN2`.
+    pub fn parse(arg: &str) -> Result<AgentLeaf, PkiError> {
+        let bad = || PkiError::BadAgent(arg.to_string());
+        let (name, sans) = match arg.split_once('=') {
+            None => (arg, Vec::new()),
+            Some((name, list)) => {
+                let sans: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+                if sans
+                    .iter()
+                    .any(|s| s.is_empty() || s.contains(char::is_whitespace))
+                {
+                    return Err(bad());
+                }
+                (name, sans)
+            }
+        };
+        check_name(name).map_err(|_| bad())?;
+        Ok(AgentLeaf {
+            name: name.to_string(),
+            sans,
+        })
+    }
 }
 
 fn check_name(name: &str) -> Result<(), PkiError> {
@@ -92,8 +136,8 @@ impl Ca {
         })
     }
 
-    /// Issues a leaf named `name` (common name and DNS SAN). Servers also get
-    /// `localhost`, `127.0.0.1` and every entry of `extra_sans` (DNS names or IPs).
+    /// Issues a leaf named `name` (common name and DNS SAN) with `extra_sans` (DNS
+    /// names or IPs). Servers also get `localhost` and `127.0.0.1`.
     pub fn issue(&self, name: &str, role: Role, extra_sans: &[String]) -> Result<Pem, PkiError> {
         check_name(name)?;
         let mut sans = vec![name.to_string()];
@@ -117,10 +161,7 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = match role {
-            Role::Server => vec![
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ],
+            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
             Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
         };
         params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
@@ -157,9 +198,11 @@ fn write_new(path: &Path, contents: &str, private: bool) -> Result<(), PkiError>
 }
 
 /// Writes the layout of DESIGN §11 into `out`: `ca.pem`, `ca-key.pem`,
-/// `coordinator.pem`, `coordinator-key.pem`, and `NAME.pem`, `NAME-key.pem` per agent.
-/// An existing CA is reused and existing leaves are kept, so agents can be added later.
-pub fn init_dir(out: &Path, agents: &[String], extra_sans: &[String]) -> Result<Vec<FileOutcome>, PkiError> {
+/// `coordinator.pem`, `coordinator-key.pem` (ClientAuth), and `NAME.pem`, `NAME-key.pem`
+/// per agent (ServerAuth, valid for its name, localhost, 127.0.0.1 and its own SANs
+/// only). An existing CA is reused and existing leaves are kept, so agents can be added
+/// later.
+pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, PkiError> {
     let io = |source| PkiError::Io {
         path: out.to_path_buf(),
         source,
@@ -183,9 +226,13 @@ pub fn init_dir(out: &Path, agents: &[String], extra_sans: &[String]) -> Result<
         outcomes.push(FileOutcome::Written(ca_cert));
         ca
     };
-    let mut leaves: Vec<(&str, Role)> = vec![("coordinator", Role::Client)];
-    leaves.extend(agents.iter().map(|a| (a.as_str(), Role::Server)));
-    for (name, role) in leaves {
+    let mut leaves: Vec<(&str, Role, &[String])> = vec![("coordinator", Role::Client, &[])];
+    leaves.extend(
+        agents
+            .iter()
+            .map(|a| (a.name.as_str(), Role::Server, a.sans.as_slice())),
+    );
+    for (name, role, sans) in leaves {
         check_name(name)?;
         let (cert, key) = (
             out.join(format!("{name}.pem")),
@@ -195,7 +242,7 @@ pub fn init_dir(out: &Path, agents: &[String], extra_sans: &[String]) -> Result<
             outcomes.push(FileOutcome::Kept(cert));
             continue;
         }
-        let pem = ca.issue(name, role, extra_sans)?;
+        let pem = ca.issue(name, role, sans)?;
         write_new(&cert, &pem.cert, false)?;
         write_new(&key, &pem.key, true)?;
         outcomes.push(FileOutcome::Written(cert));
@@ -211,7 +258,7 @@ mod tests {
     fn init_dir_writes_the_documented_layout_and_reuses_the_ca() {
         let dir = std::env::temp_dir().join(format!("tally-pki-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        init_dir(&dir, &["dc1".into()], &[]).unwrap();
+        init_dir(&dir, &[AgentLeaf::new("dc1")]).unwrap();
         for f in [
             "ca.pem",
             "ca-key.pem",
@@ -223,11 +270,85 @@ mod tests {
             assert!(dir.join(f).exists(), "{f}");
         }
         let ca_before = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
-        let out = init_dir(&dir, &["dc1".into(), "vpc2".into()], &["10.0.0.5".into()]).unwrap();
+        let out = init_dir(
+            &dir,
+            &[AgentLeaf::new("dc1"), AgentLeaf::parse("vpc2=10.0.0.5").unwrap()],
+        )
+        .unwrap();
         assert_eq!(std::fs::read_to_string(dir.join("ca.pem")).unwrap(), ca_before);
         assert!(out.contains(&FileOutcome::Written(dir.join("vpc2.pem"))));
         assert!(out.contains(&FileOutcome::Kept(dir.join("dc1.pem"))));
-        assert!(init_dir(&dir, &["bad name".into()], &[]).is_err());
+        assert!(init_dir(&dir, &[AgentLeaf::new("bad name")]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn leaf(pem: &str) -> x509_parser::pem::Pem {
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap().1
+    }
+
+    /// (DNS and IP SANs, ServerAuth, ClientAuth) of a PEM certificate.
+    fn usage(pem: &str) -> (Vec<String>, bool, bool) {
+        use x509_parser::prelude::GeneralName;
+        let p = leaf(pem);
+        let cert = p.parse_x509().unwrap();
+        let sans = cert
+            .subject_alternative_name()
+            .unwrap()
+            .map(|s| {
+                s.value
+                    .general_names
+                    .iter()
+                    .map(|n| match n {
+                        GeneralName::DNSName(d) => d.to_string(),
+                        GeneralName::IPAddress(ip) => format!("ip:{ip:?}"),
+                        other => format!("{other:?}"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let eku = cert.extended_key_usage().unwrap().unwrap().value;
+        (sans, eku.server_auth, eku.client_auth)
+    }
+
+    #[test]
+    fn agent_leaves_serve_only_and_carry_only_their_own_sans() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = [
+            AgentLeaf::parse("a=agent-a.internal,10.0.0.5").unwrap(),
+            AgentLeaf::parse("b=agent-b.internal").unwrap(),
+        ];
+        init_dir(dir.path(), &agents).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        let (a, a_server, a_client) = usage(&read("a.pem"));
+        assert!(a_server && !a_client, "agent leaves are ServerAuth only");
+        assert!(a.contains(&"a".to_string()) && a.contains(&"localhost".to_string()));
+        assert!(a.contains(&"agent-a.internal".to_string()));
+        assert!(
+            a.iter()
+                .any(|s| s.starts_with("ip:") && s.contains("10, 0, 0, 5")),
+            "{a:?}"
+        );
+        assert!(!a.iter().any(|s| s.contains("agent-b")), "{a:?}");
+        let (b, _, _) = usage(&read("b.pem"));
+        assert!(
+            !b.iter()
+                .any(|s| s.contains("agent-a") || s.contains("10, 0, 0, 5")),
+            "{b:?}"
+        );
+        let (c, c_server, c_client) = usage(&read("coordinator.pem"));
+        assert!(c_client && !c_server, "the coordinator is ClientAuth only");
+        assert_eq!(c, vec!["coordinator".to_string()]);
+    }
+
+    #[test]
+    fn agent_arguments_parse() {
+        assert_eq!(AgentLeaf::parse("dc1").unwrap(), AgentLeaf::new("dc1"));
+        assert_eq!(
+            AgentLeaf::parse("dc1=h.example,10.0.0.5").unwrap().sans,
+            vec!["h.example".to_string(), "10.0.0.5".to_string()]
+        );
+        for bad in ["", "=h", "dc1=", "dc1=a,,b", "bad name=h", "dc1=a b"] {
+            assert!(AgentLeaf::parse(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -114,7 +114,7 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         dir.display()
     ));
     let planted = write_datasets(&dir, opts.rows).await?;
-    pki::init_dir(&dir, &["dc1".into(), "vpc2".into()], &[])?;
+    pki::init_dir(&dir, &[pki::AgentLeaf::new("dc1"), pki::AgentLeaf::new("vpc2")])?;
     let (ep1, stop1) = start_agent(&dir, "dc1").await?;
     let (ep2, stop2) = start_agent(&dir, "vpc2").await?;
     say(&format!(

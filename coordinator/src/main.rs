@@ -46,7 +46,7 @@ enum Command {
         config: PathBuf,
     },
     /// Certificates for trials: a development CA, the coordinator's client certificate
-    /// and one server certificate per agent.
+    /// (ClientAuth only) and one server certificate per agent (ServerAuth only).
     Certs {
         #[command(subcommand)]
         command: CertsCommand,
@@ -70,13 +70,35 @@ enum CertsCommand {
     Init {
         #[arg(long)]
         out: PathBuf,
-        /// An agent name (repeatable).
+        /// An agent, `NAME` or `NAME=SAN1,SAN2` (repeatable): its certificate is valid
+        /// for NAME, localhost, 127.0.0.1 and its own SANs (DNS names or IPs).
         #[arg(long = "agent", required = true)]
         agents: Vec<String>,
-        /// Extra DNS name or IP for the agents' server certificates (repeatable).
-        #[arg(long = "san")]
+        /// Refused: it put every name on every agent's certificate. Use
+        /// `--agent NAME=SAN1,SAN2`.
+        #[arg(long = "san", hide = true)]
         sans: Vec<String>,
     },
+}
+
+fn certs_init(
+    out: &std::path::Path,
+    agents: &[String],
+    sans: &[String],
+) -> Result<Vec<pki::FileOutcome>, String> {
+    if !sans.is_empty() {
+        return Err(
+            "--san is no longer accepted: it put every name on every agent's certificate, so one \
+             agent could impersonate another; give each agent its own names with --agent NAME=SAN1,SAN2"
+                .into(),
+        );
+    }
+    let agents = agents
+        .iter()
+        .map(|a| pki::AgentLeaf::parse(a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    pki::init_dir(out, &agents).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -132,7 +154,7 @@ fn main() -> ExitCode {
         }),
         Command::Certs {
             command: CertsCommand::Init { out, agents, sans },
-        } => match pki::init_dir(&out, &agents, &sans) {
+        } => match certs_init(&out, &agents, &sans) {
             Ok(files) => {
                 for f in files {
                     match f {

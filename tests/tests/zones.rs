@@ -95,13 +95,9 @@ fn reconciliation_across_separated_zones() {
         .arg(dir.path().join("certs"))
         .args([
             "--agent",
-            "a",
+            &format!("a={}", topo.a.addr),
             "--agent",
-            "b",
-            "--san",
-            &topo.a.addr,
-            "--san",
-            &topo.b.addr,
+            &format!("b={}", topo.b.addr),
         ])
         .output()
         .unwrap();

@@ -4,6 +4,7 @@
 //! (DuckDB's default collation); `strlen` counts octets.
 
 use tally_common::checksum::HashMethod;
+use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
@@ -69,6 +70,14 @@ impl Dialect for DuckDb {
 
     fn placeholder(&self, _n: usize) -> String {
         "?".into()
+    }
+
+    fn literal(&self, v: &KeyPart) -> String {
+        // from_hex gives the bytes as a BLOB, decode reads them as UTF-8 VARCHAR
+        match v {
+            KeyPart::Int(i) => i.to_string(),
+            KeyPart::Text(s) => format!("decode(from_hex('{}'))", hex::encode(s)),
+        }
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {

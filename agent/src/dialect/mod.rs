@@ -3,7 +3,9 @@
 //! fetch and of the bucketed aggregate) is rendered here from the engine's pieces.
 //!
 //! Identifiers always pass through [`Dialect::quote`]; segment bounds are bind
-//! parameters, never spliced into SQL text.
+//! parameters, never spliced into SQL text, except where SQL is for people to read and
+//! run (investigation SQL) or takes no parameters (PostgreSQL `COPY`): there every value
+//! goes through [`Dialect::literal`], the one literal renderer of each engine.
 
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
@@ -33,6 +35,11 @@ pub trait Dialect: Sync {
     fn quote(&self, ident: &str) -> String;
     /// The placeholder of the `n`-th bind value (1-based).
     fn placeholder(&self, n: usize) -> String;
+    /// A value as a SQL literal: integers as digits, text as its UTF-8 bytes in hex,
+    /// decoded by the engine. The hex form holds no quote, backslash or comment marker,
+    /// so no value can end its literal, whatever the session's settings
+    /// (`sql_mode`, `standard_conforming_strings`) or the client it is pasted into.
+    fn literal(&self, v: &KeyPart) -> String;
     /// A key column as it appears in predicates and ORDER BY: text keys under a
     /// bytewise collation.
     fn key_expr(&self, col: &ColumnInfo) -> String;
@@ -144,20 +151,18 @@ impl<'a> Binder<'a> {
 
     fn bind(&mut self, v: KeyPart, col: &ColumnInfo) -> String {
         if self.inline {
-            return match v {
-                KeyPart::Int(x) => x.to_string(),
-                KeyPart::Text(s) => format!("'{}'", s.replace('\'', "''")),
-            };
+            return self.d.literal(&v);
         }
         self.binds.push(v);
         self.d.key_param(self.binds.len(), col)
     }
 
     fn text(&mut self, v: &str) -> String {
+        let v = KeyPart::Text(v.to_string());
         if self.inline {
-            return format!("'{}'", v.replace('\'', "''"));
+            return self.d.literal(&v);
         }
-        self.binds.push(KeyPart::Text(v.to_string()));
+        self.binds.push(v);
         self.d.placeholder(self.binds.len())
     }
 
@@ -569,4 +574,43 @@ pub fn aggregate_periods(
         d.fence()
     );
     Some(Sql { text, binds: b.binds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dialect;
+    use tally_common::segment::KeyPart;
+
+    #[test]
+    fn literals_carry_no_character_of_the_value() {
+        let hostile = KeyPart::Text("x\\' ; DROP TABLE victim; -- \n*/ $$ \0 𝄞".into());
+        let dialects: Vec<&dyn Dialect> = vec![
+            &super::mysql::MySql,
+            &super::postgres::Postgres { has_bit_xor: true },
+            &super::sqlite::Sqlite,
+            #[cfg(feature = "duckdb")]
+            &super::duckdb::DuckDb,
+        ];
+        for d in dialects {
+            let l = d.literal(&hostile);
+            // one quoted string of hex digits; the rest is the engine's decoding
+            let quoted: Vec<&str> = l.split('\'').skip(1).step_by(2).collect();
+            assert!(
+                quoted[0].len().is_multiple_of(2) && quoted[0].chars().all(|c| c.is_ascii_hexdigit()),
+                "{}: {l}",
+                d.name()
+            );
+            assert!(
+                !l.contains('\\') && !l.contains("--") && !l.contains(';'),
+                "{}: {l}",
+                d.name()
+            );
+            assert_eq!(d.literal(&KeyPart::Int(-42)), "-42");
+            assert!(
+                d.literal(&KeyPart::Text(String::new())).contains("''"),
+                "{}",
+                d.name()
+            );
+        }
+    }
 }

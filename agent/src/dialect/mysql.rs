@@ -6,6 +6,7 @@
 //! `time_zone = '+00:00'` so TIMESTAMP columns render in UTC.
 
 use tally_common::checksum::HashMethod;
+use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
@@ -89,6 +90,14 @@ impl Dialect for MySql {
 
     fn placeholder(&self, _n: usize) -> String {
         "?".into()
+    }
+
+    fn literal(&self, v: &KeyPart) -> String {
+        // a hex literal reads the same with and without NO_BACKSLASH_ESCAPES
+        match v {
+            KeyPart::Int(i) => i.to_string(),
+            KeyPart::Text(s) => format!("CONVERT(X'{}' USING utf8mb4)", hex::encode(s)),
+        }
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {

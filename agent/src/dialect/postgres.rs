@@ -4,6 +4,7 @@
 //! `bit_xor` (PostgreSQL 14 and later; older servers compare SUM only).
 
 use tally_common::checksum::HashMethod;
+use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
@@ -132,6 +133,15 @@ impl Dialect for Postgres {
 
     fn placeholder(&self, n: usize) -> String {
         format!("${n}")
+    }
+
+    fn literal(&self, v: &KeyPart) -> String {
+        // the quoted string holds hex digits only: read the same with
+        // standard_conforming_strings on or off (a '\x..'::bytea would not be)
+        match v {
+            KeyPart::Int(i) => i.to_string(),
+            KeyPart::Text(s) => format!("convert_from(decode('{}', 'hex'), 'UTF8')", hex::encode(s)),
+        }
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {

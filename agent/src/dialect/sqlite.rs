@@ -3,6 +3,7 @@
 //! SQL is used only to select the rows of a segment.
 
 use tally_common::checksum::HashMethod;
+use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
@@ -49,6 +50,13 @@ impl Dialect for Sqlite {
 
     fn placeholder(&self, _n: usize) -> String {
         "?".into()
+    }
+
+    fn literal(&self, v: &KeyPart) -> String {
+        match v {
+            KeyPart::Int(i) => i.to_string(),
+            KeyPart::Text(s) => format!("CAST(X'{}' AS TEXT)", hex::encode(s)),
+        }
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
@@ -163,7 +171,7 @@ mod tests {
         let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg);
         assert_eq!(
             inv,
-            "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" WHERE (\"region\" COLLATE BINARY, \"id\") >= ('EU', 7) \
+            "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" WHERE (\"region\" COLLATE BINARY, \"id\") >= (CAST(X'4555' AS TEXT), 7) \
              ORDER BY \"region\" COLLATE BINARY, \"id\";"
         );
     }

@@ -33,5 +33,5 @@ SELECT COUNT(*) FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?
 SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "ratio" AS "tally_f3", "ok" AS "tally_f4", "code" AS "tally_f5", "day" AS "tally_f6", "at" AS "tally_f7" FROM "shop"."orders"
 
 -- investigation
-SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= ('EU', 10) AND ("region" COLLATE BINARY, "id") < ('US', 0) ORDER BY "region" COLLATE BINARY, "id";
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (CAST(X'4555' AS TEXT), 10) AND ("region" COLLATE BINARY, "id") < (CAST(X'5553' AS TEXT), 0) ORDER BY "region" COLLATE BINARY, "id";
 

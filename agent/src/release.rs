@@ -1,0 +1,298 @@
+//! What one release-log line says about a call: the request, as the SHA-256 of its
+//! canonical JSON (RFC 8785, `request_sha256`) and as a summary without key values,
+//! and a summary of what was released with the SHA-256 of the released numbers.
+//!
+//! The request is taken from the wire message, before it is validated, so a refused or
+//! malformed request is recorded with the same digest the coordinator can compute from
+//! what it sent. Every integer that can exceed 2^53 (key values, hash bounds, counts,
+//! sums) is a decimal string in the digested JSON: RFC 8785 numbers are doubles.
+//!
+//! Key values and released sums are digested, not written out: the log lives in the
+//! zone, but it is read by auditors and shipped to log stores that need not see key
+//! values of the peer zone (a request's cut points can be the other side's keys). A zone
+//! owner checks a line against the coordinator's evidence by recomputing the digests.
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tally_proto::v1 as pb;
+
+/// The SHA-256 (hex) of a value's RFC 8785 canonical JSON.
+pub fn digest(v: &Value) -> String {
+    let text = tally_common::jcs::canonical_json(&v.to_string()).expect("release JSON has no floats");
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn class_name(c: i32) -> String {
+    pb::TypeClass::try_from(c)
+        .map(|t| {
+            t.as_str_name()
+                .trim_start_matches("TYPE_CLASS_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| format!("unknown:{c}"))
+}
+
+fn method_name(m: i32) -> String {
+    match pb::HashMethod::try_from(m) {
+        Ok(pb::HashMethod::Md548) => "md5_48".into(),
+        Ok(pb::HashMethod::Sha25664) => "sha256_64".into(),
+        _ => format!("unknown:{m}"),
+    }
+}
+
+/// Columns with what decides their canonical form: class, scale, exact, fixed.
+pub fn columns(cols: &[pb::ColumnRef]) -> Value {
+    cols.iter()
+        .map(|c| {
+            json!({"name": c.name, "class": class_name(c.type_class), "scale": c.scale,
+                   "exact": c.exact, "fixed": c.fixed_char})
+        })
+        .collect()
+}
+
+fn tuple(t: &pb::KeyTuple) -> Value {
+    t.parts
+        .iter()
+        .map(|p| match &p.value {
+            Some(pb::key_value::Value::Int(i)) => json!({"int": i.to_string()}),
+            Some(pb::key_value::Value::Text(s)) => json!({"text": s}),
+            None => Value::Null,
+        })
+        .collect()
+}
+
+fn segment(s: Option<&pb::Segment>) -> Value {
+    let Some(s) = s else { return Value::Null };
+    json!({
+        "lower": s.lower.as_ref().map(tuple),
+        "upper": s.upper.as_ref().map(tuple),
+        "hash_lo": s.hash_lo.map(|h| h.to_string()),
+        "hash_hi": s.hash_hi.map(|h| h.to_string()),
+        "period": s.period.as_ref().map(|p| json!({"column": p.column, "granularity": p.granularity, "label": p.label})),
+    })
+}
+
+fn split(s: Option<&pb::segment_split::Split>) -> Value {
+    use pb::segment_split::Split as S;
+    match s {
+        None => Value::Null,
+        Some(S::Whole(_)) => json!("whole"),
+        Some(S::Quantile(n)) => json!({"quantile": n}),
+        Some(S::Hash(n)) => json!({"hash": n}),
+        Some(S::Cuts(c)) => json!({"cuts": c.cuts.iter().map(tuple).collect::<Vec<_>>()}),
+        Some(S::Period(p)) => json!({"period": {"column": p.column, "granularity": p.granularity}}),
+    }
+}
+
+fn split_kind(s: Option<&pb::segment_split::Split>) -> &'static str {
+    use pb::segment_split::Split as S;
+    match s {
+        None => "none",
+        Some(S::Whole(_)) => "whole",
+        Some(S::Quantile(_)) => "quantile",
+        Some(S::Hash(_)) => "hash",
+        Some(S::Cuts(_)) => "cuts",
+        Some(S::Period(_)) => "period",
+    }
+}
+
+/// What a segment constrains, without its values.
+fn shape(segs: &mut dyn Iterator<Item = Option<&pb::Segment>>) -> Value {
+    let (mut keys, mut hashes, mut periods) = (false, false, false);
+    for s in segs.flatten() {
+        keys |= s.lower.is_some() || s.upper.is_some();
+        hashes |= s.hash_lo.is_some() || s.hash_hi.is_some();
+        periods |= s.period.is_some();
+    }
+    json!({"key_bounds": keys, "hash_ranges": hashes, "periods": periods})
+}
+
+/// The request part of a release-log line: `request_sha256` over the full request,
+/// `request` a summary of it without key values.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub sha256: String,
+    pub summary: Value,
+}
+
+impl Asked {
+    fn new(full: Value, summary: Value) -> Asked {
+        Asked {
+            sha256: digest(&full),
+            summary,
+        }
+    }
+
+    pub fn describe(r: &pb::DescribeRequest) -> Asked {
+        Asked::new(json!({"rpc": "Describe", "dataset": r.dataset}), json!({}))
+    }
+
+    pub fn aggregate(r: &pb::AggregateRequest) -> Asked {
+        let segments: Vec<Value> = r
+            .segments
+            .iter()
+            .map(|s| json!({"segment": segment(s.segment.as_ref()), "split": split(s.split.as_ref())}))
+            .collect();
+        let full = json!({"rpc": "Aggregate", "dataset": r.dataset, "columns": columns(&r.columns),
+                          "key_len": r.key_len, "method": method_name(r.method), "segments": segments,
+                          "in_process": r.in_process});
+        let mut splits = serde_json::Map::new();
+        for s in &r.segments {
+            let n = splits.entry(split_kind(s.split.as_ref())).or_insert(json!(0));
+            *n = json!(n.as_u64().unwrap_or(0) + 1);
+        }
+        let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
+                                 "method": method_name(r.method), "segments": r.segments.len(),
+                                 "splits": splits});
+        merge(
+            &mut summary,
+            shape(&mut r.segments.iter().map(|s| s.segment.as_ref())),
+        );
+        Asked::new(full, summary)
+    }
+
+    pub fn row_digests(r: &pb::RowDigestsRequest) -> Asked {
+        let full = json!({"rpc": "RowDigests", "dataset": r.dataset, "columns": columns(&r.columns),
+                          "key_len": r.key_len, "method": method_name(r.method),
+                          "segment": segment(r.segment.as_ref()), "level": r.level});
+        let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
+                                 "method": method_name(r.method)});
+        merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        Asked::new(full, summary)
+    }
+
+    pub fn reveal(rpc: &str, r: &pb::RevealRequest) -> Asked {
+        let full = json!({"rpc": rpc, "dataset": r.dataset, "columns": columns(&r.columns),
+                          "key_len": r.key_len, "segment": segment(r.segment.as_ref()),
+                          "key_hashes": r.key_hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
+                          "limit": r.limit, "level": r.level, "consent_acknowledged": r.consent_acknowledged});
+        let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
+                                 "key_hashes": r.key_hashes.len(), "limit": r.limit});
+        merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        Asked::new(full, summary)
+    }
+
+    pub fn investigation_sql(r: &pb::InvestigationSqlRequest) -> Asked {
+        let full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
+                          "key_len": r.key_len, "segment": segment(r.segment.as_ref())});
+        let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len});
+        merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        Asked::new(full, summary)
+    }
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        a.extend(b);
+    }
+}
+
+/// What an aggregate released: bucket count, total count, and the SHA-256 of the
+/// canonical JSON list `[{"p", "b", "n", "s", "x"}]` (parent, child, count, sum as
+/// unsigned 64-bit, xor or null; all decimal strings) in response order.
+pub fn aggregate_released(buckets: &[pb::Bucket]) -> Value {
+    let list: Vec<Value> = buckets
+        .iter()
+        .map(|b| {
+            json!({"p": b.parent.to_string(), "b": b.child.to_string(), "n": b.count.to_string(),
+                   "s": b.sum.to_string(), "x": b.xor.map(|x| x.to_string())})
+        })
+        .collect();
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    json!({"buckets": buckets.len(), "total_count": total.to_string(), "buckets_sha256": digest(&Value::Array(list))})
+}
+
+/// The running digest of a RowDigests stream: SHA-256 over each sent digest's key hash
+/// and row hash, 8 bytes big-endian each, in stream order.
+#[derive(Debug, Clone, Default)]
+pub struct DigestsSent {
+    hasher: Sha256,
+    pub count: u64,
+}
+
+impl DigestsSent {
+    pub fn add(&mut self, d: &pb::RowDigest) {
+        self.hasher.update(d.key_hash.to_be_bytes());
+        self.hasher.update(d.row_hash.to_be_bytes());
+        self.count += 1;
+    }
+
+    pub fn released(&self) -> Value {
+        json!({"digests": self.count, "digests_sha256": hex::encode(self.hasher.clone().finalize())})
+    }
+}
+
+/// What a reveal released: the row count, whether values were included, the key
+/// hashes of the released rows, and the SHA-256 of the canonical JSON of the rows as
+/// sent (`[{"h", "key", "values"}]`).
+pub fn reveal_released(rows: &[pb::RevealedRow], values: bool) -> Value {
+    let list: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({"h": format!("{:016x}", r.key_hash), "key": r.key.as_ref().map(tuple),
+                   "values": r.values.iter().map(|v| v.text.clone()).collect::<Vec<_>>()})
+        })
+        .collect();
+    json!({"rows": rows.len(), "values": values,
+           "key_hashes": rows.iter().map(|r| format!("{:016x}", r.key_hash)).collect::<Vec<_>>(),
+           "rows_sha256": digest(&Value::Array(list))})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_digest_covers_bounds_and_stays_exact_beyond_doubles() {
+        let seg = |lo: u64| pb::SegmentSplit {
+            segment: Some(pb::Segment {
+                hash_lo: Some(lo),
+                hash_hi: Some(1 << 60),
+                ..Default::default()
+            }),
+            split: Some(pb::segment_split::Split::Hash(2)),
+        };
+        let req = |lo: u64| pb::AggregateRequest {
+            dataset: "d".into(),
+            segments: vec![seg(lo)],
+            ..Default::default()
+        };
+        // 2^59 and 2^59 + 1 are the same double
+        let (a, b) = (
+            Asked::aggregate(&req(1 << 59)),
+            Asked::aggregate(&req((1 << 59) + 1)),
+        );
+        assert_ne!(a.sha256, b.sha256);
+        assert_eq!(a.sha256, Asked::aggregate(&req(1 << 59)).sha256);
+        assert_eq!(a.summary["segments"], json!(1));
+        assert_eq!(a.summary["splits"], json!({"hash": 1}));
+        assert!(
+            !a.summary.to_string().contains("576460752303423488"),
+            "{}",
+            a.summary
+        );
+    }
+
+    #[test]
+    fn released_digests_change_with_any_number() {
+        let b = |sum: u64| pb::Bucket {
+            count: 3,
+            sum,
+            ..Default::default()
+        };
+        let one = aggregate_released(&[b(1)]);
+        assert_eq!(one["total_count"], json!("3"));
+        assert_ne!(
+            one["buckets_sha256"],
+            aggregate_released(&[b(2)])["buckets_sha256"]
+        );
+        let mut s = DigestsSent::default();
+        let before = s.released();
+        s.add(&pb::RowDigest {
+            key_hash: 1,
+            row_hash: 2,
+        });
+        assert_eq!(s.released()["digests"], json!(1));
+        assert_ne!(s.released()["digests_sha256"], before["digests_sha256"]);
+    }
+}
