@@ -93,28 +93,47 @@ impl MySqlConnector {
                     [s, t] => (Some(s.clone()), t.clone()),
                     _ => return Err(AgentError::Config("bad table name".into())),
                 };
-                // MariaDB's JSON is LONGTEXT with a column-level json_valid check
                 let rows = sqlx::query(
-                    "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(c.COLUMN_TYPE AS CHAR), CAST(c.IS_NULLABLE AS CHAR), \
-                     CAST(c.DATA_TYPE AS CHAR), \
-                     (SELECT COUNT(*) FROM information_schema.CHECK_CONSTRAINTS k \
-                      WHERE k.CONSTRAINT_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-                      AND k.CHECK_CLAUSE = CONCAT('json_valid(`', c.COLUMN_NAME, '`)')) \
-                     FROM information_schema.COLUMNS c \
-                     WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ? ORDER BY c.ORDINAL_POSITION",
+                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR), \
+                     CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS \
+                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
                 )
                 .bind(schema.as_deref())
                 .bind(&table)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(db)?;
+                let mut found = Vec::with_capacity(rows.len());
                 for r in rows {
                     let name = get_text(&r, 0).map_err(db)?.unwrap_or_default();
                     let declared = get_text(&r, 1).map_err(db)?.unwrap_or_default();
                     let nullable = get_text(&r, 2).map_err(db)?.as_deref() == Some("YES");
                     let data_type = get_text(&r, 3).map_err(db)?.unwrap_or_default();
-                    let json_checked = get_i64(&r, 4).unwrap_or(0) > 0;
-                    let entry = crate::dialect::mysql::classify(&data_type, &declared, json_checked);
+                    found.push((name, declared, nullable, data_type));
+                }
+                // MariaDB's JSON is LONGTEXT with a column-level json_valid check (MySQL 8
+                // has a JSON type, and its CHECK_CONSTRAINTS has no TABLE_NAME)
+                let mut json_checked = std::collections::HashSet::new();
+                let mariadb = version.to_ascii_lowercase().contains("mariadb");
+                if mariadb && found.iter().any(|c| c.3.eq_ignore_ascii_case("longtext")) {
+                    let checks = sqlx::query(
+                        "SELECT CAST(CHECK_CLAUSE AS CHAR) FROM information_schema.CHECK_CONSTRAINTS \
+                         WHERE CONSTRAINT_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+                    )
+                    .bind(schema.as_deref())
+                    .bind(&table)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(db)?;
+                    for r in checks {
+                        if let Some(clause) = get_text(&r, 0).map_err(db)? {
+                            json_checked.insert(clause);
+                        }
+                    }
+                }
+                for (name, declared, nullable, data_type) in found {
+                    let json = json_checked.contains(&format!("json_valid(`{}`)", name.replace('`', "``")));
+                    let entry = crate::dialect::mysql::classify(&data_type, &declared, json);
                     columns.push(entry.column(name, declared, nullable));
                 }
                 if columns.is_empty() {
