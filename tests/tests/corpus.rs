@@ -154,6 +154,20 @@ const CASES: &[Case] = &[
             Row(CH, "[1003]", "(1003, NULL)", "(1003, b'0')"),
         ],
         ..BASE },
+    // a SET is its labels in declaration order, comma-joined ('b,a' is stored 'a,b')
+    Case { name: "set_labels",
+        pg: "id BIGINT PRIMARY KEY, s text", my: "id BIGINT PRIMARY KEY, s SET('a','b','c')",
+        fill: Some(("g, 'c'", "seq, 'c'", 300)),
+        same: &[Row(EQ, "[1001]", "(1001, 'a,b')", "(1001, 'b,a')"), Row(EQ, "[1002]", "(1002, '')", "(1002, '')")],
+        diff: &[Row(CH, "[1003]", "(1003, 'a,c')", "(1003, 'a')"), Row(CH, "[1004]", "(1004, 'b,a')", "(1004, 'b,a')")],
+        ..BASE },
+    // BIT(n > 1) is binary: lowercase hex of its bytes
+    Case { name: "bit8_bytea",
+        pg: "id BIGINT PRIMARY KEY, b bytea", my: "id BIGINT PRIMARY KEY, b BIT(8)",
+        fill: Some(("g, set_byte('\\x00'::bytea, 0, g % 256)", "seq, seq % 256", 300)),
+        same: &[Row(EQ, "[1001]", r"(1001, '\xff')", "(1001, b'11111111')")],
+        diff: &[Row(CH, "[1002]", r"(1002, '\x01')", "(1002, b'00000010')")],
+        ..BASE },
     // a TINYINT(1) holding 2 is rendered by its value, not as true
     Case { name: "boolean_tinyint1",
         pg: "id BIGINT PRIMARY KEY, b boolean", my: "id BIGINT PRIMARY KEY, b TINYINT(1)",
