@@ -61,15 +61,24 @@ impl Deployment {
     /// Starts `tally-agent` with one dataset; `dataset_yaml` is the body of the
     /// dataset entry (url, table, key, policy), indented by the caller's choice.
     pub fn start_agent(&mut self, name: &str, dataset: &str, dataset_yaml: &str) -> u16 {
+        self.start_agent_datasets(name, &[(dataset.to_string(), dataset_yaml.to_string())])
+    }
+
+    /// Starts `tally-agent` serving every `(dataset, body)` pair, bodies as in
+    /// [`Deployment::start_agent`].
+    pub fn start_agent_datasets(&mut self, name: &str, datasets: &[(String, String)]) -> u16 {
         let port = free_port();
         let log = self.path().join(format!("{name}-release.jsonl"));
-        let cfg = format!(
+        let mut cfg = format!(
             "listen: 127.0.0.1:{port}\n\
              tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, allowed_clients: [coordinator] }}\n\
              release_log: {}\n\
-             datasets:\n  {dataset}: {dataset_yaml}\n",
+             datasets:\n",
             log.display()
         );
+        for (dataset, dataset_yaml) in datasets {
+            cfg.push_str(&format!("  {dataset}: {dataset_yaml}\n"));
+        }
         let path = self.path().join(format!("{name}.yaml"));
         std::fs::write(&path, cfg).expect("agent config");
         let stderr = std::fs::File::create(self.path().join(format!("{name}.log"))).expect("agent log");
