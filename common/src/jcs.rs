@@ -9,9 +9,66 @@ use serde_json::Value;
 /// The canonical text of a JSON document, or why it has none.
 pub fn canonical_json(text: &str) -> Result<String, &'static str> {
     let v: Value = serde_json::from_str(text).map_err(|_| "not a JSON document")?;
+    exact_numbers(text)?;
     let mut out = String::with_capacity(text.len());
     write_value(&mut out, &v)?;
     Ok(out)
+}
+
+/// Refuses a document with a number whose written value is neither its double's exact
+/// value nor that double's shortest decimal (`12345678901234567890`,
+/// `0.10000000000000000001`): RFC 8785 reads numbers as doubles, so two such numbers
+/// could compare equal while they differ. RFC 8785 asks
+/// for I-JSON input (RFC 7493), which excludes them; refusing them keeps the canonical
+/// form injective on what it accepts.
+fn exact_numbers(text: &str) -> Result<(), &'static str> {
+    let b = text.as_bytes();
+    let (mut i, mut in_string) = (0, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_string {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            while i < b.len() && matches!(b[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                i += 1;
+            }
+            let token = &text[start..i];
+            let f: f64 = token.parse().map_err(|_| "a JSON number outside double range")?;
+            if !f.is_finite() {
+                return Err("a JSON number outside double range");
+            }
+            // the written value is the double's exact value or its shortest decimal
+            let exact = |t: &str| crate::canonical::exact_decimal(t).ok();
+            let written = exact(token);
+            let shortest = if f == 0.0 {
+                "0".to_string()
+            } else {
+                crate::shortest::shortest_decimal(f)
+            };
+            let same = written.is_some()
+                && (written == exact(&shortest)
+                    || crate::shortest::exact_value(f).is_some_and(|v| written == exact(&v)));
+            if !same {
+                return Err("a JSON number with more precision than a double holds (not I-JSON)");
+            }
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 fn write_value(out: &mut String, v: &Value) -> Result<(), &'static str> {
@@ -167,6 +224,19 @@ mod tests {
         assert_eq!(c(r#"{"a":1e2,"b":"é"}"#), r#"{"a":100,"b":"é"}"#);
         assert_eq!(c("[1, 1.0, 10e-1]"), "[1,1,1]");
         assert!(canonical_json("{").is_err());
+        // numbers a double does not hold to their digits are refused, never folded
+        assert!(canonical_json(r#"{"n":12345678901234567890}"#).is_err());
+        assert!(canonical_json(r#"[0.10000000000000000001]"#).is_err());
+        // digits inside strings are text, not numbers
+        assert_eq!(
+            c(r#"["12345678901234567890", "a\"1e999"]"#),
+            r#"["12345678901234567890","a\"1e999"]"#
+        );
+        assert!(canonical_json("[9007199254740993]").is_err());
+        assert_eq!(
+            c("[9007199254740992, 1e300, 0.1, -0.0, 5e-324]"),
+            "[9007199254740992,1e+300,0.1,0,5e-324]"
+        );
         assert!(canonical_json("1e400").is_err());
     }
 }

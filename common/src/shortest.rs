@@ -59,6 +59,17 @@ fn exact_short(x: f64) -> Option<(String, i32)> {
     Some((trimmed.to_string(), first_exp))
 }
 
+/// The exact decimal value of a finite double in scientific form (`"125e-3"`), where it
+/// has at most 38 significant digits (`None` otherwise, e.g. for 0.1).
+pub fn exact_value(f: f64) -> Option<String> {
+    if f == 0.0 {
+        return Some("0".to_string());
+    }
+    let (digits, first_exp) = exact_short(f.abs())?;
+    let sign = if f < 0.0 { "-" } else { "" };
+    Some(format!("{sign}{digits}e{}", first_exp - digits.len() as i32 + 1))
+}
+
 /// Where `digits` (odd last digit) is one of two equally near shortest candidates, the
 /// other one (whose last digit is then even), if it also reads back as the double.
 fn tie_partner(x: f64, digits: &str, exp: i32) -> Option<String> {

@@ -547,8 +547,35 @@ impl Run<'_> {
             self.say(format!("rows of range {}/{} classified", i + 1, leaves.len()));
             i += 1;
         }
+        // a row whose period (the time column) differs lies in one leaf on the source and
+        // another on the target: one changed row, not a missing and an extra one
+        let extra_at: HashMap<u64, usize> = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.1 == DiffKind::ExtraInTarget)
+            .map(|(n, f)| (f.2, n))
+            .collect();
+        let mut merged = std::collections::HashSet::new();
+        for f in found.iter_mut() {
+            if f.1 == DiffKind::MissingInTarget
+                && let Some(&n) = extra_at.get(&f.2)
+            {
+                f.1 = DiffKind::Changed;
+                merged.insert(n);
+                counts.missing_in_target -= 1;
+                counts.extra_in_target -= 1;
+                counts.changed += 1;
+            }
+        }
+        let found: Vec<(usize, DiffKind, u64)> = found
+            .into_iter()
+            .enumerate()
+            .filter(|(n, _)| !merged.contains(n))
+            .map(|(_, f)| f)
+            .collect();
         let limit = spec.reporting.sample_limit as usize;
         self.res.truncated = found.len() > limit;
+        let mut found = found;
         found.truncate(limit);
         let detailed = spec.reporting.level == PrivacyLevel::Detailed;
         // per leaf with differences: its findings and the key hashes each side reveals
