@@ -96,7 +96,8 @@ fn cannot_store(e: Engine) -> &'static [&'static str] {
         ],
         Engine::DuckDb => &[
             "decimal NaN and infinities",
-            "dates before year 1 or after 9999 and infinity (not generated: the DuckDB part is not run here)",
+            "dates before year 1 or after 9999 and infinity, and instants whose UTC year leaves 0001-9999: \
+             DuckDB renders BC and five-digit years in its own form (not canonical yet)",
             "time beyond 24:00:00 or negative: TIME is a time of day",
             "float NaN and infinities (not generated: the DuckDB part is not run here)",
         ],
@@ -1027,7 +1028,11 @@ fn timestamptz_case(e: Engine, p: u32, scale: u32) -> Case {
                 ((1970, 1, 1), 0, 0),
                 ((2024, 3, 15), 52_200, 150),
             ];
-            v.extend(edges.into_iter().map(|((y, m, d), secs, off)| {
+            // DuckDB renders an instant whose UTC year leaves 0001-9999 in its own form
+            let edges = edges
+                .into_iter()
+                .filter(|((y, ..), ..)| e != Engine::DuckDb || (2..9999).contains(y));
+            v.extend(edges.map(|((y, m, d), secs, off)| {
                 (
                     Day { y, m, d },
                     Clock {
@@ -1325,10 +1330,12 @@ fn jsons(e: Engine) -> Vec<Case> {
         .map(String::from),
     );
     if e == Engine::Sqlite {
-        // a JSON column has NUMERIC affinity: a document that is a bare non-integer
-        // number is stored as a REAL through SQLite's own text-to-double conversion,
+        // a JSON column has NUMERIC affinity: a document that is a bare number other than
+        // a 64-bit integer is stored as a REAL through SQLite's own text-to-double conversion,
         // which is not correctly rounded, so the stored double is not the document's
-        docs.retain(|d| serde_json::from_str::<serde_json::Value>(d).map_or(true, |v| !v.is_f64()));
+        docs.retain(|d| {
+            serde_json::from_str::<serde_json::Value>(d).map_or(true, |v| !v.is_number() || v.is_i64())
+        });
     }
     let vals: Vec<Val> = docs
         .into_iter()

@@ -108,6 +108,14 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
         (TypeClass::Binary, Value::Bytes(b)) => binary_hex(b, fmt.fixed_char),
         // a JSON document that is a bare number, stored as one (SQLite's NUMERIC
         // affinity): the number as RFC 8785 writes it
+        // an integer no double holds exactly is refused, as its text would be (I-JSON)
+        (TypeClass::Json, Value::Int(i)) if (*i as f64) as i128 != *i => {
+            return Err(invalid(
+                "json",
+                &i.to_string(),
+                "a JSON number with more precision than a double holds (not I-JSON)",
+            ));
+        }
         (TypeClass::Json, Value::Int(i)) => json_number(*i as f64)?,
         (TypeClass::Json, Value::Float(f)) => json_number(*f)?,
         // a text value compared as binary (or stored in a binary column, SQLite): its
