@@ -507,7 +507,71 @@ fn parse_offset(z: &str, whole: &str, class: &'static str) -> Result<i64, Canoni
     Ok(sign * (n(0..2)? * 3600 + n(2..4)? * 60 + n(4..6)?))
 }
 
+/// The common shape, `YYYY-MM-DD HH:MM:SS[.f…]` in years 0001-9999 (with a zero UTC
+/// offset where the class has a zone), rendered without the general parser: it is the
+/// hot path of every in-process read of a timestamp column. `None` for anything else,
+/// which the general path then renders (or refuses) the same way.
+fn fast_timestamp(v: &str, precision: u32, with_zone: bool) -> Option<String> {
+    let b = v.as_bytes();
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b' ' | b'T')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        b[r].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if y == 0
+        || !(1..=12).contains(&mo)
+        || d == 0
+        || d > u32::from(civil::days_in_month(i64::from(y), mo as u8))
+    {
+        return None;
+    }
+    if h > 23 || mi > 59 || se > 59 {
+        return None;
+    }
+    let mut rest = &v[19..];
+    let mut frac = "";
+    if let Some(f) = rest.strip_prefix('.') {
+        let n = f.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 || n > 9 {
+            return None;
+        }
+        frac = &f[..n];
+        rest = &f[n..];
+    }
+    match (with_zone, rest) {
+        (false, "") | (true, "Z" | "+00" | "+00:00" | "+0000") => {}
+        _ => return None,
+    }
+    let mut out = String::with_capacity(32);
+    out.push_str(&v[..10]);
+    out.push('T');
+    out.push_str(&v[11..19]);
+    push_fraction(&mut out, frac, precision);
+    if with_zone {
+        out.push('Z');
+    }
+    Some(out)
+}
+
 fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<String, CanonicalError> {
+    match fast_timestamp(v, precision, with_zone) {
+        Some(out) => Ok(out),
+        None => general_timestamp(v, precision, with_zone),
+    }
+}
+
+fn general_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<String, CanonicalError> {
     let class = if with_zone { "timestamptz" } else { "timestamp" };
     let (s, bc) = civil::strip_era(v.trim());
     match civil::parse_date(s, bc) {
@@ -733,6 +797,47 @@ mod tests {
         let naive = FieldFormat::new(TypeClass::Timestamp);
         assert!(canonical_from_text(&naive, Some("2024-01-01 00:30:00Z")).is_err());
         assert!(canonical_from_text(&naive, Some("2024-02-30 00:30:00")).is_err());
+    }
+
+    #[test]
+    fn the_fast_timestamp_path_agrees_with_the_general_one() {
+        let inputs = [
+            "2024-03-15 14:30:00",
+            "2024-03-15T14:30:00.123456789",
+            "2024-02-29 23:59:59.5",
+            "0001-01-01 00:00:00",
+            "9999-12-31 23:59:59.999999",
+            "2024-03-15 14:30:00+00",
+            "2024-03-15 14:30:00Z",
+            "2024-03-15 14:30:00+00:00",
+            "2024-03-15 14:30:00.1+0000",
+        ];
+        for v in inputs {
+            for (p, z) in [(0, false), (3, false), (6, true), (9, true)] {
+                let fast = fast_timestamp(v, p, z);
+                let general = general_timestamp(v, p, z).ok();
+                assert!(
+                    fast.is_none() || fast == general,
+                    "{v} at {p}: {fast:?} / {general:?}"
+                );
+            }
+        }
+        // shapes the fast path leaves to the general one
+        for v in [
+            "2023-02-29 00:00:00",
+            "0000-01-01 00:00:00",
+            " 2024-03-15 14:30:00",
+            "2024-03-15 24:00:00",
+            "2024-03-15 14:30:00 BC",
+            "12024-03-15 14:30:00",
+            "2024-03-15 14:30:00+01",
+            "2024-03-15 14:30:00.",
+        ] {
+            assert!(
+                fast_timestamp(v, 6, true).is_none() && fast_timestamp(v, 6, false).is_none(),
+                "{v}"
+            );
+        }
     }
 
     #[test]
