@@ -1407,13 +1407,7 @@ async fn live(engine: Engine, dir: &std::path::Path) -> Live {
             let url = db::postgres().create_database(dbname);
             let opts = sqlx::postgres::PgConnectOptions::from_str(&url)
                 .unwrap()
-                .options([
-                    ("extra_float_digits", "1"),
-                    ("DateStyle", "ISO"),
-                    ("standard_conforming_strings", "on"),
-                    ("TimeZone", "UTC"),
-                    ("client_encoding", "UTF8"),
-                ]);
+                .options(tally_agent::connector::postgres::SESSION_SETTINGS);
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(2)
                 .connect_with(opts)

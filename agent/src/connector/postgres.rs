@@ -45,6 +45,17 @@ fn get_i64(row: &PgRow, i: usize) -> Option<i64> {
         })
 }
 
+/// The settings every agent session runs with: the output texts the agent re-reads
+/// (shortest round-trip floats, ISO dates, UTC) depend on them.
+pub const SESSION_SETTINGS: [(&str, &str); 5] = [
+    ("extra_float_digits", "1"),
+    ("DateStyle", "ISO"),
+    // COPY statements carry key bounds as literals: backslashes stay literal
+    ("standard_conforming_strings", "on"),
+    ("TimeZone", "UTC"),
+    ("client_encoding", "UTF8"),
+];
+
 impl PgConnector {
     /// The dialect for catalog queries (quoting only); requests take theirs from the
     /// server version of their own describe ([`crate::dialect::postgres::for_version`]).
@@ -63,14 +74,7 @@ impl PgConnector {
                 AgentError::Config("invalid postgres URL (expected postgres://user@host:port/db)".into())
             })?
             .application_name("tally-agent")
-            .options([
-                ("extra_float_digits", "1"),
-                ("DateStyle", "ISO"),
-                // COPY statements carry key bounds as literals: backslashes stay literal
-                ("standard_conforming_strings", "on"),
-                ("TimeZone", "UTC"),
-                ("client_encoding", "UTF8"),
-            ]);
+            .options(SESSION_SETTINGS);
         let pool = PgPoolOptions::new()
             .max_connections(limits.max_connections)
             .idle_timeout(limits.idle_timeout())
