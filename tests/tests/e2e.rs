@@ -153,7 +153,8 @@ fn expected(p: &Plant) -> BTreeSet<(String, i64)> {
     e
 }
 
-const OPEN: &str = "{ max_level: with_keys }";
+/// with_keys, and period splits on the spec's time column (strategy time).
+const OPEN: &str = "{ max_level: with_keys, time_columns: [created_at] }";
 
 #[test]
 fn identical_data_matches_with_one_query_per_side() {
@@ -179,7 +180,7 @@ fn identical_data_matches_with_one_query_per_side() {
 
 /// The policy plus `hashing: pushdown` (the rest of the dataset's flow mapping):
 /// the engines hash in SQL instead of the agents.
-const OPEN_SQL_HASHING: &str = "{ max_level: with_keys }, hashing: pushdown";
+const OPEN_SQL_HASHING: &str = "{ max_level: with_keys, time_columns: [created_at] }, hashing: pushdown";
 
 #[test]
 fn planted_differences_are_found_exactly_with_every_strategy() {
