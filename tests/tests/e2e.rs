@@ -283,6 +283,24 @@ fn a_count_only_agent_refuses_a_with_keys_run() {
 }
 
 #[test]
+fn strategy_time_on_a_column_an_agent_does_not_list_is_refused_plainly() {
+    let d = deploy("e2e_no_time", Some(&plant()), OPEN, "{ max_level: with_keys }");
+    let out = d.run(&spec("time", "with_keys"));
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["error"]["code"], "policy_refused");
+    let msg = out.json["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("time_columns") && msg.contains("vpc2") && msg.contains("created_at"),
+        "{msg}"
+    );
+    // refused from Describe: no aggregate reached either agent
+    for a in &d.agents {
+        let log = std::fs::read_to_string(&a.release_log).unwrap();
+        assert!(!log.contains("\"Aggregate\""), "{}: {log}", a.name);
+    }
+}
+
+#[test]
 fn an_agent_killed_mid_run_gives_a_clear_error() {
     let mut d = deploy("e2e_kill", Some(&plant()), OPEN, OPEN);
     let mut child = d.spawn_run(&spec("quantile", "with_keys"));
