@@ -342,8 +342,14 @@ impl Agent for AgentService {
                 let txc = tx.clone();
                 let mut sent = DigestsSent::default();
                 let mut cancelled = false;
+                let policy = ds.config.policy.clone();
                 let result = ds
                     .digests(&b, method, &seg, 4096, &mut |batch| {
+                        // rows written since the count cannot carry the stream past the
+                        // limit: the batch that would cross it is not sent
+                        if sent.count + batch.len() as u64 > policy.max_digest_rows {
+                            policy::check_digest_rows(&policy, &ds.name, u64::MAX)?;
+                        }
                         let msg = pb::RowDigestBatch {
                             digests: batch
                                 .into_iter()
