@@ -193,27 +193,29 @@ pub enum Hashing {
 }
 
 /// Per-dataset privacy policy (DESIGN §2). The agent enforces it whatever the
-/// coordinator asks.
+/// coordinator asks. Every key is optional; its default is in `Default` below, and
+/// nowhere else.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Policy {
-    #[serde(default)]
     pub max_level: PrivacyLevel,
-    #[serde(default = "yes")]
     pub expose_key_bounds: bool,
-    #[serde(default)]
     pub min_segment_rows: u64,
-    #[serde(default)]
     pub mask_columns: Vec<String>,
     /// Whether investigation SQL of a `query:` dataset shows the query's text. Off,
     /// it names the dataset instead: the query may name tables, columns or literal
     /// values the zone does not release.
-    #[serde(default)]
     pub share_query: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// The only columns a period split (strategy time) or a period filter may use: a
+    /// period label is a value of its column, so any other date column (a date of
+    /// birth) stays in the zone.
+    pub time_columns: Vec<String>,
+    /// The most rows one RowDigests range may hold; a larger range is refused before
+    /// any digest is sent.
+    pub max_digest_rows: u64,
+    /// The most rows RevealKeys and RevealRows release for this dataset in any rolling
+    /// hour, across calls (counted per agent process: each replica has its own budget).
+    pub max_reveal_rows: u64,
 }
 
 impl Default for Policy {
@@ -224,7 +226,50 @@ impl Default for Policy {
             min_segment_rows: 0,
             mask_columns: Vec::new(),
             share_query: false,
+            time_columns: Vec::new(),
+            max_digest_rows: 100_000,
+            max_reveal_rows: 1000,
         }
+    }
+}
+
+impl Policy {
+    /// Whether a period split or filter may use this column.
+    pub fn allows_time_column(&self, column: &str) -> bool {
+        self.time_columns.iter().any(|t| t.eq_ignore_ascii_case(column))
+    }
+
+    fn validate(&self, file: &Path, at: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{at}.{k}");
+        for (k, v) in [
+            ("max_digest_rows", self.max_digest_rows),
+            ("max_reveal_rows", self.max_reveal_rows),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::invalid(
+                    file,
+                    key(k),
+                    "must be at least 1 (to release no rows, set max_level: count_only)",
+                ));
+            }
+        }
+        for (i, t) in self.time_columns.iter().enumerate() {
+            if t.is_empty() {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.time_columns[{i}]"),
+                    "empty column name",
+                ));
+            }
+            if self.mask_columns.iter().any(|m| m.eq_ignore_ascii_case(t)) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.time_columns[{i}]"),
+                    format!("{t} is masked: a period label is a value of its column"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -359,6 +404,7 @@ impl AgentConfig {
                     "at least one key column is needed",
                 ));
             }
+            d.policy.validate(file, &key("policy"))?;
             if let Some(m) = d
                 .policy
                 .mask_columns
@@ -430,6 +476,9 @@ mod tests {
         assert_eq!(c.datasets["o"].policy, Policy::default());
         assert_eq!(c.datasets["o"].policy.max_level, PrivacyLevel::CountOnly);
         assert!(c.datasets["o"].policy.expose_key_bounds);
+        assert!(c.datasets["o"].policy.time_columns.is_empty());
+        assert_eq!(c.datasets["o"].policy.max_digest_rows, 100_000);
+        assert_eq!(c.datasets["o"].policy.max_reveal_rows, 1000);
     }
 
     #[test]
@@ -504,6 +553,22 @@ mod tests {
             (
                 "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], password: x }\n",
                 "password",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { max_digest_rows: 0 } }\n",
+                "datasets.o.policy.max_digest_rows",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { max_reveal_rows: 0 } }\n",
+                "datasets.o.policy.max_reveal_rows",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { mask_columns: [born], time_columns: [at, born] } }\n",
+                "datasets.o.policy.time_columns[1]",
+            ),
+            (
+                "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { time_column: [at] } }\n",
+                "time_column",
             ),
             (
                 "connections: { max_connections: 0 }\ndatasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n",

@@ -14,6 +14,7 @@ pub mod error;
 pub mod policy;
 pub mod release;
 pub mod release_log;
+pub mod reveal_budget;
 pub mod sample_data;
 pub mod schema;
 pub mod server;

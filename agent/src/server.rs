@@ -88,6 +88,7 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
         service: AgentService {
             datasets,
             log: Arc::new(log),
+            reveals: Default::default(),
         },
         tls,
         allowed: cfg.tls.allowed_clients.clone(),

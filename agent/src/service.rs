@@ -21,11 +21,15 @@ use crate::error::AgentError;
 use crate::policy;
 use crate::release::{self, Asked, DigestsSent};
 use crate::release_log::ReleaseLog;
+use crate::reveal_budget::RevealBudget;
 use crate::tls::client_name;
 
 pub struct AgentService {
     pub datasets: BTreeMap<String, Arc<Dataset>>,
     pub log: Arc<ReleaseLog>,
+    /// `max_reveal_rows` per dataset per hour: the one piece of state the agent keeps
+    /// between calls, and it can only refuse (see [`RevealBudget`]).
+    pub reveals: RevealBudget,
 }
 
 impl std::fmt::Debug for AgentService {
@@ -165,6 +169,7 @@ impl Agent for AgentService {
                 max_level: pb::PrivacyLevel::from(p.max_level) as i32,
                 expose_key_bounds: p.expose_key_bounds,
                 min_segment_rows: p.min_segment_rows,
+                time_columns: p.time_columns.clone(),
                 key_min: range.map(|r| int_tuple(r.0)),
                 key_max: range.map(|r| int_tuple(r.1)),
                 release_log_head: String::new(),
@@ -214,6 +219,7 @@ impl Agent for AgentService {
                     ))
                 })
                 .collect::<Result<Vec<_>, AgentError>>()?;
+            policy::check_disjoint(&parents)?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &parents)?;
             let b = self.bound(&ds, r.columns, r.key_len).await?;
             let out = ds.aggregate(&b, method, &parents, r.in_process).await?;
@@ -243,7 +249,7 @@ impl Agent for AgentService {
                     })
                     .collect(),
                 path: out.path.name().to_string(),
-                rows_scanned: out.rows_scanned,
+                rows_scanned: policy::reported_rows_scanned(&ds.config.policy, out.rows_scanned),
                 release_log_head: String::new(),
             })
         }
@@ -291,7 +297,19 @@ impl Agent for AgentService {
                     message: "key values may not leave this zone; use bisection strategy hash".into(),
                 });
             }
+            policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
             let b = self.bound(&ds, r.columns, r.key_len).await?;
+            // count first: a range above max_digest_rows is refused before any digest
+            // leaves (keys only, unless a period filter needs its column)
+            let mut counting = b.clone();
+            if seg.period.is_none() {
+                counting.cols.truncate(counting.key_len);
+            }
+            let counted = ds
+                .aggregate(&counting, method, &[(seg.clone(), Split::Whole)], false)
+                .await?;
+            let rows: u64 = counted.buckets.iter().map(|b| b.agg.count()).sum();
+            policy::check_digest_rows(&ds.config.policy, &ds.name, rows)?;
             Ok((ds, method, seg, b))
         }
         .await;
@@ -324,8 +342,14 @@ impl Agent for AgentService {
                 let txc = tx.clone();
                 let mut sent = DigestsSent::default();
                 let mut cancelled = false;
+                let policy = ds.config.policy.clone();
                 let result = ds
                     .digests(&b, method, &seg, 4096, &mut |batch| {
+                        // rows written since the count cannot carry the stream past the
+                        // limit: the batch that would cross it is not sent
+                        if sent.count + batch.len() as u64 > policy.max_digest_rows {
+                            policy::check_digest_rows(&policy, &ds.name, u64::MAX)?;
+                        }
                         let msg = pb::RowDigestBatch {
                             digests: batch
                                 .into_iter()
@@ -440,6 +464,7 @@ impl AgentService {
                 });
             }
             let seg = segment_from(r.segment, "segment")?;
+            policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
             let mut b = self.bound(&ds, r.columns, r.key_len).await?;
             if level != PrivacyLevel::Detailed && seg.period.is_none() {
                 // keys only: read just the key columns (an index-only range scan where
@@ -447,8 +472,17 @@ impl AgentService {
                 b.cols.truncate(b.key_len);
             }
             let wanted: HashSet<u64> = r.key_hashes.iter().copied().collect();
-            let limit = (r.limit as usize).min(policy::MAX_REVEAL_ROWS);
-            let (rows, truncated) = ds.rows_by_key_hash(&b, &seg, &wanted, limit).await?;
+            let asked_for = (r.limit as usize).min(policy::MAX_REVEAL_ROWS).min(wanted.len());
+            // the hour's budget is reserved before the scan (two concurrent calls cannot
+            // both spend the last rows) and what was not released is given back
+            let budget = self
+                .reveals
+                .reserve(&ds.config.policy, &ds.name, asked_for as u64)?;
+            let limit = budget.rows() as usize;
+            let scanned = ds.rows_by_key_hash(&b, &seg, &wanted, limit).await;
+            let released = scanned.as_ref().map_or(0, |(rows, _)| rows.len() as u64);
+            self.reveals.settle(budget, released);
+            let (rows, truncated) = scanned?;
             let masked: Vec<bool> = b
                 .cols
                 .iter()

@@ -54,6 +54,7 @@ fn service(cfg: &AgentConfig, path: &Path) -> Arc<AgentService> {
     Arc::new(AgentService {
         datasets: open_datasets(cfg, path).unwrap(),
         log: Arc::new(ReleaseLog::open(None).unwrap()),
+        reveals: Default::default(),
     })
 }
 

@@ -60,6 +60,16 @@ async fn sqlite_table(path: &Path) {
             "INSERT INTO t VALUES ({i}, 'name {i}', 'secret {i}');\n"
         ));
     }
+    // an event time (a listed time column) and a date of birth (not listed)
+    sql.push_str("CREATE TABLE ev (id INTEGER PRIMARY KEY, at DATE, born DATE);\n");
+    for i in 1..=60 {
+        sql.push_str(&format!(
+            "INSERT INTO ev VALUES ({i}, '2024-0{}-01', '{}-01-{:02}');\n",
+            1 + i % 3,
+            1900 + i,
+            1 + i % 28
+        ));
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&mut c)
         .await
@@ -99,6 +109,9 @@ async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca
          \x20 hidden: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, expose_key_bounds: false }} }}\n\
          \x20 floor: {{ url: '{url}', table: t, key: [id], policy: {{ min_segment_rows: 50 }} }}\n\
          \x20 big: {{ url: '{url}', table: big, key: [id], policy: {{ max_level: with_keys }} }}\n\
+         \x20 events: {{ url: '{url}', table: ev, key: [id], policy: {{ max_level: with_keys, time_columns: [at] }} }}\n\
+         \x20 capped: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_digest_rows: 100 }} }}\n\
+         \x20 rationed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_reveal_rows: 5 }} }}\n\
          {extra_datasets}"
     );
     let path = write(dir.path(), "agent.yaml", &text);
@@ -698,4 +711,355 @@ fn lines(f: &Fixture) -> Vec<serde_json::Value> {
 
 fn last_line(f: &Fixture) -> serde_json::Value {
     lines(f).pop().unwrap()
+}
+
+// ---- agent-enforced limits (DESIGN §2): each test is the attack, run as a
+// ---- compromised coordinator would
+
+fn agg_many(dataset: &str, parents: Vec<(Segment, Split)>) -> pb::AggregateRequest {
+    pb::AggregateRequest {
+        segments: parents
+            .iter()
+            .map(|(seg, split)| pb::SegmentSplit {
+                segment: Some(pb::Segment::from(seg)),
+                split: Some(split.to_pb()),
+            })
+            .collect(),
+        ..agg(dataset, Segment::whole(), Split::Whole)
+    }
+}
+
+fn keys(lower: Option<i64>, upper: Option<i64>) -> Segment {
+    Segment {
+        lower: lower.map(|l| vec![KeyPart::Int(l)]),
+        upper: upper.map(|u| vec![KeyPart::Int(u)]),
+        ..Segment::default()
+    }
+}
+
+fn hashed(seg: Segment, lo: u64, hi: u64) -> Segment {
+    Segment {
+        hash: Some((lo, hi)),
+        ..seg
+    }
+}
+
+fn no_digits(e: &tonic::Status) {
+    assert!(
+        !e.message().chars().any(|c| c.is_ascii_digit()),
+        "a refusal states a count: {}",
+        e.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nested_or_overlapping_parents_in_one_request_are_refused() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    const H: u64 = 1 << 60;
+    let refused = |parents: Vec<(Segment, Split)>| agg_many("closed", parents);
+    // the differencing attack: [1,k) for k = 6..=10 gives each row's checksum by
+    // subtraction
+    let nested: Vec<(Segment, Split)> = (6..=10).map(|k| (keys(Some(1), Some(k)), Split::Whole)).collect();
+    let attacks = vec![
+        ("nested key ranges", nested),
+        (
+            "a parent containing another",
+            vec![
+                (Segment::whole(), Split::Whole),
+                (keys(Some(5), Some(6)), Split::Whole),
+            ],
+        ),
+        (
+            "overlapping key ranges",
+            vec![
+                (keys(Some(1), Some(50)), Split::Whole),
+                (keys(Some(40), None), Split::Whole),
+            ],
+        ),
+        (
+            "overlapping hash ranges for one key range",
+            vec![
+                (hashed(Segment::whole(), 0, H / 2), Split::Whole),
+                (hashed(Segment::whole(), H / 2 - 1, H), Split::Whole),
+            ],
+        ),
+        (
+            "a hash range inside the whole range",
+            vec![
+                (Segment::whole(), Split::Hash(2)),
+                (hashed(Segment::whole(), 7, 8), Split::Whole),
+            ],
+        ),
+        (
+            "the same parent twice",
+            vec![
+                (keys(Some(1), Some(9)), Split::Whole),
+                (keys(Some(1), Some(9)), Split::Whole),
+            ],
+        ),
+        (
+            "overlapping key ranges told apart only by hash",
+            vec![
+                (hashed(keys(Some(1), Some(50)), 0, H / 2), Split::Whole),
+                (hashed(keys(Some(2), Some(50)), H / 2, H), Split::Whole),
+            ],
+        ),
+    ];
+    for (what, parents) in attacks {
+        let e = c.aggregate(refused(parents)).await.expect_err(what);
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {}", e.message());
+        assert!(
+            e.message().contains("segments[") && e.message().contains("disjoint"),
+            "{what}: {}",
+            e.message()
+        );
+    }
+    // what the drill sends is served: disjoint key ranges, disjoint hash ranges
+    let a = c
+        .aggregate(agg_many(
+            "closed",
+            vec![
+                (keys(None, Some(100)), Split::Quantile(2)),
+                (keys(Some(100), Some(150)), Split::Whole),
+                (keys(Some(150), None), Split::Hash(2)),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.buckets.iter().map(|b| b.count).sum::<u64>(), 200);
+    let a = c
+        .aggregate(agg_many(
+            "closed",
+            vec![
+                (hashed(Segment::whole(), 0, H / 2), Split::Hash(4)),
+                (hashed(Segment::whole(), H / 2, H), Split::Hash(4)),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.buckets.iter().map(|b| b.count).sum::<u64>(), 200);
+}
+
+fn event_cols() -> Vec<pb::ColumnRef> {
+    let c = |n: &str, class: pb::TypeClass| pb::ColumnRef {
+        name: n.into(),
+        type_class: class as i32,
+        scale: 0,
+        fixed_char: false,
+        exact: false,
+    };
+    vec![
+        c("id", pb::TypeClass::Integer),
+        c("at", pb::TypeClass::Date),
+        c("born", pb::TypeClass::Date),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn period_splits_are_served_only_on_listed_time_columns() {
+    use tally_common::period::Granularity;
+    use tally_common::segment::Period;
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let events = |seg: Segment, split: Split| pb::AggregateRequest {
+        columns: event_cols(),
+        ..agg("events", seg, split)
+    };
+    let by_day = |column: &str| Split::Period {
+        column: column.into(),
+        granularity: Granularity::Day,
+    };
+    let denied = |e: tonic::Status| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+        assert!(e.message().contains("time_columns"), "{}", e.message());
+    };
+    // the attack: a per-day histogram of dates of birth, or one row's birthday under
+    // a narrow hash range
+    denied(
+        c.aggregate(events(Segment::whole(), by_day("born")))
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        c.aggregate(events(hashed(Segment::whole(), 0, 1 << 40), by_day("BORN")))
+            .await
+            .unwrap_err(),
+    );
+    // or a period filter on it: a guessed birthday, confirmed by a count
+    let guessed = Segment {
+        period: Some(Period {
+            column: "born".into(),
+            granularity: Granularity::Day,
+            label: "1941-01-02".into(),
+        }),
+        ..Segment::default()
+    };
+    denied(
+        c.aggregate(events(guessed.clone(), Split::Whole))
+            .await
+            .unwrap_err(),
+    );
+    let mut d = digests("events");
+    d.columns = event_cols();
+    d.segment = Some(pb::Segment::from(&guessed));
+    denied(c.row_digests(d).await.map(|_| ()).unwrap_err());
+    let mut r = reveal("events", vec![1], false);
+    r.columns = event_cols();
+    r.segment = Some(pb::Segment::from(&guessed));
+    denied(c.reveal_keys(r).await.unwrap_err());
+    // the listed event time is served, by label
+    let a = c
+        .aggregate(events(Segment::whole(), by_day("at")))
+        .await
+        .unwrap()
+        .into_inner();
+    let labels: Vec<String> = a
+        .buckets
+        .iter()
+        .map(|b| b.segment.clone().unwrap().period.unwrap().label)
+        .collect();
+    assert_eq!(labels, ["2024-01-01", "2024-02-01", "2024-03-01"]);
+    assert_eq!(a.buckets.iter().map(|b| b.count).sum::<u64>(), 60);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn row_digests_above_max_digest_rows_are_refused_before_any_digest() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    // the attack: every key hash of the dataset in one stream, open to a dictionary
+    let e = c.row_digests(digests("capped")).await.map(|_| ()).unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains("max_digest_rows"), "{}", e.message());
+    no_digits(&e);
+    let l = last_line(&f);
+    assert_eq!(l["outcome"], "denied:max_digest_rows", "{l}");
+    assert!(
+        !lines(&f)
+            .iter()
+            .any(|l| l["rpc"] == "RowDigests" && l["outcome"] == "started"),
+        "a refused stream was started"
+    );
+    // one row above the limit is too many; the limit itself is served
+    for (upper, ok) in [(102, false), (101, true)] {
+        let mut d = digests("capped");
+        d.segment = Some(pb::Segment::from(&keys(Some(1), Some(upper))));
+        match c.row_digests(d).await {
+            Err(e) => {
+                assert!(!ok, "{}", e.message());
+                assert!(e.message().contains("max_digest_rows"));
+            }
+            Ok(s) => {
+                assert!(ok, "101 rows were streamed");
+                let mut s = s.into_inner();
+                let mut n = 0;
+                while let Some(b) = s.message().await.unwrap() {
+                    n += b.digests.len();
+                }
+                assert_eq!(n, 100);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reveals_beyond_max_reveal_rows_in_an_hour_are_refused_across_calls() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let mut s = c.row_digests(digests("rationed")).await.unwrap().into_inner();
+    let mut hashes = Vec::new();
+    while let Some(b) = s.message().await.unwrap() {
+        hashes.extend(b.digests.iter().map(|d| d.key_hash));
+    }
+    assert_eq!(hashes.len(), 200);
+    // a hash that matches nothing releases nothing and spends nothing
+    let r = c
+        .reveal_keys(reveal("rationed", vec![12345], false))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.rows.is_empty());
+    // the attack: many small calls, each under the per-call cap (budget: 5 an hour)
+    let mut released = 0;
+    let mut refused = None;
+    for chunk in hashes.chunks(2).take(10) {
+        match c.reveal_keys(reveal("rationed", chunk.to_vec(), false)).await {
+            Ok(r) => released += r.into_inner().rows.len(),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(released, 5, "the hour's budget is 5 rows");
+    let e = refused.expect("calls beyond the budget are refused");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains("max_reveal_rows"), "{}", e.message());
+    no_digits(&e);
+    assert_eq!(last_line(&f)["outcome"], "denied:max_reveal_rows");
+    // the budget is per dataset: another one still answers
+    let mut k = c.row_digests(digests("keys")).await.unwrap().into_inner();
+    let first = k.message().await.unwrap().unwrap().digests[0].key_hash;
+    drop(k);
+    let r = c
+        .reveal_keys(reveal("keys", vec![first], false))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.rows.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_floor_refusal_states_no_count() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    // a membership oracle: a one-row range is below the floor of 50, and the old
+    // message said how many rows it held
+    for upper in [2, 3, 13, 50] {
+        let e = c
+            .aggregate(agg("floor", keys(Some(1), Some(upper)), Split::Whole))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+        assert!(e.message().contains("min_segment_rows"), "{}", e.message());
+        no_digits(&e);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_scanned_never_states_a_count_below_min_segment_rows() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    // the attack: a narrow hash range leaves every bucket empty (so the floor lets it
+    // through) while rows_scanned would count the rows of the key range
+    let mut seen = Vec::new();
+    for in_process in [false, true] {
+        for upper in [2, 11, 31, 121] {
+            for seg in [
+                keys(Some(1), Some(upper)),
+                hashed(keys(Some(1), Some(upper)), 0, 1),
+            ] {
+                let mut req = agg("floor", seg, Split::Whole);
+                req.in_process = in_process;
+                if let Ok(a) = c.aggregate(req).await {
+                    seen.push(a.into_inner().rows_scanned);
+                }
+            }
+        }
+        let mut req = agg("floor", Segment::whole(), Split::Whole);
+        req.in_process = in_process;
+        let a = c.aggregate(req).await.unwrap().into_inner();
+        assert_eq!(a.rows_scanned, 200);
+    }
+    assert!(seen.len() >= 4, "{seen:?}");
+    for n in &seen {
+        assert!(
+            *n == 0 || *n >= 50,
+            "rows_scanned {n} is below the floor: {seen:?}"
+        );
+        assert_eq!(n % 50, 0, "rows_scanned is rounded to the floor: {seen:?}");
+    }
+    assert!(seen.contains(&150), "121 rows scan as 150: {seen:?}");
 }

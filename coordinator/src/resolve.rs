@@ -469,6 +469,18 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &pb::DescribeResponse); 2]) ->
                 ),
             });
         }
+        if let (Strategy::Time, Some(column)) = (spec.bisection.strategy, &spec.bisection.time_column)
+            && !d.time_columns.iter().any(|t| t.eq_ignore_ascii_case(column))
+        {
+            return Err(RunError::PolicyRefused {
+                agent: agent.to_string(),
+                rpc: "run".into(),
+                message: format!(
+                    "refused by policy time_columns of dataset {}: period splits on {column} are not allowed; list it in the agent's policy time_columns or use another strategy",
+                    d.dataset
+                ),
+            });
+        }
     }
     Ok(())
 }
@@ -1036,5 +1048,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("expose_key_bounds"), "{e}");
+        // strategy time: both agents must list the time column
+        let mut sp = spec();
+        sp.bisection.strategy = Strategy::Time;
+        sp.bisection.time_column = Some("placed".into());
+        let mut unlisted = s.clone();
+        unlisted.expose_key_bounds = true;
+        let mut listed = unlisted.clone();
+        listed.time_columns = vec!["Placed".into()];
+        assert!(check_policies(&sp, [("a", &listed), ("b", &listed)]).is_ok());
+        let e = check_policies(&sp, [("a", &listed), ("b", &unlisted)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("time_columns") && e.contains("agent b") && e.contains("placed"),
+            "{e}"
+        );
     }
 }

@@ -859,10 +859,12 @@ fn run_corpus(database: &str, cases: Vec<&Case>) {
             let table = format!("{}_{variant}", c.name);
             pg.exec(Some(database), &load_sql(c, &table, false, with_diff));
             my.exec(Some(database), &load_sql(c, &table, true, with_diff));
+            // strategy time needs its column listed in the policy's time_columns
+            let time_columns = c.time_column.unwrap_or_default();
             for (hashing, mode) in [("auto", "auto"), ("push", "pushdown")] {
                 let body = |url: &str| {
                     format!(
-                        "{{ url: '{url}', table: {table}, key: {}, hashing: {mode}, policy: {{ max_level: with_keys }} }}",
+                        "{{ url: '{url}', table: {table}, key: {}, hashing: {mode}, policy: {{ max_level: with_keys, time_columns: [{time_columns}] }} }}",
                         c.key
                     )
                 };

@@ -153,7 +153,8 @@ fn expected(p: &Plant) -> BTreeSet<(String, i64)> {
     e
 }
 
-const OPEN: &str = "{ max_level: with_keys }";
+/// with_keys, and period splits on the spec's time column (strategy time).
+const OPEN: &str = "{ max_level: with_keys, time_columns: [created_at] }";
 
 #[test]
 fn identical_data_matches_with_one_query_per_side() {
@@ -179,7 +180,7 @@ fn identical_data_matches_with_one_query_per_side() {
 
 /// The policy plus `hashing: pushdown` (the rest of the dataset's flow mapping):
 /// the engines hash in SQL instead of the agents.
-const OPEN_SQL_HASHING: &str = "{ max_level: with_keys }, hashing: pushdown";
+const OPEN_SQL_HASHING: &str = "{ max_level: with_keys, time_columns: [created_at] }, hashing: pushdown";
 
 #[test]
 fn planted_differences_are_found_exactly_with_every_strategy() {
@@ -279,6 +280,24 @@ fn a_count_only_agent_refuses_a_with_keys_run() {
     assert_eq!(out.json["error"]["code"], "policy_refused");
     let msg = out.json["error"]["message"].as_str().unwrap();
     assert!(msg.contains("max_level") && msg.contains("vpc2"), "{msg}");
+}
+
+#[test]
+fn strategy_time_on_a_column_an_agent_does_not_list_is_refused_plainly() {
+    let d = deploy("e2e_no_time", Some(&plant()), OPEN, "{ max_level: with_keys }");
+    let out = d.run(&spec("time", "with_keys"));
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["error"]["code"], "policy_refused");
+    let msg = out.json["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("time_columns") && msg.contains("vpc2") && msg.contains("created_at"),
+        "{msg}"
+    );
+    // refused from Describe: no aggregate reached either agent
+    for a in &d.agents {
+        let log = std::fs::read_to_string(&a.release_log).unwrap();
+        assert!(!log.contains("\"Aggregate\""), "{}: {log}", a.name);
+    }
 }
 
 #[test]
