@@ -302,24 +302,35 @@ fn strategy_time_on_a_column_an_agent_does_not_list_is_refused_plainly() {
 
 #[test]
 fn an_agent_killed_mid_run_gives_a_clear_error() {
-    let mut d = deploy("e2e_kill", Some(&plant()), OPEN, OPEN);
-    let mut child = d.spawn_run(&spec("quantile", "with_keys"));
-    // wait until the run has resolved the schemas, then kill the target's agent
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        let line = lines.next().expect("run ended before resolving").unwrap();
-        if line.contains("resolved") {
-            break;
+    // the kill races the run: on a loaded machine the run may end before the kill lands
+    // (exit 0 or 1, nothing to check); the scenario is then tried again, a few times
+    let mut attempt = 0;
+    let out = loop {
+        attempt += 1;
+        let mut d = deploy(&format!("e2e_kill{attempt}"), Some(&plant()), OPEN, OPEN);
+        let mut child = d.spawn_run(&spec("quantile", "with_keys"));
+        // wait until the run has resolved the schemas, then kill the target's agent
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        loop {
+            let line = lines.next().expect("run ended before resolving").unwrap();
+            if line.contains("resolved") {
+                break;
+            }
         }
-    }
-    d.agent("vpc2").guard.kill();
-    let started = Instant::now();
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let out = child.wait_with_output().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60), "no hang");
-    let mut out = parse_run(out);
-    out.stderr = rest.join("\n");
+        d.agent("vpc2").guard.kill();
+        let started = Instant::now();
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let out = child.wait_with_output().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60), "no hang");
+        let mut out = parse_run(out);
+        out.stderr = rest.join("\n");
+        if matches!(out.code, 0 | 1) && attempt < 3 {
+            eprintln!("attempt {attempt}: the run ended before the kill landed; again");
+            continue;
+        }
+        break out;
+    };
     assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(out.json["error"]["code"], "agent_unreachable", "{}", out.stdout);
     assert!(out.json["error"]["message"].as_str().unwrap().contains("vpc2"));
