@@ -567,7 +567,7 @@ impl Run<'_> {
                 counts.changed += 1;
             }
         }
-        let found: Vec<(usize, DiffKind, u64)> = found
+        let mut found: Vec<(usize, DiffKind, u64)> = found
             .into_iter()
             .enumerate()
             .filter(|(n, _)| !merged.contains(n))
@@ -575,7 +575,6 @@ impl Run<'_> {
             .collect();
         let limit = spec.reporting.sample_limit as usize;
         self.res.truncated = found.len() > limit;
-        let mut found = found;
         found.truncate(limit);
         let detailed = spec.reporting.level == PrivacyLevel::Detailed;
         // per leaf with differences: its findings and the key hashes each side reveals
