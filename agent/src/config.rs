@@ -88,6 +88,26 @@ pub struct TlsConfig {
     /// set; `any` admits every client certificate issued by `ca`.
     #[serde(default)]
     pub allowed_clients: AllowedClients,
+    /// The agent's static X25519 zone key (DESIGN §4.1), a PKCS#8 PEM file beside its
+    /// TLS key (`tally certs init` writes `NAME-zone.key`). Without it the agent offers
+    /// no sealed method and serves only datasets whose policy says `allow_unsealed`.
+    #[serde(default)]
+    pub zone_key: Option<PathBuf>,
+    /// The agent's name in sealed runs: a DNS name of its certificate (default: the
+    /// certificate's first DNS name). Its peer derives the run key with it.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The CA that peer agents' certificates chain to (default: `ca`). Any ServerAuth
+    /// certificate of this CA can act as a peer zone: keep it for agents, or set each
+    /// dataset's `peers`.
+    #[serde(default)]
+    pub peer_ca: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    pub fn peer_ca(&self) -> &Path {
+        self.peer_ca.as_deref().unwrap_or(&self.ca)
+    }
 }
 
 /// `tls.allowed_clients`: a list of names, matched against a client certificate's DNS
@@ -216,6 +236,15 @@ pub struct Policy {
     /// The most rows RevealKeys and RevealRows release for this dataset in any rolling
     /// hour, across calls (counted per agent process: each replica has its own budget).
     pub max_reveal_rows: u64,
+    /// The most rows RevealKeys and RevealRows release for this dataset in any rolling
+    /// hour, across runs (per agent process: each replica has its own budget).
+    pub max_reveal_rows_per_hour: u64,
+    /// Serve unsealed checksums (`sha256_64`, `md5_48`), which a coordinator can
+    /// brute-force for low-entropy columns (DESIGN §4.1). Off: only sealed requests.
+    pub allow_unsealed: bool,
+    /// The peer agents (names of their certificates) this dataset may be reconciled
+    /// with in a sealed run; unset: any agent certificate of `tls.peer_ca`.
+    pub peers: Option<Vec<String>>,
 }
 
 impl Default for Policy {
@@ -229,6 +258,9 @@ impl Default for Policy {
             time_columns: Vec::new(),
             max_digest_rows: 100_000,
             max_reveal_rows: 1000,
+            max_reveal_rows_per_hour: 10_000,
+            allow_unsealed: false,
+            peers: None,
         }
     }
 }
@@ -244,6 +276,7 @@ impl Policy {
         for (k, v) in [
             ("max_digest_rows", self.max_digest_rows),
             ("max_reveal_rows", self.max_reveal_rows),
+            ("max_reveal_rows_per_hour", self.max_reveal_rows_per_hour),
         ] {
             if v == 0 {
                 return Err(ConfigError::invalid(
@@ -252,6 +285,22 @@ impl Policy {
                     "must be at least 1 (to release no rows, set max_level: count_only)",
                 ));
             }
+        }
+        for (i, p) in self.peers.iter().flatten().enumerate() {
+            if p.is_empty() {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.peers[{i}]"),
+                    "empty agent name",
+                ));
+            }
+        }
+        if self.peers.as_ref().is_some_and(|p| p.is_empty()) {
+            return Err(ConfigError::invalid(
+                file,
+                key("peers"),
+                "empty: no peer could reconcile with this dataset; list peer agent names or remove the key",
+            ));
         }
         for (i, t) in self.time_columns.iter().enumerate() {
             if t.is_empty() {
@@ -314,6 +363,8 @@ impl AgentConfig {
         cfg.tls.ca = relative_to(path, &cfg.tls.ca);
         cfg.tls.cert = relative_to(path, &cfg.tls.cert);
         cfg.tls.key = relative_to(path, &cfg.tls.key);
+        cfg.tls.zone_key = cfg.tls.zone_key.map(|p| relative_to(path, &p));
+        cfg.tls.peer_ca = cfg.tls.peer_ca.map(|p| relative_to(path, &p));
         cfg.release_log = cfg.release_log.map(|p| relative_to(path, &p));
         Ok(cfg)
     }
@@ -405,6 +456,18 @@ impl AgentConfig {
                 ));
             }
             d.policy.validate(file, &key("policy"))?;
+            if self.tls.zone_key.is_none() && !d.policy.allow_unsealed {
+                return Err(ConfigError::invalid(
+                    file,
+                    "tls.zone_key",
+                    format!(
+                        "missing: dataset {name} serves sealed checksums only (the default), which need \
+                         this agent's zone key; `tally certs init` writes NAME-zone.key (or run \
+                         `openssl genpkey -algorithm X25519 -out zone.key`), or set \
+                         datasets.{name}.policy.allow_unsealed: true"
+                    ),
+                ));
+            }
             if let Some(m) = d
                 .policy
                 .mask_columns
@@ -454,7 +517,8 @@ mod tests {
         Ok(c)
     }
 
-    const BASE: &str = "listen: 127.0.0.1:7401\ntls: { ca: ca.pem, cert: a.pem, key: a-key.pem }\n";
+    const BASE: &str =
+        "listen: 127.0.0.1:7401\ntls: { ca: ca.pem, cert: a.pem, key: a-key.pem, zone_key: a-zone.key }\n";
 
     #[test]
     fn the_shipped_example_parses() {
@@ -479,6 +543,35 @@ mod tests {
         assert!(c.datasets["o"].policy.time_columns.is_empty());
         assert_eq!(c.datasets["o"].policy.max_digest_rows, 100_000);
         assert_eq!(c.datasets["o"].policy.max_reveal_rows, 1000);
+        assert_eq!(c.datasets["o"].policy.max_reveal_rows_per_hour, 10_000);
+        assert!(!c.datasets["o"].policy.allow_unsealed);
+        assert_eq!(c.datasets["o"].policy.peers, None);
+    }
+
+    #[test]
+    fn sealing_is_the_default_and_needs_a_zone_key() {
+        let one = "datasets:\n  o: { url: 'sqlite://x', table: t, key: [id] }\n";
+        let e = parse(&format!(
+            "listen: 127.0.0.1:7401\ntls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem }}\n{one}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tls.zone_key") && e.contains("certs init") && e.contains("allow_unsealed"),
+            "{e}"
+        );
+        // an agent that serves unsealed checksums only, said per dataset, needs none
+        parse(
+            "listen: 127.0.0.1:7401\ntls: { ca: ca.pem, cert: a.pem, key: a-key.pem }\n\
+             datasets:\n  o: { url: 'sqlite://x', table: t, key: [id], policy: { allow_unsealed: true } }\n",
+        )
+        .unwrap();
+        let e = parse(&format!(
+            "{BASE}datasets:\n  o: {{ url: 'sqlite://x', table: t, key: [id], policy: {{ peers: [] }} }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("datasets.o.policy.peers"), "{e}");
     }
 
     #[test]
@@ -491,7 +584,7 @@ mod tests {
         );
         let with = |v: &str| {
             parse(&format!(
-                "listen: 127.0.0.1:7401\ntls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem, allowed_clients: {v} }}\n{one}"
+                "listen: 127.0.0.1:7401\ntls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem, zone_key: z.key, allowed_clients: {v} }}\n{one}"
             ))
         };
         assert_eq!(with("any").unwrap().tls.allowed_clients, AllowedClients::Any);

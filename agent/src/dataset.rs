@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use tally_common::checksum::{AnyAggregate, HashMethod, key_hash};
+use tally_common::checksum::{AnyAggregate, Hasher};
 use tally_common::period::period_label;
 use tally_common::segment::{ColumnSpec, KeyPart, KeyTuple, Period, Segment, Split, bucket_hash};
 use tally_common::types::TypeClass;
@@ -173,7 +173,7 @@ impl Dataset {
     pub async fn aggregate(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         parents: &[(Segment, Split)],
         force_in_process: bool,
     ) -> Result<AggregateOut> {
@@ -224,13 +224,13 @@ impl Dataset {
                 granularity: *granularity,
                 label: String::new(),
             };
-            return self.aggregate_periods(b, method, seg, &p, force_in_process).await;
+            return self.aggregate_periods(b, h, seg, &p, force_in_process).await;
         }
         match self.choose_path(b, force_in_process) {
-            Path::Pushdown => self.aggregate_pushdown(b, method, parents).await,
+            Path::Pushdown => self.aggregate_pushdown(b, h, parents).await,
             // both paths render every value identically (DESIGN §3), so a value the
             // agent cannot render is refused, never retried in SQL
-            Path::InProcess => self.aggregate_in_process(b, method, parents).await,
+            Path::InProcess => self.aggregate_in_process(b, h, parents).await,
         }
     }
 
@@ -260,12 +260,12 @@ impl Dataset {
     async fn aggregate_periods(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         seg: &Segment,
         period: &Period,
         force_in_process: bool,
     ) -> Result<AggregateOut> {
-        let xor = method == HashMethod::Sha256_64;
+        let (method, xor) = (h.method(), h.method().has_xor());
         let child = |label: String| Segment {
             period: Some(Period {
                 label,
@@ -275,14 +275,14 @@ impl Dataset {
         };
         let d = self.connector.dialect_for(&b.info);
         let sql =
-            || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), method, seg, period);
+            || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), h, seg, period);
         let pushed = match self.choose_path(b, force_in_process) {
             Path::Pushdown => sql(),
             Path::InProcess => None,
         };
         let mut in_process = None;
         if pushed.is_none() {
-            in_process = Some(self.periods_in_process(b, method, seg, period, xor).await?);
+            in_process = Some(self.periods_in_process(b, h, seg, period, xor).await?);
         }
         let (mut found, path, scanned): (Vec<(String, AnyAggregate)>, Path, u64) = match pushed {
             Some(sql) => {
@@ -340,19 +340,20 @@ impl Dataset {
     async fn periods_in_process(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         seg: &Segment,
         period: &Period,
         xor: bool,
     ) -> Result<(Vec<(String, AnyAggregate)>, u64)> {
         let i = self.period_index(b, period)?;
+        let method = h.method();
         let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
         let n = self
-            .scan_segment(b, seg, false, false, &mut |row, _| {
+            .scan_segment(b, h, seg, false, false, &mut |row, _| {
                 let label = period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
                 map.entry(label)
                     .or_insert_with(|| AnyAggregate::empty(method, xor))
-                    .add_checksum(method.row_checksum(row.row_string().as_bytes()));
+                    .add_checksum(h.row(row.row_string().as_bytes()));
                 Ok(())
             })
             .await?;
@@ -362,7 +363,7 @@ impl Dataset {
     async fn aggregate_pushdown(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         parents: &[(Segment, Split)],
     ) -> Result<AggregateOut> {
         let d = self.connector.dialect_for(&b.info);
@@ -383,13 +384,14 @@ impl Dataset {
                 (seg.clone(), rule)
             })
             .collect();
-        let sql = dialect::aggregate(d, &self.source, &b.cols, &key, method, &rules)
+        let sql = dialect::aggregate(d, &self.source, &b.cols, &key, h, &rules)
             .ok_or_else(|| AgentError::Unsupported("engine cannot push this aggregate down".into()))?;
         let rows = self
             .connector
             .aggregate(&self.name, &sql, &b.key_classes())
             .await?;
-        let xor_real = method == HashMethod::Sha256_64 && d.xor_aggregate("h").is_some();
+        let method = h.method();
+        let xor_real = method.has_xor() && d.xor_aggregate("h").is_some();
         let mut buckets = Vec::new();
         let mut scanned = 0;
         for (p, (seg, split)) in parents.iter().enumerate() {
@@ -438,6 +440,7 @@ impl Dataset {
     async fn scan_segment(
         &self,
         b: &Bound,
+        h: &Hasher,
         seg: &Segment,
         ordered: bool,
         key_hashes: bool,
@@ -480,7 +483,7 @@ impl Dataset {
                 if !key_hashes && seg.hash.is_none() {
                     return f(row, 0);
                 }
-                let kh = key_hash(row.key_string(key_len).as_bytes());
+                let kh = h.key(row.key_string(key_len).as_bytes());
                 if seg
                     .hash
                     .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
@@ -496,10 +499,10 @@ impl Dataset {
     async fn aggregate_in_process(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         parents: &[(Segment, Split)],
     ) -> Result<AggregateOut> {
-        let xor = method == HashMethod::Sha256_64;
+        let (method, xor) = (h.method(), h.method().has_xor());
         let mut buckets = Vec::new();
         let mut scanned = 0;
         for (p, (seg, split)) in parents.iter().enumerate() {
@@ -518,7 +521,7 @@ impl Dataset {
                         _ => {
                             let mut n = 0u64;
                             scanned += self
-                                .scan_segment(b, seg, false, false, &mut |_, _| {
+                                .scan_segment(b, h, seg, false, false, &mut |_, _| {
                                     n += 1;
                                     Ok(())
                                 })
@@ -531,13 +534,13 @@ impl Dataset {
                     let mut aggs: Vec<AnyAggregate> = vec![AnyAggregate::empty(method, xor)];
                     let mut i = 0u64;
                     scanned += self
-                        .scan_segment(b, seg, true, false, &mut |row, _| {
+                        .scan_segment(b, h, seg, true, false, &mut |row, _| {
                             let child = ntile(i, total, n).min(aggs.len() as u64) as usize;
                             if child == aggs.len() {
                                 cuts.push(row.key.clone());
                                 aggs.push(AnyAggregate::empty(method, xor));
                             }
-                            aggs[child].add_checksum(method.row_checksum(row.row_string().as_bytes()));
+                            aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
                             i += 1;
                             Ok(())
                         })
@@ -552,13 +555,13 @@ impl Dataset {
                     };
                     let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
                     scanned += self
-                        .scan_segment(b, seg, false, matches!(split, Split::Hash(_)), &mut |row, kh| {
+                        .scan_segment(b, h, seg, false, matches!(split, Split::Hash(_)), &mut |row, kh| {
                             let child = match split {
                                 Split::Hash(n) => seg.hash_child_of(*n, bucket_hash(kh)),
                                 Split::Cuts(c) => c.partition_point(|cut| cut <= &row.key),
                                 _ => 0,
                             };
-                            aggs[child].add_checksum(method.row_checksum(row.row_string().as_bytes()));
+                            aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
                             Ok(())
                         })
                         .await?;
@@ -585,15 +588,15 @@ impl Dataset {
     pub async fn digests(
         &self,
         b: &Bound,
-        method: HashMethod,
+        h: &Hasher,
         seg: &Segment,
         batch: usize,
         sink: &mut (dyn FnMut(Vec<(u64, u64)>) -> Result<()> + Send),
     ) -> Result<u64> {
         let mut buf = Vec::with_capacity(batch);
         let mut n = 0;
-        self.scan_segment(b, seg, false, true, &mut |row, kh| {
-            buf.push((kh, method.row_checksum(row.row_string().as_bytes())));
+        self.scan_segment(b, h, seg, false, true, &mut |row, kh| {
+            buf.push((kh, h.row(row.row_string().as_bytes())));
             n += 1;
             if buf.len() >= batch {
                 sink(std::mem::replace(&mut buf, Vec::with_capacity(batch)))?;
@@ -611,13 +614,14 @@ impl Dataset {
     pub async fn rows_by_key_hash(
         &self,
         b: &Bound,
+        h: &Hasher,
         seg: &Segment,
         wanted: &HashSet<u64>,
         limit: usize,
     ) -> Result<(Vec<(u64, CanonRow)>, bool)> {
         let mut out = Vec::new();
         let mut truncated = false;
-        self.scan_segment(b, seg, true, true, &mut |row, kh| {
+        self.scan_segment(b, h, seg, true, true, &mut |row, kh| {
             if wanted.contains(&kh) {
                 if out.len() < limit {
                     out.push((kh, row));
@@ -634,7 +638,9 @@ impl Dataset {
     /// Investigation SQL of a segment. A `query:` dataset shows its query only where
     /// its policy says `share_query: true`; otherwise the SQL reads from a comment
     /// naming the dataset (names are letters, digits, '-', '_', '.': no `*/`).
-    pub fn investigation_sql(&self, b: &Bound, seg: &Segment) -> String {
+    /// A sealed run's hash range is left out: it cannot be written without the run
+    /// key, which never leaves the agents.
+    pub fn investigation_sql(&self, b: &Bound, seg: &Segment, sealed: bool) -> String {
         let withheld;
         let source = match &self.source {
             Source::Query(_) if !self.config.policy.share_query => {
@@ -652,6 +658,7 @@ impl Dataset {
             &b.cols,
             &b.key_infos(),
             seg,
+            sealed,
         )
     }
 }

@@ -31,6 +31,9 @@ pub enum AgentError {
         column: String,
         message: String,
     },
+    /// A sealed request's peer or seal was refused (DESIGN §4.1); names the reason.
+    #[error("sealed request refused: {0}")]
+    Seal(String),
     #[error("{0}")]
     Unsupported(String),
     #[error("configuration: {0}")]
@@ -80,7 +83,7 @@ impl AgentError {
         match self {
             AgentError::UnknownDataset(_) => Code::NotFound,
             AgentError::InvalidArgument(_) => Code::InvalidArgument,
-            AgentError::Policy { .. } => Code::PermissionDenied,
+            AgentError::Policy { .. } | AgentError::Seal(_) => Code::PermissionDenied,
             AgentError::DatabaseUnavailable { .. } => Code::Unavailable,
             AgentError::Query { .. } => Code::Internal,
             AgentError::Canonical { .. } => Code::FailedPrecondition,

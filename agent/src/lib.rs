@@ -17,6 +17,7 @@ pub mod release_log;
 pub mod reveal_budget;
 pub mod sample_data;
 pub mod schema;
+pub mod sealing;
 pub mod server;
 pub mod service;
 pub mod tls;

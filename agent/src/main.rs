@@ -112,6 +112,21 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
             ok = false;
         }
     }
+    let sealed = match tally_agent::sealing::Zone::load(&cfg.tls) {
+        Ok(Some(z)) => {
+            println!("zone key: signed for {:?}: checksums are sealed (DESIGN §4.1)", z.name);
+            true
+        }
+        Ok(None) => {
+            println!("zone key: none (tls.zone_key unset): only datasets with allow_unsealed are served");
+            false
+        }
+        Err(e) => {
+            println!("zone key: {e}");
+            ok = false;
+            false
+        }
+    };
     // datasets on one URL share a connector: connect once per connector
     let mut reached: HashMap<*const Connector, Result<(), String>> = HashMap::new();
     let urls: HashSet<*const Connector> = datasets.values().map(|d| Arc::as_ptr(&d.connector)).collect();
@@ -138,13 +153,20 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                 println!("  key: {}", info.key.join(", "));
                 println!("  row estimate: {}", info.row_estimate);
                 let in_agent = ds.configured_path() == Path::InProcess;
+                let p = &ds.config.policy;
+                let methods: Vec<&str> = tally_common::HashMethod::BY_STRENGTH
+                    .into_iter()
+                    .filter(|m| if m.is_sealed() { sealed } else { p.allow_unsealed })
+                    .map(|m| m.name())
+                    .collect();
                 println!(
-                    "  hashing: {} (sha256_64, md5_48{})",
+                    "  hashing: {} ({}{})",
                     if in_agent {
                         "in_process: the agent reads rows and hashes them"
                     } else {
                         "pushdown: the engine hashes in SQL"
                     },
+                    methods.join(", "),
                     if in_agent || d.xor_aggregate("h").is_some() {
                         ", XOR"
                     } else {

@@ -33,10 +33,23 @@ fn class_name(c: i32) -> String {
 }
 
 fn method_name(m: i32) -> String {
-    match pb::HashMethod::try_from(m) {
-        Ok(pb::HashMethod::Md548) => "md5_48".into(),
-        Ok(pb::HashMethod::Sha25664) => "sha256_64".into(),
-        _ => format!("unknown:{m}"),
+    tally_common::HashMethod::from_pb(m).map_or_else(|| format!("unknown:{m}"), |m| m.name().to_string())
+}
+
+/// A request's seal: the run nonce and the peer's zone key (in the full request).
+fn seal(s: Option<&pb::Seal>) -> Value {
+    let Some(s) = s else { return Value::Null };
+    json!({"nonce": hex::encode(&s.nonce),
+           "peer": s.peer.as_ref().map(|p| p.agent.clone()),
+           "peer_key": s.peer.as_ref().map(|p| hex::encode(&p.public_key))})
+}
+
+/// Sealed or not, and with whom (in the summary).
+fn sealed_summary(summary: &mut Value, s: Option<&pb::Seal>) {
+    summary["sealed"] = json!(s.is_some());
+    if let Some(p) = s.and_then(|s| s.peer.as_ref()) {
+        summary["peer"] = json!(p.agent);
+        summary["run"] = json!(hex::encode(&s.expect("peer of a seal").nonce));
     }
 }
 
@@ -135,7 +148,7 @@ impl Asked {
             .collect();
         let full = json!({"rpc": "Aggregate", "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "method": method_name(r.method), "segments": segments,
-                          "in_process": r.in_process});
+                          "in_process": r.in_process, "seal": seal(r.seal.as_ref())});
         let mut splits = serde_json::Map::new();
         for s in &r.segments {
             let n = splits.entry(split_kind(s.split.as_ref())).or_insert(json!(0));
@@ -148,16 +161,19 @@ impl Asked {
             &mut summary,
             shape(&mut r.segments.iter().map(|s| s.segment.as_ref())),
         );
+        sealed_summary(&mut summary, r.seal.as_ref());
         Asked::new(full, summary)
     }
 
     pub fn row_digests(r: &pb::RowDigestsRequest) -> Asked {
         let full = json!({"rpc": "RowDigests", "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "method": method_name(r.method),
-                          "segment": segment(r.segment.as_ref()), "level": r.level});
+                          "segment": segment(r.segment.as_ref()), "level": r.level,
+                          "seal": seal(r.seal.as_ref())});
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
                                  "method": method_name(r.method)});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        sealed_summary(&mut summary, r.seal.as_ref());
         Asked::new(full, summary)
     }
 
@@ -165,16 +181,18 @@ impl Asked {
         let full = json!({"rpc": rpc, "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "segment": segment(r.segment.as_ref()),
                           "key_hashes": r.key_hashes.iter().map(|h| format!("{h:016x}")).collect::<Vec<_>>(),
-                          "limit": r.limit, "level": r.level, "consent_acknowledged": r.consent_acknowledged});
+                          "limit": r.limit, "level": r.level, "consent_acknowledged": r.consent_acknowledged,
+                          "seal": seal(r.seal.as_ref())});
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
                                  "key_hashes": r.key_hashes.len(), "limit": r.limit});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        sealed_summary(&mut summary, r.seal.as_ref());
         Asked::new(full, summary)
     }
 
     pub fn investigation_sql(r: &pb::InvestigationSqlRequest) -> Asked {
         let full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
-                          "key_len": r.key_len, "segment": segment(r.segment.as_ref())});
+                          "key_len": r.key_len, "segment": segment(r.segment.as_ref()), "sealed": r.sealed});
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
         Asked::new(full, summary)

@@ -71,6 +71,10 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
     let log = ReleaseLog::open(cfg.release_log.as_deref())
         .map_err(|e| AgentError::Config(format!("release_log: {e}")))?;
     let tls = tls::server_tls(&cfg.tls)?;
+    let zone = crate::sealing::Zone::load(&cfg.tls)?.map(Arc::new);
+    if let Some(z) = &zone {
+        tracing::info!(name = %z.name, "zone key loaded: checksums are sealed");
+    }
     if cfg.tls.allowed_clients == crate::config::AllowedClients::Any {
         tracing::warn!(
             "tls.allowed_clients is any: every client certificate of the CA may call this agent; list the coordinator's name to close it"
@@ -89,6 +93,7 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
             datasets,
             log: Arc::new(log),
             reveals: Default::default(),
+            zone,
         },
         tls,
         allowed: cfg.tls.allowed_clients.clone(),

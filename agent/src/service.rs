@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tally_common::PrivacyLevel;
-use tally_common::checksum::HashMethod;
+use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::segment::{ColumnSpec, Segment, Split, tuple_to_pb};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent;
@@ -22,6 +22,7 @@ use crate::policy;
 use crate::release::{self, Asked, DigestsSent};
 use crate::release_log::ReleaseLog;
 use crate::reveal_budget::RevealBudget;
+use crate::sealing::{self, Zone};
 use crate::tls::client_name;
 
 pub struct AgentService {
@@ -30,6 +31,8 @@ pub struct AgentService {
     /// `max_reveal_rows` per dataset per hour: the one piece of state the agent keeps
     /// between calls, and it can only refuse (see [`RevealBudget`]).
     pub reveals: RevealBudget,
+    /// The zone key that seals this agent's checksums; `None`: unsealed only.
+    pub zone: Option<Arc<Zone>>,
 }
 
 impl std::fmt::Debug for AgentService {
@@ -41,13 +44,11 @@ impl std::fmt::Debug for AgentService {
 }
 
 fn method_from(v: i32) -> Result<HashMethod, AgentError> {
-    match pb::HashMethod::try_from(v) {
-        Ok(pb::HashMethod::Md548) => Ok(HashMethod::Md5_48),
-        Ok(pb::HashMethod::Sha25664) => Ok(HashMethod::Sha256_64),
-        _ => Err(AgentError::InvalidArgument(
-            "method: expected md5_48 or sha256_64".into(),
-        )),
-    }
+    HashMethod::from_pb(v).ok_or_else(|| {
+        AgentError::InvalidArgument(
+            "method: expected sealed_sha256_64, sealed_md5_48, sha256_64 or md5_48".into(),
+        )
+    })
 }
 
 fn columns_from(cols: Vec<pb::ColumnRef>) -> Result<Vec<ColumnSpec>, AgentError> {
@@ -116,6 +117,11 @@ impl AgentService {
         record_line(&self.log, client, rpc, dataset, asked, &outcome, released)
     }
 
+    /// The hasher of a request's method and seal (see [`sealing::hasher`]).
+    fn hasher(&self, ds: &Dataset, method: HashMethod, seal: Option<pb::Seal>) -> Result<Hasher, AgentError> {
+        sealing::hasher(self.zone.as_deref(), method, seal, &ds.config.policy, &ds.name)
+    }
+
     async fn bound(&self, ds: &Dataset, cols: Vec<pb::ColumnRef>, key_len: u32) -> Result<Bound, AgentError> {
         ds.bind(columns_from(cols)?, key_len as usize).await
     }
@@ -163,8 +169,14 @@ impl Agent for AgentService {
                 engine: info.engine.to_string(),
                 engine_version: info.engine_version.clone(),
                 time_zone: ds.config.time_zone.clone(),
-                // every engine can be hashed in-process; pushdown is an optimisation
-                hash_methods: vec![pb::HashMethod::Sha25664 as i32, pb::HashMethod::Md548 as i32],
+                // every engine can be hashed in-process; pushdown is an optimisation.
+                // Sealed methods need the zone key; unsealed ones the dataset's consent.
+                hash_methods: HashMethod::BY_STRENGTH
+                    .into_iter()
+                    .filter(|m| if m.is_sealed() { self.zone.is_some() } else { p.allow_unsealed })
+                    .map(|m| pb::HashMethod::from(m) as i32)
+                    .collect(),
+                zone_key: self.zone.as_ref().map(|z| z.signed.to_pb()),
                 xor_supported: !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some(),
                 max_level: pb::PrivacyLevel::from(p.max_level) as i32,
                 expose_key_bounds: p.expose_key_bounds,
@@ -202,6 +214,7 @@ impl Agent for AgentService {
         let result = async {
             let ds = self.dataset(&r.dataset)?;
             let method = method_from(r.method)?;
+            let h = self.hasher(&ds, method, r.seal)?;
             if r.segments.is_empty() || r.segments.len() > 100_000 {
                 return Err(AgentError::InvalidArgument(
                     "segments: between 1 and 100000 needed".into(),
@@ -222,7 +235,7 @@ impl Agent for AgentService {
             policy::check_disjoint(&parents)?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &parents)?;
             let b = self.bound(&ds, r.columns, r.key_len).await?;
-            let out = ds.aggregate(&b, method, &parents, r.in_process).await?;
+            let out = ds.aggregate(&b, &h, &parents, r.in_process).await?;
             policy::check_bucket_counts(
                 &ds.config.policy,
                 &ds.name,
@@ -289,6 +302,7 @@ impl Agent for AgentService {
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
             let method = method_from(r.method)?;
+            let h = self.hasher(&ds, method, r.seal.clone())?;
             let seg = segment_from(r.segment, "segment")?;
             if seg.has_key_bounds() && !ds.config.policy.expose_key_bounds {
                 return Err(AgentError::Policy {
@@ -306,18 +320,18 @@ impl Agent for AgentService {
                 counting.cols.truncate(counting.key_len);
             }
             let counted = ds
-                .aggregate(&counting, method, &[(seg.clone(), Split::Whole)], false)
+                .aggregate(&counting, &h, &[(seg.clone(), Split::Whole)], false)
                 .await?;
             let rows: u64 = counted.buckets.iter().map(|b| b.agg.count()).sum();
             policy::check_digest_rows(&ds.config.policy, &ds.name, rows)?;
-            Ok((ds, method, seg, b))
+            Ok((ds, h, seg, b))
         }
         .await;
         // a refused request is recorded as such; an accepted one opens with a
         // `started` line (nothing is streamed unless it is written) and closes with the
         // count and outcome once the stream has ended
         let rpc = "RowDigests";
-        let (ds, method, seg, b) = match prepared {
+        let (ds, h, seg, b) = match prepared {
             Err(e) => {
                 record_line(
                     &self.log,
@@ -344,7 +358,7 @@ impl Agent for AgentService {
                 let mut cancelled = false;
                 let policy = ds.config.policy.clone();
                 let result = ds
-                    .digests(&b, method, &seg, 4096, &mut |batch| {
+                    .digests(&b, &h, &seg, 4096, &mut |batch| {
                         // rows written since the count cannot carry the stream past the
                         // limit: the batch that would cross it is not sent
                         if sent.count + batch.len() as u64 > policy.max_digest_rows {
@@ -421,7 +435,7 @@ impl Agent for AgentService {
             let seg = segment_from(r.segment.clone(), "segment")?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
             let b = self.bound(&ds, r.columns.clone(), r.key_len).await?;
-            Ok(ds.investigation_sql(&b, &seg))
+            Ok(ds.investigation_sql(&b, &seg, r.sealed))
         }
         .await;
         let head = self.record(
@@ -463,6 +477,8 @@ impl AgentService {
                     message: "key values may not leave this zone".into(),
                 });
             }
+            let nonce = r.seal.as_ref().map(|s| s.nonce.clone());
+            let h = sealing::key_hasher(self.zone.as_deref(), r.seal, &ds.config.policy, &ds.name)?;
             let seg = segment_from(r.segment, "segment")?;
             policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
             let mut b = self.bound(&ds, r.columns, r.key_len).await?;
@@ -473,13 +489,14 @@ impl AgentService {
             }
             let wanted: HashSet<u64> = r.key_hashes.iter().copied().collect();
             let asked_for = (r.limit as usize).min(policy::MAX_REVEAL_ROWS).min(wanted.len());
-            // the hour's budget is reserved before the scan (two concurrent calls cannot
-            // both spend the last rows) and what was not released is given back
-            let budget = self
-                .reveals
-                .reserve(&ds.config.policy, &ds.name, asked_for as u64)?;
+            // the run's and the hour's budgets are reserved before the scan (two
+            // concurrent calls cannot both spend the last rows) and what was not
+            // released is given back
+            let budget =
+                self.reveals
+                    .reserve(&ds.config.policy, &ds.name, nonce.as_deref(), asked_for as u64)?;
             let limit = budget.rows() as usize;
-            let scanned = ds.rows_by_key_hash(&b, &seg, &wanted, limit).await;
+            let scanned = ds.rows_by_key_hash(&b, &h, &seg, &wanted, limit).await;
             let released = scanned.as_ref().map_or(0, |(rows, _)| rows.len() as u64);
             self.reveals.settle(budget, released);
             let (rows, truncated) = scanned?;

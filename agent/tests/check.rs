@@ -14,7 +14,7 @@ fn check(dir: &Path, datasets: &str) -> (Option<i32>, String) {
         &path,
         format!(
             "listen: 127.0.0.1:0\n\
-             tls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem }}\n\
+             tls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem, zone_key: a-zone.key }}\n\
              datasets:\n{datasets}"
         ),
     )

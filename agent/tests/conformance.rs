@@ -20,7 +20,8 @@ use tally_agent::dialect;
 use tally_agent::error::AgentError;
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::FieldFormat;
-use tally_common::checksum::{AnyAggregate, HashMethod, md5_48, sha256_64, wrap_decimal_sum};
+use tally_common::checksum::{AnyAggregate, HashMethod, Hasher, md5_48, sha256_64, wrap_decimal_sum};
+use tally_common::seal::RunKeys;
 use tally_common::period::Granularity;
 use tally_common::segment::{ColumnSpec, KeyPart, Period, Segment, Split};
 use tally_common::types::TypeClass;
@@ -431,10 +432,31 @@ async fn engine_row(l: &Live, table: &str, cols: &[BoundColumn]) -> (String, Str
         }
     };
     let rs = get(row.clone()).await;
-    let md5 = get(d.row_hash_expr(&row, HashMethod::Md5_48).unwrap()).await;
-    let sha_signed = get(d.row_hash_expr(&row, HashMethod::Sha256_64).unwrap()).await;
+    let md5 = get(d.row_hash_expr(&row, HashMethod::Md5_48, None).unwrap()).await;
+    let sha_signed = get(d.row_hash_expr(&row, HashMethod::Sha256_64, None).unwrap()).await;
     let sha = format!("{:016x}", wrap_decimal_sum(&sha_signed).unwrap());
     (rs, md5, sha)
+}
+
+/// The engine's sealed checksums of the single row in `table`, computed in SQL with the
+/// vector file's k_row; `None` where the engine does not hash in SQL.
+async fn engine_sealed(l: &Live, table: &str, cols: &[BoundColumn], keys: &RunKeys) -> Option<(String, String)> {
+    let d = l.connector.dialect();
+    let row = dialect::row_string_expr(d, cols)?;
+    let rel = d.quote(table);
+    let get = |expr: String| {
+        let sql = format!("SELECT {} FROM {rel}", as_text(l.engine, &expr));
+        async move {
+            l.connector
+                .query_text("t", &sql)
+                .await
+                .unwrap()
+                .unwrap_or_default()
+        }
+    };
+    let md5 = get(d.row_hash_expr(&row, HashMethod::SealedMd5_48, Some(&keys.k_row))?).await;
+    let sha = get(d.row_hash_expr(&row, HashMethod::SealedSha256_64, Some(&keys.k_row))?).await;
+    Some((md5, format!("{:016x}", wrap_decimal_sum(&sha).unwrap())))
 }
 
 async fn vectors_on(engine: Engine) {
@@ -443,6 +465,7 @@ async fn vectors_on(engine: Engine) {
     let file = VectorFile::load_repo();
     let mut failures = Vec::new();
     let mut stored = 0;
+    let mut sealed_checked = 0;
     for v in &file.vectors {
         if cannot_store(engine, v).is_some() {
             continue;
@@ -456,6 +479,18 @@ async fn vectors_on(engine: Engine) {
             failures.push(format!(
                 "{} ({}): got {rs:?} md5 {md5} sha {sha}, want {:?} md5 {} sha {}",
                 v.id, v.about, v.row_string, v.md5_48, v.sha256_64
+            ));
+        }
+        if let Some(sr) = file.sealed.rows.iter().find(|r| r.id == v.id)
+            && let Some((md5, sha)) = engine_sealed(&l, &table, &cols, &file.sealed.keys()).await
+            && {
+                sealed_checked += 1;
+                md5 != sr.sealed_md5_48 || sha != sr.sealed_sha256_64
+            }
+        {
+            failures.push(format!(
+                "{} ({}): sealed in SQL md5 {md5} sha {sha}, want md5 {} sha {}",
+                v.id, v.about, sr.sealed_md5_48, sr.sealed_sha256_64
             ));
         }
         let fetched = agent_row(&l, &table, &cols).await;
@@ -481,7 +516,14 @@ async fn vectors_on(engine: Engine) {
         stored >= file.vectors.len() - 24,
         "{engine:?} skips too many vectors: {skipped:?}"
     );
-    eprintln!("{engine:?}: {stored} vectors reproduced bit for bit; not storable: {skipped:?}");
+    // engines that hash in SQL reproduce the sealed vectors too (SQLite hashes in the agent)
+    assert!(
+        engine == Engine::Sqlite || sealed_checked >= 8,
+        "{engine:?}: only {sealed_checked} sealed vectors checked in SQL"
+    );
+    eprintln!(
+        "{engine:?}: {stored} vectors reproduced bit for bit ({sealed_checked} sealed in SQL); not storable: {skipped:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -533,7 +575,7 @@ async fn aggregates_on(engine: Engine) {
                 }
                 (agg.sum(), agg.xor())
             } else {
-                let h = d.row_hash_expr("rs", method).unwrap();
+                let h = d.row_hash_expr("rs", method, None).unwrap();
                 let q = |agg: &str| {
                     format!(
                         "SELECT {} FROM (SELECT {h} AS h FROM agg WHERE grp = '{}') x",
@@ -568,7 +610,8 @@ async fn aggregates_on(engine: Engine) {
                     a.id,
                     a.about
                 ),
-                HashMethod::Sha256_64 => {
+                // the aggregate vectors are unsealed; sealed ones are pinned per row
+                _ => {
                     assert_eq!(
                         format!("{sum:016x}"),
                         a.sha256_sum,
@@ -698,6 +741,7 @@ fn summary(o: &AggregateOut) -> Summary {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let dir = tempfile::tempdir().unwrap();
     let mut results: BTreeMap<String, Summary> = BTreeMap::new();
     let int = |i: i64| vec![KeyPart::Int(i)];
@@ -769,7 +813,8 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         let mut ds = dataset("orders", "orders", l.connector);
         let b = ds.bind(orders_columns(), 1).await.unwrap();
         for (name, parents) in &splits {
-            for method in [HashMethod::Sha256_64, HashMethod::Md5_48] {
+            for method in HashMethod::BY_STRENGTH {
+                let method_hasher = hasher(method);
                 // pushed down, the default (in-process except on DuckDB), forced in-process
                 for (hashing, in_process) in [
                     (Hashing::Pushdown, false),
@@ -777,7 +822,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                     (Hashing::Auto, true),
                 ] {
                     ds.config.hashing = hashing;
-                    let out = ds.aggregate(&b, method, parents, in_process).await.unwrap();
+                    let out = ds.aggregate(&b, &method_hasher, parents, in_process).await.unwrap();
                     let total: u64 = out
                         .buckets
                         .iter()
@@ -805,7 +850,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             }
         }
     }
-    assert_eq!(results.len(), 20);
+    assert_eq!(results.len(), 40);
     let months = &results["month/sha256_64"];
     assert_eq!(months.len(), 12, "one bucket per month present");
     assert_eq!(months[2].2.period.as_ref().unwrap().label, "2024-03");
@@ -856,7 +901,7 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
             let o = ds
                 .aggregate(
                     &b,
-                    HashMethod::Sha256_64,
+                    &Hasher::unsealed(HashMethod::Sha256_64),
                     &[(Segment::whole(), Split::Cuts(cuts.clone()))],
                     false,
                 )
@@ -916,13 +961,13 @@ async fn both_paths_agree_on_values_beyond_the_iso_calendar() {
     let ds = dataset("ev", "ev", l.connector);
     let b = ds.bind(cols(), 1).await.unwrap();
     let forced = ds
-        .aggregate(&b, HashMethod::Sha256_64, &whole, true)
+        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, true)
         .await
         .unwrap();
     assert_eq!(forced.path.name(), "in_process");
     assert_eq!(forced.buckets[0].agg.count(), 4);
     let pushed = pushdown_dataset(&ds, &l.url)
-        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
+        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, false)
         .await
         .unwrap();
     assert_eq!(pushed.path.name(), "pushdown");
@@ -932,7 +977,7 @@ async fn both_paths_agree_on_values_beyond_the_iso_calendar() {
     );
     assert_eq!(digest_count(&ds, &b).await.unwrap(), 4);
     let again = ds
-        .aggregate(&b, HashMethod::Sha256_64, &whole, false)
+        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, false)
         .await
         .unwrap();
     assert_eq!(
@@ -958,7 +1003,7 @@ fn pushdown_dataset(ds: &Dataset, url: &str) -> Dataset {
 /// How many row digests the whole of `ds` gives.
 async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
     let mut n = 0;
-    ds.digests(b, HashMethod::Sha256_64, &Segment::whole(), 100, &mut |batch| {
+    ds.digests(b, &Hasher::unsealed(HashMethod::Sha256_64), &Segment::whole(), 100, &mut |batch| {
         n += batch.len();
         Ok(())
     })
@@ -979,4 +1024,18 @@ fn dataset(name: &str, table: &str, connector: Connector) -> Dataset {
         Source::Table(vec![table.into()]),
         connector,
     )
+}
+
+/// Fixed run keys for the sealed methods in these tests (what two agents would derive).
+const TEST_KEYS: RunKeys = RunKeys {
+    k_row: [0x5a; 32],
+    k_key: [0xa5; 32],
+};
+
+fn hasher(m: HashMethod) -> Hasher {
+    if m.is_sealed() {
+        Hasher::sealed(m, &TEST_KEYS)
+    } else {
+        Hasher::unsealed(m)
+    }
 }

@@ -55,6 +55,7 @@ fn service(cfg: &AgentConfig, path: &Path) -> Arc<AgentService> {
         datasets: open_datasets(cfg, path).unwrap(),
         log: Arc::new(ReleaseLog::open(None).unwrap()),
         reveals: Default::default(),
+        zone: None,
     })
 }
 
@@ -76,6 +77,7 @@ fn aggregate_whole(dataset: &str) -> pb::AggregateRequest {
             split: Some(Split::Whole.to_pb()),
         }],
         in_process: false,
+        seal: None,
     }
 }
 
@@ -104,7 +106,7 @@ fn sample_peak(sampler: Connector, count_sql: String, done: Arc<AtomicBool>) -> 
 async fn many_datasets_share_one_capped_pool(url: &str, sampler_url: &str, count_sql: &str) {
     let dir = tempfile::tempdir().unwrap();
     let datasets: String = (0..DATASETS)
-        .map(|i| format!("  d{i}: {{ url: '{url}', table: t{}, key: [id] }}\n", i % 10))
+        .map(|i| format!("  d{i}: {{ url: '{url}', table: t{}, key: [id], policy: {{ allow_unsealed: true }} }}\n", i % 10))
         .collect();
     let (cfg, path) = config(
         dir.path(),
@@ -218,7 +220,7 @@ async fn calls_beyond_the_cap_wait_longer_than_the_connect_timeout() {
     let datasets: String = (0..3)
         .map(|i| {
             format!(
-                "  s{i}: {{ url: '{url}', query: 'SELECT id, v FROM slow, LATERAL (SELECT pg_sleep(0.1 * sign(slow.id))) z', key: [id] }}\n"
+                "  s{i}: {{ url: '{url}', query: 'SELECT id, v FROM slow, LATERAL (SELECT pg_sleep(0.1 * sign(slow.id))) z', key: [id], policy: {{ allow_unsealed: true }} }}\n"
             )
         })
         .collect();

@@ -8,7 +8,8 @@ use tally_agent::config::Source;
 use tally_agent::dialect::{self, ChildRule, Dialect, FetchShape};
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::FieldFormat;
-use tally_common::checksum::HashMethod;
+use tally_common::checksum::{HashMethod, Hasher};
+use tally_common::seal::RunKeys;
 use tally_common::segment::{ColumnSpec, KeyPart, Segment};
 use tally_common::types::TypeClass;
 
@@ -73,10 +74,23 @@ fn render(d: &dyn Dialect) -> String {
         rs.clone().unwrap_or_else(|| "(in-process)".into()),
         &[],
     );
-    for m in [HashMethod::Md5_48, HashMethod::Sha256_64] {
+    // sealed methods with a fixed test key (a real run's key is derived per request)
+    let keys = RunKeys {
+        k_row: [0xab; 32],
+        k_key: [0xcd; 32],
+    };
+    let hasher = |m: HashMethod| {
+        if m.is_sealed() {
+            Hasher::sealed(m, &keys)
+        } else {
+            Hasher::unsealed(m)
+        }
+    };
+    for m in HashMethod::BY_STRENGTH {
+        let key = hasher(m).row_key().copied();
         let h = rs
             .as_ref()
-            .and_then(|r| d.row_hash_expr(r, m))
+            .and_then(|r| d.row_hash_expr(r, m, key.as_ref()))
             .unwrap_or_else(|| "(in-process)".into());
         section(&format!("row checksum {m}"), h, &[]);
     }
@@ -111,13 +125,15 @@ fn render(d: &dyn Dialect) -> String {
             },
         ),
     ];
-    match dialect::aggregate(d, &src, &cols[..4], &key, HashMethod::Sha256_64, &parents) {
-        Some(s) => section(
-            "aggregate: quantile, cuts and hash parents in one query",
-            s.text,
-            &s.binds,
-        ),
-        None => section("aggregate", "(in-process)".into(), &[]),
+    for m in [HashMethod::SealedSha256_64, HashMethod::Sha256_64] {
+        match dialect::aggregate(d, &src, &cols[..4], &key, &hasher(m), &parents) {
+            Some(s) => section(
+                &format!("aggregate ({m}): quantile, cuts and hash parents in one query"),
+                s.text,
+                &s.binds,
+            ),
+            None => section(&format!("aggregate ({m})"), "(in-process)".into(), &[]),
+        }
     }
     let period = tally_common::segment::Period {
         column: "at".into(),
@@ -130,7 +146,7 @@ fn render(d: &dyn Dialect) -> String {
         &src,
         cols8,
         &key,
-        HashMethod::Md5_48,
+        &hasher(HashMethod::SealedMd5_48),
         &Segment::whole(),
         &period,
     ) {
@@ -149,7 +165,12 @@ fn render(d: &dyn Dialect) -> String {
     };
     section(
         "investigation",
-        dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed),
+        dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed, false),
+        &[],
+    );
+    section(
+        "investigation of a sealed run: no hash range (it needs the run key)",
+        dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed, true),
         &[],
     );
     out

@@ -72,7 +72,7 @@ async fn investigation_of(url: &str, key: &str) -> String {
         upper: Some(vec![KeyPart::Text(format!("{key}\u{1}"))]),
         ..Segment::default()
     };
-    let sql = ds.investigation_sql(&b, &seg);
+    let sql = ds.investigation_sql(&b, &seg, false);
     // the value never appears as text, only as hex
     assert!(!sql.contains("DROP TABLE"), "{sql}");
     sql
@@ -231,7 +231,7 @@ async fn a_query_is_shown_in_investigation_sql_only_where_the_policy_shares_it()
             Connector::open(&url).unwrap(),
         );
         let b = ds.bind(columns(), 1).await.unwrap();
-        let sql = ds.investigation_sql(&b, &Segment::whole());
+        let sql = ds.investigation_sql(&b, &Segment::whole(), false);
         if shown {
             assert!(sql.contains(query), "{sql}");
         } else {

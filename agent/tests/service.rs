@@ -4,12 +4,17 @@
 //! codes without driver text, the release log, and a database that fails mid-call.
 
 use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use tally_agent::config::AgentConfig;
 use tally_agent::release_log::verify_chain;
 use tally_common::config_file::parse_yaml;
+use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::pki::{Ca, Pem, Role};
+use tally_common::seal::{
+    TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys, sign_zone_key,
+};
 use tally_common::segment::{KeyPart, Segment, Split};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;
@@ -18,7 +23,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 struct Fixture {
     dir: tempfile::TempDir,
-    ca: Ca,
+    ca: &'static Ca,
     endpoint: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -87,20 +92,21 @@ async fn start(extra_datasets: &str) -> Fixture {
 async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca) -> Pem>) -> Fixture {
     tally_agent::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::generate("test-ca").unwrap();
+    let ca = test_ca();
     let server = match server {
-        Some(f) => f(&ca),
+        Some(f) => f(ca),
         None => ca.issue("dc1", Role::Server, &[]).unwrap(),
     };
     write(dir.path(), "ca.pem", &ca.pem.cert);
     write(dir.path(), "dc1.pem", &server.cert);
     write(dir.path(), "dc1-key.pem", &server.key);
+    write(dir.path(), "dc1-zone.key", &DC1_ZONE.to_pem());
     let db = dir.path().join("t.db");
     sqlite_table(&db).await;
     let url = format!("sqlite://{}", db.display());
     let text = format!(
         "listen: 127.0.0.1:0\n\
-         tls: {{ ca: ca.pem, cert: dc1.pem, key: dc1-key.pem{tls_extra} }}\n\
+         tls: {{ ca: ca.pem, cert: dc1.pem, key: dc1-key.pem, zone_key: dc1-zone.key{tls_extra} }}\n\
          release_log: logs/release.jsonl\n\
          datasets:\n\
          \x20 closed: {{ url: '{url}', table: t, key: [id] }}\n\
@@ -112,6 +118,7 @@ async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca
          \x20 events: {{ url: '{url}', table: ev, key: [id], policy: {{ max_level: with_keys, time_columns: [at] }} }}\n\
          \x20 capped: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_digest_rows: 100 }} }}\n\
          \x20 rationed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_reveal_rows: 5 }} }}\n\
+         \x20 unsealed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, allow_unsealed: true }} }}\n\
          {extra_datasets}"
     );
     let path = write(dir.path(), "agent.yaml", &text);
@@ -174,17 +181,58 @@ fn cols() -> Vec<pb::ColumnRef> {
     ]
 }
 
+/// One CA for every fixture of this binary: the peer agent's certificate below must
+/// chain to the CA the agent under test trusts.
+fn test_ca() -> &'static Ca {
+    static CA: OnceLock<Ca> = OnceLock::new();
+    CA.get_or_init(|| Ca::generate("test-ca").unwrap())
+}
+
+/// The zone keys of the agent under test (dc1) and of its peer (vpc2): fixed, so a
+/// test can compute what the peer zone would (the coordinator cannot).
+static DC1_ZONE: LazyLock<ZoneSecret> = LazyLock::new(|| ZoneSecret::from_bytes([0xd1; 32]));
+static VPC2_ZONE: LazyLock<ZoneSecret> = LazyLock::new(|| ZoneSecret::from_bytes([0x52; 32]));
+
+/// A run nonce for the tests.
+const NONCE: [u8; 16] = [7; 16];
+
+/// vpc2's zone key signed with a vpc2 agent certificate of the test CA.
+fn peer_zone_key(name: &str, secret: &ZoneSecret) -> pb::ZoneKey {
+    tally_agent::install_crypto_provider();
+    let leaf = test_ca().issue(name, Role::Server, &[]).unwrap();
+    let signer = TlsSigner::from_pem(leaf.key.as_bytes()).unwrap();
+    let certs = certificates_from_pem(leaf.cert.as_bytes()).unwrap();
+    sign_zone_key(name, secret, &signer, certs).unwrap().to_pb()
+}
+
+/// The seal of a run between dc1 and vpc2.
+fn seal() -> pb::Seal {
+    static PEER: OnceLock<pb::ZoneKey> = OnceLock::new();
+    pb::Seal {
+        nonce: NONCE.to_vec(),
+        peer: Some(PEER.get_or_init(|| peer_zone_key("vpc2", &VPC2_ZONE)).clone()),
+    }
+}
+
+/// The hasher the peer zone (vpc2) derives for the run: what both agents compute and
+/// the coordinator cannot.
+fn peer_hasher() -> Hasher {
+    let keys = derive_run_keys(&VPC2_ZONE, "vpc2", "dc1", &DC1_ZONE.public(), &NONCE).unwrap();
+    Hasher::sealed(HashMethod::SealedSha256_64, &keys)
+}
+
 fn agg(dataset: &str, seg: Segment, split: Split) -> pb::AggregateRequest {
     pb::AggregateRequest {
         dataset: dataset.into(),
         columns: cols(),
         key_len: 1,
-        method: pb::HashMethod::Sha25664 as i32,
+        method: pb::HashMethod::SealedSha25664 as i32,
         segments: vec![pb::SegmentSplit {
             segment: Some(pb::Segment::from(&seg)),
             split: Some(split.to_pb()),
         }],
         in_process: false,
+        seal: Some(seal()),
     }
 }
 
@@ -193,9 +241,10 @@ fn digests(dataset: &str) -> pb::RowDigestsRequest {
         dataset: dataset.into(),
         columns: cols(),
         key_len: 1,
-        method: pb::HashMethod::Sha25664 as i32,
+        method: pb::HashMethod::SealedSha25664 as i32,
         segment: Some(pb::Segment::default()),
         level: pb::PrivacyLevel::WithKeys as i32,
+        seal: Some(seal()),
     }
 }
 
@@ -209,6 +258,7 @@ fn reveal(dataset: &str, hashes: Vec<u64>, consent: bool) -> pb::RevealRequest {
         key_hashes: hashes,
         level: pb::PrivacyLevel::Detailed as i32,
         consent_acknowledged: consent,
+        seal: Some(seal()),
     }
 }
 
@@ -427,12 +477,13 @@ async fn a_database_that_fails_mid_call_gives_unavailable_and_the_agent_keeps_se
         dataset: "slow".into(),
         columns: vec![int("id"), int("v")],
         key_len: 1,
-        method: pb::HashMethod::Sha25664 as i32,
+        method: pb::HashMethod::SealedSha25664 as i32,
         segments: vec![pb::SegmentSplit {
             segment: Some(pb::Segment::default()),
             split: Some(Split::Whole.to_pb()),
         }],
         in_process: false,
+        seal: Some(seal()),
     };
     let mut c2 = c.clone();
     let r2 = req.clone();

@@ -10,6 +10,7 @@ pub mod config_file;
 pub mod jcs;
 pub mod period;
 pub mod pki;
+pub mod seal;
 pub mod segment;
 pub mod shortest;
 pub mod types;

@@ -200,8 +200,9 @@ fn write_new(path: &Path, contents: &str, private: bool) -> Result<(), PkiError>
 /// Writes the layout of DESIGN §11 into `out`: `ca.pem`, `ca-key.pem`,
 /// `coordinator.pem`, `coordinator-key.pem` (ClientAuth), and `NAME.pem`, `NAME-key.pem`
 /// per agent (ServerAuth, valid for its name, localhost, 127.0.0.1 and its own SANs
-/// only). An existing CA is reused and existing leaves are kept, so agents can be added
-/// later.
+/// only), with `NAME-zone.key`, the agent's X25519 zone key for sealed checksums
+/// (DESIGN §4.1). An existing CA is reused and existing leaves and zone keys are kept,
+/// so agents can be added later.
 pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, PkiError> {
     let io = |source| PkiError::Io {
         path: out.to_path_buf(),
@@ -247,6 +248,19 @@ pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, Pk
         write_new(&key, &pem.key, true)?;
         outcomes.push(FileOutcome::Written(cert));
     }
+    for a in agents {
+        let zone = out.join(format!("{}-zone.key", a.name));
+        if zone.exists() {
+            outcomes.push(FileOutcome::Kept(zone));
+            continue;
+        }
+        let secret = crate::seal::ZoneSecret::generate().map_err(|e| PkiError::Io {
+            path: zone.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        write_new(&zone, &secret.to_pem(), true)?;
+        outcomes.push(FileOutcome::Written(zone));
+    }
     Ok(outcomes)
 }
 
@@ -266,6 +280,7 @@ mod tests {
             "coordinator-key.pem",
             "dc1.pem",
             "dc1-key.pem",
+            "dc1-zone.key",
         ] {
             assert!(dir.join(f).exists(), "{f}");
         }
@@ -278,6 +293,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.join("ca.pem")).unwrap(), ca_before);
         assert!(out.contains(&FileOutcome::Written(dir.join("vpc2.pem"))));
         assert!(out.contains(&FileOutcome::Kept(dir.join("dc1.pem"))));
+        assert!(out.contains(&FileOutcome::Kept(dir.join("dc1-zone.key"))));
+        assert!(out.contains(&FileOutcome::Written(dir.join("vpc2-zone.key"))));
+        let zone = std::fs::read(dir.join("vpc2-zone.key")).unwrap();
+        crate::seal::ZoneSecret::from_pem(&zone).unwrap();
         assert!(init_dir(&dir, &[AgentLeaf::new("bad name")]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

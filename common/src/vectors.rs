@@ -13,6 +13,56 @@ pub struct VectorFile {
     pub about: String,
     pub vectors: Vec<RowVector>,
     pub aggregates: Vec<AggregateVector>,
+    pub sealed: SealedVectors,
+}
+
+/// Sealed checksums (DESIGN §4.1) for two agents with fixed zone keys (hex).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedVectors {
+    pub about: String,
+    pub zone_keys: std::collections::BTreeMap<String, ZoneKeyVector>,
+    pub nonce: String,
+    pub shared: String,
+    pub run_key: String,
+    pub k_row: String,
+    pub k_key: String,
+    pub rows: Vec<SealedRow>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneKeyVector {
+    pub secret: String,
+    pub public: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedRow {
+    /// The row vector whose row string is hashed.
+    pub id: String,
+    /// Signed decimal.
+    pub sealed_md5_48: String,
+    pub sealed_sha256_64: String,
+    /// SHA-256(k_key || row string), first 8 bytes.
+    pub sealed_key_hash: String,
+}
+
+impl SealedVectors {
+    /// The run keys the file states.
+    pub fn keys(&self) -> crate::seal::RunKeys {
+        let b = |h: &str| -> [u8; 32] {
+            hex::decode(h)
+                .ok()
+                .and_then(|v| v.try_into().ok())
+                .unwrap_or_else(|| panic!("32 hex bytes expected: {h}"))
+        };
+        crate::seal::RunKeys {
+            k_row: b(&self.k_row),
+            k_key: b(&self.k_key),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -101,3 +101,43 @@ fn xor_cancellation_is_caught_by_sum() {
     assert_ne!(dup.sha256_sum, single.sha256_sum, "but not in SUM");
     assert_eq!(HashMethod::Sha256_64.name(), "sha256_64");
 }
+
+#[test]
+fn sealed_vectors_reproduce_from_the_zone_keys() {
+    use tally_common::checksum::Hasher;
+    use tally_common::seal::{ZoneSecret, derive_run_keys, keys_of_run_key, run_key};
+    let file = VectorFile::load_repo();
+    let s = &file.sealed;
+    let secret = |name: &str| {
+        let h: [u8; 32] = hex::decode(&s.zone_keys[name].secret).unwrap().try_into().unwrap();
+        ZoneSecret::from_bytes(h)
+    };
+    let (dc1, vpc2) = (secret("dc1"), secret("vpc2"));
+    assert_eq!(hex::encode(dc1.public()), s.zone_keys["dc1"].public);
+    assert_eq!(hex::encode(vpc2.public()), s.zone_keys["vpc2"].public);
+    let nonce = hex::decode(&s.nonce).unwrap();
+    // each side from its own secret and the other's public key
+    let rk = run_key(&dc1, "dc1", "vpc2", &vpc2.public(), &nonce).unwrap();
+    assert_eq!(hex::encode(rk), s.run_key);
+    assert_eq!(run_key(&vpc2, "vpc2", "dc1", &dc1.public(), &nonce).unwrap(), rk);
+    let keys = derive_run_keys(&dc1, "dc1", "vpc2", &vpc2.public(), &nonce).unwrap();
+    assert_eq!(keys, keys_of_run_key(&rk));
+    assert_eq!(keys, s.keys());
+    assert!(s.rows.len() >= 10);
+    for (m, get) in [
+        (HashMethod::SealedSha256_64, 0),
+        (HashMethod::SealedMd5_48, 1),
+    ] {
+        let h = Hasher::sealed(m, &keys);
+        for r in &s.rows {
+            let rs = file.row(&r.id).encode().unwrap();
+            let got = h.row(rs.as_bytes());
+            if get == 0 {
+                assert_eq!(format!("{got:016x}"), r.sealed_sha256_64, "{}", r.id);
+            } else {
+                assert_eq!((got as i64).to_string(), r.sealed_md5_48, "{}", r.id);
+            }
+            assert_eq!(format!("{:016x}", h.key(rs.as_bytes())), r.sealed_key_hash, "{}", r.id);
+        }
+    }
+}

@@ -36,7 +36,7 @@ const ENGINE: &str = if cfg!(feature = "duckdb") {
 fn agent_yaml(name: &str, db: &Path, release_log: &Path) -> String {
     format!(
         "listen: 127.0.0.1:0\n\
-         tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, allowed_clients: [coordinator] }}\n\
+         tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, zone_key: {name}-zone.key, allowed_clients: [coordinator] }}\n\
          release_log: {}\n\
          datasets:\n  orders:\n    url: '{ENGINE}://{}'\n    table: orders\n    key: [id]\n    policy: {{ max_level: with_keys }}\n",
         release_log.display(),
@@ -73,11 +73,8 @@ async fn start_agent(dir: &Path, name: &str) -> anyhow::Result<(String, tokio::s
         &dir.join(format!("{name}-release.jsonl")),
     );
     std::fs::write(&path, &text)?;
-    let mut cfg: AgentConfig = parse_yaml(&path, &text)?;
-    cfg.validate(&path)?;
-    for p in [&mut cfg.tls.ca, &mut cfg.tls.cert, &mut cfg.tls.key] {
-        *p = dir.join(&*p);
-    }
+    // loaded as tally-agent loads it: paths relative to the file
+    let cfg = AgentConfig::load(&path)?;
     let bound = tally_agent::server::bind(&cfg, &path).await?;
     let endpoint = format!("https://localhost:{}", bound.addr.port());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -118,7 +115,7 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     let (ep1, stop1) = start_agent(&dir, "dc1").await?;
     let (ep2, stop2) = start_agent(&dir, "vpc2").await?;
     say(&format!(
-        "started agent dc1 at {ep1} and agent vpc2 at {ep2} (mutual TLS, certificates from a fresh CA)"
+        "started agent dc1 at {ep1} and agent vpc2 at {ep2} (mutual TLS, certificates and zone keys from a fresh CA)"
     ));
     let tls = TlsMaterial::load(&ClientTls {
         ca: dir.join("ca.pem"),
@@ -154,7 +151,8 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         );
         eprintln!(
             "what crossed the wire: {} aggregate queries per side, each answered with counts and 64-bit sums per \
-             segment; each side's smallest and largest key, so the coordinator could cut the key range evenly; \
+             segment, sealed: every hash keyed with a run key the two agents derived from their zone keys, which \
+             the coordinator cannot compute, so it cannot test guesses against them; each side's smallest and largest key, so the coordinator could cut the key range evenly; \
              for the differing segments only, (key hash, row hash) pairs; then the key values of the {} \
              differing rows, which both agents' policy (max_level: with_keys) allowed. No other row value left \
              either agent. Each agent logged what it released in its own hash-chained log ({} and {} records).\n",

@@ -414,24 +414,41 @@ pub fn resolve(
         return Err(RunError::NoCanonicalForm(uncomparable.join("; ")));
     }
     let supports = |d: &pb::DescribeResponse, m: HashMethod| {
-        let want = match m {
-            HashMethod::Md5_48 => pb::HashMethod::Md548,
-            HashMethod::Sha256_64 => pb::HashMethod::Sha25664,
-        } as i32;
-        d.hash_methods.contains(&want)
+        d.hash_methods.contains(&(pb::HashMethod::from(m) as i32))
+            && (!m.is_sealed() || d.zone_key.is_some())
     };
+    let offers = |d: &pb::DescribeResponse| {
+        let m: Vec<&str> = HashMethod::BY_STRENGTH
+            .into_iter()
+            .filter(|m| supports(d, *m))
+            .map(|m| m.name())
+            .collect();
+        if m.is_empty() { "nothing".to_string() } else { m.join(", ") }
+    };
+    const WHY: &str = "an agent offers sealed methods when it has a zone key (tls.zone_key), and unsealed \
+                       ones only for datasets whose policy says allow_unsealed";
     let method = match spec.hash {
         HashChoice::Auto => HashMethod::BY_STRENGTH
             .into_iter()
             .find(|m| supports(src, *m) && supports(tgt, *m))
-            .ok_or_else(|| RunError::Config("the two agents share no hash method".into()))?,
+            .ok_or_else(|| {
+                RunError::Config(format!(
+                    "the two agents share no hash method (source offers {}, target offers {}): {WHY}",
+                    offers(src),
+                    offers(tgt)
+                ))
+            })?,
         HashChoice::Md5_48 => HashMethod::Md5_48,
         HashChoice::Sha256_64 => HashMethod::Sha256_64,
+        HashChoice::SealedMd5_48 => HashMethod::SealedMd5_48,
+        HashChoice::SealedSha256_64 => HashMethod::SealedSha256_64,
     };
     for (side, d) in [("source", src), ("target", tgt)] {
         if !supports(d, method) {
             return Err(RunError::Config(format!(
-                "the {side} agent does not support hash {method}"
+                "hash: the {side} agent does not offer {method} for dataset {} (it offers {}): {WHY}",
+                d.dataset,
+                offers(d)
             )));
         }
     }
@@ -439,7 +456,7 @@ pub fn resolve(
         key_len: key.len(),
         columns,
         method,
-        xor: method == HashMethod::Sha256_64 && src.xor_supported && tgt.xor_supported,
+        xor: method.has_xor() && src.xor_supported && tgt.xor_supported,
         warnings,
     })
 }
@@ -594,6 +611,39 @@ mod tests {
         let mut sp = spec();
         sp.hash = HashChoice::Sha256_64;
         assert!(resolve(&sp, &s, &t).is_err());
+    }
+
+    #[test]
+    fn hash_auto_seals_whenever_both_agents_can() {
+        let zone = pb::ZoneKey {
+            agent: "a".into(),
+            public_key: vec![9; 32],
+            signature: vec![1],
+            certificates: vec![vec![1]],
+        };
+        let mut s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        s.hash_methods = HashMethod::BY_STRENGTH
+            .into_iter()
+            .map(|m| pb::HashMethod::from(m) as i32)
+            .collect();
+        s.zone_key = Some(zone.clone());
+        let mut t = s.clone();
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(r.method, HashMethod::SealedSha256_64);
+        assert!(r.xor);
+        // a side without a zone key: no sealed method, whatever it lists
+        t.zone_key = None;
+        assert_eq!(resolve(&spec(), &s, &t).unwrap().method, HashMethod::Sha256_64);
+        let mut sp = spec();
+        sp.hash = HashChoice::SealedSha256_64;
+        let e = resolve(&sp, &s, &t).unwrap_err().to_string();
+        assert!(e.contains("target agent does not offer sealed_sha256_64") && e.contains("tls.zone_key"), "{e}");
+        // sealed only on one side, unsealed refused on the other: nothing shared
+        t.zone_key = Some(zone);
+        s.hash_methods = vec![pb::HashMethod::SealedSha25664 as i32];
+        t.hash_methods = vec![pb::HashMethod::Sha25664 as i32];
+        let e = resolve(&spec(), &s, &t).unwrap_err().to_string();
+        assert!(e.contains("share no hash method") && e.contains("allow_unsealed"), "{e}");
     }
 
     fn one(class: TypeClass, declared: &str, scale: Option<u32>) -> Vec<pb::Column> {

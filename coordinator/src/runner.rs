@@ -66,15 +66,28 @@ struct Run<'a> {
     started: Instant,
     progress: bool,
     resolved: Option<Resolved>,
+    /// A sealed run's seals: the run nonce with the peer's signed zone key, one per
+    /// side (the source's names the target, the target's the source).
+    seals: Option<Seals>,
     res: RunResult,
     segments_compared: u64,
 }
 
+#[derive(Debug, Clone)]
+struct Seals {
+    source: pb::Seal,
+    target: pb::Seal,
+}
+
+/// Which side a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Source,
+    Target,
+}
+
 fn method_pb(m: HashMethod) -> i32 {
-    match m {
-        HashMethod::Md5_48 => pb::HashMethod::Md548 as i32,
-        HashMethod::Sha256_64 => pb::HashMethod::Sha25664 as i32,
-    }
+    pb::HashMethod::from(m) as i32
 }
 
 fn agg_out(a: &AnyAggregate) -> AggOut {
@@ -94,6 +107,7 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
         started: Instant::now(),
         progress: opts.progress.unwrap_or_else(|| std::io::stderr().is_terminal()),
         resolved: None,
+        seals: None,
         segments_compared: 0,
         res: RunResult {
             name: spec.name.clone(),
@@ -173,6 +187,20 @@ impl Run<'_> {
         self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
         check_policies(spec, [(&self.source.name, &s), (&self.target.name, &t)])?;
         let resolved = resolve(spec, &s, &t)?;
+        if resolved.method.is_sealed() {
+            // resolve checked that both sides offer a zone key for a sealed method
+            let nonce = tally_common::seal::run_nonce().to_vec();
+            self.seals = Some(Seals {
+                source: pb::Seal {
+                    nonce: nonce.clone(),
+                    peer: t.zone_key.clone(),
+                },
+                target: pb::Seal {
+                    nonce,
+                    peer: s.zone_key.clone(),
+                },
+            });
+        }
         self.res.hash_method = resolved.method.name().to_string();
         self.res.xor_compared = resolved.xor;
         self.res.warnings = resolved.warnings.clone();
@@ -323,8 +351,17 @@ impl Run<'_> {
         }
     }
 
+    /// The seal of a request to `side`, in a sealed run.
+    fn seal(&self, side: Side) -> Option<pb::Seal> {
+        self.seals.as_ref().map(|s| match side {
+            Side::Source => s.source.clone(),
+            Side::Target => s.target.clone(),
+        })
+    }
+
     fn aggregate_request(
         &self,
+        side: Side,
         side_cols: Vec<ColumnSpec>,
         dataset: &str,
         parents: &[Segment],
@@ -332,6 +369,7 @@ impl Run<'_> {
     ) -> pb::AggregateRequest {
         let r = self.resolved.as_ref().expect("resolved");
         pb::AggregateRequest {
+            seal: self.seal(side),
             dataset: dataset.to_string(),
             columns: side_cols.iter().map(pb::ColumnRef::from).collect(),
             key_len: r.key_len as u32,
@@ -434,18 +472,34 @@ impl Run<'_> {
         tcols: &[ColumnSpec],
     ) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
         let splits = plan.splits.clone();
-        let sreq = self.aggregate_request(scols.to_vec(), &self.spec.source.dataset, &plan.parents, &splits);
+        let sreq = self.aggregate_request(
+            Side::Source,
+            scols.to_vec(),
+            &self.spec.source.dataset,
+            &plan.parents,
+            &splits,
+        );
         if plan.target_follows_source {
             let s = self.source.aggregate(sreq).await?;
             let sb = self.buckets(&s, "source")?;
             let tsplits = Planner::target_splits(plan, &sb);
-            let treq =
-                self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &tsplits);
+            let treq = self.aggregate_request(
+                Side::Target,
+                tcols.to_vec(),
+                &self.spec.target.dataset,
+                &plan.parents,
+                &tsplits,
+            );
             let t = self.target.aggregate(treq).await?;
             Ok((s, t))
         } else {
-            let treq =
-                self.aggregate_request(tcols.to_vec(), &self.spec.target.dataset, &plan.parents, &splits);
+            let treq = self.aggregate_request(
+                Side::Target,
+                tcols.to_vec(),
+                &self.spec.target.dataset,
+                &plan.parents,
+                &splits,
+            );
             let (s, t) = tokio::join!(self.source.aggregate(sreq), self.target.aggregate(treq));
             Ok((s?, t?))
         }
@@ -459,6 +513,7 @@ impl Run<'_> {
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
                 key_len: r.key_len as u32,
                 segment: Some(pb::Segment::from(&leaf.segment)),
+                sealed: r.method.is_sealed(),
             };
             let (s, t) = tokio::join!(
                 self.source
@@ -492,18 +547,20 @@ impl Run<'_> {
         let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
         // a few leaves in flight at once, processed in leaf order
         let (source, target) = (self.source, self.target);
+        let (seal_s, seal_t) = (self.seal(Side::Source), self.seal(Side::Target));
         let fetch = |leaf: &Segment| {
-            let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::RowDigestsRequest {
+            let req = |cols: Vec<ColumnSpec>, dataset: &str, seal: Option<pb::Seal>| pb::RowDigestsRequest {
                 dataset: dataset.to_string(),
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
                 key_len: r.key_len as u32,
                 method: method_pb(r.method),
                 segment: Some(pb::Segment::from(leaf)),
                 level,
+                seal,
             };
             let (sreq, treq) = (
-                req(r.source_columns(), &spec.source.dataset),
-                req(r.target_columns(), &spec.target.dataset),
+                req(r.source_columns(), &spec.source.dataset, seal_s.clone()),
+                req(r.target_columns(), &spec.target.dataset, seal_t.clone()),
             );
             async move { tokio::join!(source.row_digests(sreq), target.row_digests(treq)) }
         };
@@ -601,7 +658,11 @@ impl Run<'_> {
             })
             .collect();
         let reveal =
-            |leaf: &Segment, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| pb::RevealRequest {
+            |leaf: &Segment, side: Side, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| pb::RevealRequest {
+                seal: match side {
+                    Side::Source => seal_s.clone(),
+                    Side::Target => seal_t.clone(),
+                },
                 dataset: dataset.to_string(),
                 columns: cols.iter().map(pb::ColumnRef::from).collect(),
                 key_len: r.key_len as u32,
@@ -615,9 +676,9 @@ impl Run<'_> {
         let fetch = |(i, _, from_source, from_target): &Work<'_>| {
             let leaf = &leaves[*i];
             let sreq = (!from_source.is_empty())
-                .then(|| reveal(leaf, r.source_columns(), &spec.source.dataset, from_source));
+                .then(|| reveal(leaf, Side::Source, r.source_columns(), &spec.source.dataset, from_source));
             let treq = (!from_target.is_empty())
-                .then(|| reveal(leaf, r.target_columns(), &spec.target.dataset, from_target));
+                .then(|| reveal(leaf, Side::Target, r.target_columns(), &spec.target.dataset, from_target));
             async move {
                 let s = async {
                     match sreq {

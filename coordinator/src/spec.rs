@@ -86,6 +86,10 @@ pub enum HashChoice {
     Md5_48,
     #[serde(rename = "sha256_64")]
     Sha256_64,
+    #[serde(rename = "sealed_md5_48")]
+    SealedMd5_48,
+    #[serde(rename = "sealed_sha256_64")]
+    SealedSha256_64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]

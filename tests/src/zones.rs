@@ -71,7 +71,7 @@ impl Deployment {
         let log = self.path().join(format!("{name}-release.jsonl"));
         let mut cfg = format!(
             "listen: 127.0.0.1:{port}\n\
-             tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, allowed_clients: [coordinator] }}\n\
+             tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, zone_key: certs/{name}-zone.key, allowed_clients: [coordinator] }}\n\
              release_log: {}\n\
              datasets:\n",
             log.display()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Independent reference for Tally's canonical form (DESIGN section 3) and checksums (section 4).
+"""Independent reference for Tally's canonical form (DESIGN section 3) and checksums (section 4),
+sealed checksums included (section 4.1: X25519, HKDF-SHA256, keyed row and key hashes).
 
 This script is deliberately written without looking at the Rust encoder's output: it
 implements the rules with Python's decimal, datetime, uuid and hashlib modules and writes
@@ -12,6 +13,7 @@ in that file bit for bit, so two independent implementations have to agree.
 import datetime
 import decimal
 import hashlib
+import hmac
 import json
 import re
 import sys
@@ -236,6 +238,89 @@ def h16(x: int) -> str:
     return format(x % MOD, "016x")
 
 
+# ---- sealed checksums (DESIGN section 4.1) ------------------------------------------------
+
+P25519 = 2**255 - 19
+
+
+def x25519(k: bytes, u: bytes) -> bytes:
+    """RFC 7748 section 5: the Montgomery ladder over curve25519."""
+    k = bytearray(k)
+    k[0] &= 248
+    k[31] &= 127
+    k[31] |= 64
+    n = int.from_bytes(k, "little")
+    x1 = int.from_bytes(u, "little") & ((1 << 255) - 1)
+    x2, z2, x3, z3, swap = 1, 0, x1, 1, 0
+    for t in reversed(range(255)):
+        bit = (n >> t) & 1
+        swap ^= bit
+        if swap:
+            x2, x3, z2, z3 = x3, x2, z3, z2
+        swap = bit
+        a, b = (x2 + z2) % P25519, (x2 - z2) % P25519
+        aa, bb = a * a % P25519, b * b % P25519
+        e = (aa - bb) % P25519
+        c, d = (x3 + z3) % P25519, (x3 - z3) % P25519
+        da, cb = d * a % P25519, c * b % P25519
+        x3, z3 = (da + cb) ** 2 % P25519, x1 * (da - cb) ** 2 % P25519
+        x2, z2 = aa * bb % P25519, e * (aa + 121665 * e) % P25519
+    if swap:
+        x2, z2 = x3, z3
+    return (x2 * pow(z2, P25519 - 2, P25519) % P25519).to_bytes(32, "little")
+
+
+BASE = (9).to_bytes(32, "little")
+# RFC 7748 section 6.1: Alice's key pair
+assert x25519(bytes.fromhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a"), BASE).hex() \
+    == "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+
+
+def hkdf_expand32(prk: bytes, info: bytes) -> bytes:
+    """RFC 5869 HKDF-Expand for 32 bytes: one block, T(1) = HMAC(PRK, info || 0x01)."""
+    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+
+
+def run_keys(own: bytes, own_name: str, peer_pub: bytes, peer_name: str, nonce: bytes):
+    shared = x25519(own, peer_pub)
+    prk = hmac.new(nonce, shared, hashlib.sha256).digest()  # HKDF-Extract(salt = nonce)
+    lo, hi = sorted([own_name.encode(), peer_name.encode()])
+    run_key = hkdf_expand32(prk, b"tally-run-key/1\n" + lo + b"\n" + hi)
+    return shared, run_key, hkdf_expand32(run_key, b"row"), hkdf_expand32(run_key, b"key")
+
+
+def sealed(rows):
+    dc1 = hashlib.sha256(b"tally test zone key dc1").digest()
+    vpc2 = hashlib.sha256(b"tally test zone key vpc2").digest()
+    nonce = bytes(range(16))
+    shared, run_key, k_row, k_key = run_keys(dc1, "dc1", x25519(vpc2, BASE), "vpc2", nonce)
+    # the peer derives the same keys from its own secret and dc1's public key
+    assert run_keys(vpc2, "vpc2", x25519(dc1, BASE), "dc1", nonce) == (shared, run_key, k_row, k_key)
+    out = []
+    for r in rows[:12]:
+        b = r["row_string"].encode("utf-8")
+        out.append({
+            "id": r["id"],
+            "sealed_md5_48": str(int(hashlib.md5(k_row + b).hexdigest()[:12], 16) - (1 << 47)),
+            "sealed_sha256_64": hashlib.sha256(k_row + b).hexdigest()[:16],
+            "sealed_key_hash": hashlib.sha256(k_key + b).hexdigest()[:16],
+        })
+    return {
+        "about": "sealed_md5_48 and sealed_sha256_64 of the first row vectors for agents dc1 and vpc2 with "
+                 "fixed zone keys; sealed_key_hash is the keyed key hash of the same row string",
+        "zone_keys": {
+            "dc1": {"secret": dc1.hex(), "public": x25519(dc1, BASE).hex()},
+            "vpc2": {"secret": vpc2.hex(), "public": x25519(vpc2, BASE).hex()},
+        },
+        "nonce": nonce.hex(),
+        "shared": shared.hex(),
+        "run_key": run_key.hex(),
+        "k_row": k_row.hex(),
+        "k_key": k_key.hex(),
+        "rows": out,
+    }
+
+
 # ---- the vectors -------------------------------------------------------------------------
 
 def I(v): return {"type": "integer", "value": v}
@@ -438,6 +523,7 @@ def main():
                  "(independent Python reference), reproduced by tally-common and every dialect.",
         "vectors": rows,
         "aggregates": aggregates(rows),
+        "sealed": sealed(rows),
     }
     text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
     if "--check" in sys.argv:

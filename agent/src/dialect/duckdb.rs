@@ -171,18 +171,20 @@ impl Dialect for DuckDb {
         }
     }
 
-    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
-        Some(match method {
+    fn row_hash_expr(&self, row: &str, method: HashMethod, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(row, key);
+        Some(match method.base() {
             HashMethod::Md5_48 => {
-                format!("(CAST('0x' || substr(md5({row}), 1, 12) AS BIGINT) - 140737488355328)")
+                format!("(CAST('0x' || substr(md5({bytes}), 1, 12) AS BIGINT) - 140737488355328)")
             }
-            HashMethod::Sha256_64 => format!("CAST('0x' || substr(sha256({row}), 1, 16) AS UBIGINT)"),
+            _ => format!("CAST('0x' || substr(sha256({bytes}), 1, 16) AS UBIGINT)"),
         })
     }
 
-    fn bucket_hash_expr(&self, key_row: &str) -> Option<String> {
+    fn bucket_hash_expr(&self, key_row: &str, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(key_row, key);
         Some(format!(
-            "CAST('0x' || substr(sha256({key_row}), 1, 15) AS BIGINT)"
+            "CAST('0x' || substr(sha256({bytes}), 1, 15) AS BIGINT)"
         ))
     }
 
@@ -206,5 +208,13 @@ impl Dialect for DuckDb {
         Some(format!(
             "strftime(date_trunc('week', CAST(substr({canonical}, 1, 10) AS DATE)), '%Y-%m-%d')"
         ))
+    }
+}
+
+/// A row-string expression after a sealed method's key, as one BLOB (the row's UTF-8).
+fn keyed_bytes(row: &str, key: Option<&[u8; 32]>) -> String {
+    match key {
+        None => row.to_string(),
+        Some(k) => format!("(unhex('{}') || encode({row}))", hex::encode(k)),
     }
 }

@@ -13,7 +13,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
 
-use tally_common::checksum::HashMethod;
+use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::period::Granularity;
 use tally_common::segment::{KeyPart, KeyTuple, Period, Segment};
 use tally_common::types::TypeClass;
@@ -62,10 +62,13 @@ pub trait Dialect: Sync {
     /// Concatenation of field expressions into the row string.
     fn concat(&self, parts: &[String]) -> String;
     /// The row checksum of a row-string expression as a signed 64-bit integer, if the
-    /// engine has the hash function.
-    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String>;
-    /// The bucket hash (top 60 bits of sha256_64) of a key row-string expression.
-    fn bucket_hash_expr(&self, key_row: &str) -> Option<String>;
+    /// engine has the hash function. `key` (a sealed method's k_row) is prefixed to
+    /// the row string's UTF-8 bytes, as a hex literal: the SQL runs inside the zone and
+    /// never leaves it.
+    fn row_hash_expr(&self, row: &str, method: HashMethod, key: Option<&[u8; 32]>) -> Option<String>;
+    /// The bucket hash (top 60 bits of the key hash) of a key row-string expression,
+    /// keyed with k_key in a sealed run.
+    fn bucket_hash_expr(&self, key_row: &str, key: Option<&[u8; 32]>) -> Option<String>;
     /// Whether the engine has a 64-bit XOR aggregate.
     fn xor_aggregate(&self, h: &str) -> Option<String>;
     /// SUM rendered so the exact result arrives as text.
@@ -367,23 +370,31 @@ pub fn investigation_sql(
     cols: &[BoundColumn],
     key: &[&ColumnInfo],
     seg: &Segment,
+    sealed: bool,
 ) -> String {
     let mut b = Binder {
         inline: true,
         ..Binder::new(d)
     };
     let mut conds = range_conditions(&mut b, seg, key);
-    if let Some((lo, hi)) = seg.hash
-        && let Some(bh) = cols
+    let mut note = String::new();
+    if let Some((lo, hi)) = seg.hash {
+        if sealed {
+            note = format!(
+                "-- hash range [{lo}, {hi}) of a sealed run: it needs the run key, which never leaves the agents; \
+                 these are every row of the key range\n"
+            );
+        } else if let Some(bh) = cols
             .get(..key.len())
             .and_then(|kc| row_string_expr(d, kc))
-            .and_then(|k| d.bucket_hash_expr(&k))
-    {
-        conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+            .and_then(|k| d.bucket_hash_expr(&k, None))
+        {
+            conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
+        }
     }
     conds.extend(period_condition(&mut b, seg, cols));
     let mut text = format!(
-        "SELECT {} FROM {}{} ORDER BY {}",
+        "{note}SELECT {} FROM {}{} ORDER BY {}",
         cols.iter()
             .map(|c| d.quote(&c.info.name))
             .collect::<Vec<_>>()
@@ -426,16 +437,16 @@ pub fn aggregate(
     source: &Source,
     cols: &[BoundColumn],
     key: &[&ColumnInfo],
-    method: HashMethod,
+    hasher: &Hasher,
     parents: &[(Segment, ChildRule)],
 ) -> Option<Sql> {
     let row = row_string_expr(d, cols)?;
-    let h = d.row_hash_expr(&row, method)?;
+    let h = d.row_hash_expr(&row, hasher.method(), hasher.row_key())?;
     let needs_bh = parents
         .iter()
         .any(|(s, r)| s.hash.is_some() || matches!(r, ChildRule::Hash { .. }));
     let bh = if needs_bh {
-        Some(d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?)?)
+        Some(d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?, hasher.key_key())?)
     } else {
         None
     };
@@ -549,16 +560,16 @@ pub fn aggregate_periods(
     source: &Source,
     cols: &[BoundColumn],
     key: &[&ColumnInfo],
-    method: HashMethod,
+    hasher: &Hasher,
     seg: &Segment,
     period: &Period,
 ) -> Option<Sql> {
     let label = period_label_expr(d, cols, period)?;
-    let h = d.row_hash_expr(&row_string_expr(d, cols)?, method)?;
+    let h = d.row_hash_expr(&row_string_expr(d, cols)?, hasher.method(), hasher.row_key())?;
     let mut b = Binder::new(d);
     let mut conds = range_conditions(&mut b, seg, key);
     if let Some((lo, hi)) = seg.hash {
-        let bh = d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?)?;
+        let bh = d.bucket_hash_expr(&row_string_expr(d, &cols[..key.len()])?, hasher.key_key())?;
         conds.push(format!("{bh} >= {lo} AND {bh} < {hi}"));
     }
     if seg.period.is_some() {

@@ -241,18 +241,20 @@ impl Dialect for MySql {
         }
     }
 
-    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
-        Some(match method {
+    fn row_hash_expr(&self, row: &str, method: HashMethod, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(row, key);
+        Some(match method.base() {
             HashMethod::Md5_48 => {
-                format!("(CAST(CONV(LEFT(MD5({row}), 12), 16, 10) AS SIGNED) - 140737488355328)")
+                format!("(CAST(CONV(LEFT(MD5({bytes}), 12), 16, 10) AS SIGNED) - 140737488355328)")
             }
-            HashMethod::Sha256_64 => format!("CAST(CONV(LEFT(SHA2({row}, 256), 16), 16, 10) AS UNSIGNED)"),
+            _ => format!("CAST(CONV(LEFT(SHA2({bytes}, 256), 16), 16, 10) AS UNSIGNED)"),
         })
     }
 
-    fn bucket_hash_expr(&self, key_row: &str) -> Option<String> {
+    fn bucket_hash_expr(&self, key_row: &str, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(key_row, key);
         Some(format!(
-            "CAST(CONV(LEFT(SHA2({key_row}, 256), 15), 16, 10) AS SIGNED)"
+            "CAST(CONV(LEFT(SHA2({bytes}, 256), 15), 16, 10) AS SIGNED)"
         ))
     }
 
@@ -276,5 +278,16 @@ impl Dialect for MySql {
         Some(format!(
             "DATE_FORMAT(DATE(substr({canonical}, 1, 10)) - INTERVAL WEEKDAY(DATE(substr({canonical}, 1, 10))) DAY, '%Y-%m-%d')"
         ))
+    }
+}
+
+/// A row-string expression after a sealed method's key, as one binary string: both
+/// parts cast to BINARY, so the session's character set never reinterprets the key's
+/// bytes (MariaDB refuses them as utf8mb4 under a strict sql_mode) and the row keeps
+/// its utf8mb4 bytes.
+fn keyed_bytes(row: &str, key: Option<&[u8; 32]>) -> String {
+    match key {
+        None => row.to_string(),
+        Some(k) => format!("CONCAT(CAST(X'{}' AS BINARY), CAST({row} AS BINARY))", hex::encode(k)),
     }
 }

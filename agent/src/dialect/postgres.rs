@@ -290,24 +290,20 @@ impl Dialect for Postgres {
         }
     }
 
-    fn row_hash_expr(&self, row: &str, method: HashMethod) -> Option<String> {
-        Some(match method {
+    fn row_hash_expr(&self, row: &str, method: HashMethod, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(row, key);
+        Some(match method.base() {
             HashMethod::Md5_48 => {
-                format!(
-                    "(('x' || substr(md5(convert_to({row}, 'UTF8')), 1, 12))::bit(48)::bigint - 140737488355328)"
-                )
+                format!("(('x' || substr(md5({bytes}), 1, 12))::bit(48)::bigint - 140737488355328)")
             }
-            HashMethod::Sha256_64 => {
-                format!(
-                    "('x' || substr(encode(sha256(convert_to({row}, 'UTF8')), 'hex'), 1, 16))::bit(64)::bigint"
-                )
-            }
+            _ => format!("('x' || substr(encode(sha256({bytes}), 'hex'), 1, 16))::bit(64)::bigint"),
         })
     }
 
-    fn bucket_hash_expr(&self, key_row: &str) -> Option<String> {
+    fn bucket_hash_expr(&self, key_row: &str, key: Option<&[u8; 32]>) -> Option<String> {
+        let bytes = keyed_bytes(key_row, key);
         Some(format!(
-            "('x' || substr(encode(sha256(convert_to({key_row}, 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint"
+            "('x' || substr(encode(sha256({bytes}), 'hex'), 1, 15))::bit(60)::bigint"
         ))
     }
 
@@ -336,5 +332,14 @@ impl Dialect for Postgres {
         Some(format!(
             "to_char(date_trunc('week', substr({canonical}, 1, 10)::date), 'YYYY-MM-DD')"
         ))
+    }
+}
+
+/// The UTF-8 bytes of a row-string expression, after a sealed method's key. `decode`
+/// reads the hex whatever `standard_conforming_strings` says.
+fn keyed_bytes(row: &str, key: Option<&[u8; 32]>) -> String {
+    match key {
+        None => format!("convert_to({row}, 'UTF8')"),
+        Some(k) => format!("(decode('{}', 'hex') || convert_to({row}, 'UTF8'))", hex::encode(k)),
     }
 }

@@ -79,11 +79,11 @@ impl Dialect for Sqlite {
         parts.join(" || ")
     }
 
-    fn row_hash_expr(&self, _row: &str, _method: HashMethod) -> Option<String> {
+    fn row_hash_expr(&self, _row: &str, _method: HashMethod, _key: Option<&[u8; 32]>) -> Option<String> {
         None
     }
 
-    fn bucket_hash_expr(&self, _key_row: &str) -> Option<String> {
+    fn bucket_hash_expr(&self, _key_row: &str, _key: Option<&[u8; 32]>) -> Option<String> {
         None
     }
 
@@ -168,7 +168,7 @@ mod tests {
             count.text,
             "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\""
         );
-        let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg);
+        let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg, false);
         assert_eq!(
             inv,
             "SELECT \"region\", \"id\", \"amount\" FROM \"main\".\"or\"\"ders\" WHERE (\"region\" COLLATE BINARY, \"id\") >= (CAST(X'4555' AS TEXT), 7) \

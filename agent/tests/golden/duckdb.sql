@@ -1,10 +1,16 @@
 -- row string
 (in-process)
 
--- row checksum md5_48
+-- row checksum sealed_sha256_64
+(in-process)
+
+-- row checksum sealed_md5_48
 (in-process)
 
 -- row checksum sha256_64
+(in-process)
+
+-- row checksum md5_48
 (in-process)
 
 -- fetch rows (Raw, ordered)
@@ -23,7 +29,10 @@ SELECT CAST("region" AS VARCHAR) AS "tally_f0", CAST("id" AS VARCHAR) AS "tally_
 SELECT COUNT(*) FROM "shop"."orders" WHERE ("region", "id") >= (CAST(? AS VARCHAR), CAST(? AS BIGINT)) AND ("region", "id") < (CAST(? AS VARCHAR), CAST(? AS BIGINT))
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
--- aggregate
+-- aggregate (sealed_sha256_64)
+(in-process)
+
+-- aggregate (sha256_64)
 (in-process)
 
 -- aggregate per period
@@ -35,4 +44,8 @@ SELECT CAST("region" AS VARCHAR) AS "tally_f0", CAST("id" AS VARCHAR) AS "tally_
 
 -- investigation
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region", "id") >= (decode(from_hex('4555')), 10) AND ("region", "id") < (decode(from_hex('5553')), 0) AND CAST('0x' || substr(sha256((COALESCE(CAST(strlen(CAST("region" AS VARCHAR)) AS VARCHAR) || ':' || CAST("region" AS VARCHAR), '~') || COALESCE(CAST(strlen(CAST("id" AS VARCHAR)) AS VARCHAR) || ':' || CAST("id" AS VARCHAR), '~'))), 1, 15) AS BIGINT) >= 288230376151711744 AND CAST('0x' || substr(sha256((COALESCE(CAST(strlen(CAST("region" AS VARCHAR)) AS VARCHAR) || ':' || CAST("region" AS VARCHAR), '~') || COALESCE(CAST(strlen(CAST("id" AS VARCHAR)) AS VARCHAR) || ':' || CAST("id" AS VARCHAR), '~'))), 1, 15) AS BIGINT) < 576460752303423488 ORDER BY "region", "id";
+
+-- investigation of a sealed run: no hash range (it needs the run key)
+-- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region", "id") >= (decode(from_hex('4555')), 10) AND ("region", "id") < (decode(from_hex('5553')), 0) ORDER BY "region", "id";
 

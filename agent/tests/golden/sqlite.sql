@@ -1,10 +1,16 @@
 -- row string
 (in-process)
 
--- row checksum md5_48
+-- row checksum sealed_sha256_64
+(in-process)
+
+-- row checksum sealed_md5_48
 (in-process)
 
 -- row checksum sha256_64
+(in-process)
+
+-- row checksum md5_48
 (in-process)
 
 -- fetch rows (Raw, ordered)
@@ -23,7 +29,10 @@ SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "rati
 SELECT COUNT(*) FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?, ?) AND ("region" COLLATE BINARY, "id") < (?, ?)
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
--- aggregate
+-- aggregate (sealed_sha256_64)
+(in-process)
+
+-- aggregate (sha256_64)
 (in-process)
 
 -- aggregate per period
@@ -33,5 +42,9 @@ SELECT COUNT(*) FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (?
 SELECT "region" AS "tally_f0", "id" AS "tally_f1", "amount" AS "tally_f2", "ratio" AS "tally_f3", "ok" AS "tally_f4", "code" AS "tally_f5", "day" AS "tally_f6", "at" AS "tally_f7" FROM "shop"."orders"
 
 -- investigation
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (CAST(X'4555' AS TEXT), 10) AND ("region" COLLATE BINARY, "id") < (CAST(X'5553' AS TEXT), 0) ORDER BY "region" COLLATE BINARY, "id";
+
+-- investigation of a sealed run: no hash range (it needs the run key)
+-- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (CAST(X'4555' AS TEXT), 10) AND ("region" COLLATE BINARY, "id") < (CAST(X'5553' AS TEXT), 0) ORDER BY "region" COLLATE BINARY, "id";
 

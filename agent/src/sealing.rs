@@ -1,0 +1,166 @@
+//! The agent's side of sealed checksums (DESIGN §4.1): its zone key, signed once at
+//! start with its TLS key, and the per-request check of a seal that yields the run's
+//! hasher. Stateless: the run key is derived again for every request.
+
+use tally_common::checksum::{HashMethod, Hasher};
+use tally_common::seal::{
+    NONCE_LEN, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem,
+    derive_run_keys, sign_zone_key,
+};
+use tally_proto::v1 as pb;
+
+use crate::config::{Policy, TlsConfig};
+use crate::error::AgentError;
+use crate::policy::deny;
+use crate::tls::cert_names;
+
+/// This agent's zone identity.
+pub struct Zone {
+    pub name: String,
+    secret: ZoneSecret,
+    pub signed: SignedZoneKey,
+    peers: PeerVerifier,
+}
+
+impl std::fmt::Debug for Zone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zone").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>, AgentError> {
+    std::fs::read(path).map_err(|e| AgentError::Config(format!("tls.{what}: {}: {e}", path.display())))
+}
+
+impl Zone {
+    /// Loads `tls.zone_key` and signs its public half; `None` without a zone key.
+    pub fn load(cfg: &TlsConfig) -> Result<Option<Zone>, AgentError> {
+        let Some(path) = &cfg.zone_key else {
+            return Ok(None);
+        };
+        let secret = ZoneSecret::load(path).map_err(|e| AgentError::Config(format!("tls.zone_key: {e}")))?;
+        let chain = certificates_from_pem(&read(&cfg.cert, "cert")?)
+            .map_err(|e| AgentError::Config(format!("tls.cert: {}: {e}", cfg.cert.display())))?;
+        let names = cert_names(&chain[0]);
+        let name = match &cfg.name {
+            Some(n) if names.contains(n) => n.clone(),
+            Some(n) => {
+                return Err(AgentError::Config(format!(
+                    "tls.name: {n:?} is not a DNS name of {} ({}); a peer checks the name against the certificate",
+                    cfg.cert.display(),
+                    names.join(", ")
+                )));
+            }
+            None => names.first().cloned().ok_or_else(|| {
+                AgentError::Config(format!(
+                    "{} has no DNS name to sign the zone key for; set tls.name",
+                    cfg.cert.display()
+                ))
+            })?,
+        };
+        let signer = TlsSigner::from_pem(&read(&cfg.key, "key")?)
+            .map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
+        let signed = sign_zone_key(&name, &secret, &signer, chain)
+            .map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
+        let peer_ca = cfg.peer_ca();
+        let peers = PeerVerifier::from_ca_pem(&read(peer_ca, "peer_ca")?)
+            .map_err(|e| AgentError::Config(format!("tls.peer_ca: {}: {e}", peer_ca.display())))?;
+        Ok(Some(Zone {
+            name,
+            secret,
+            signed,
+            peers,
+        }))
+    }
+
+    /// Checks a seal and derives the run's keys.
+    fn keys(
+        &self,
+        seal: pb::Seal,
+        policy: &Policy,
+        dataset: &str,
+    ) -> Result<tally_common::seal::RunKeys, AgentError> {
+        if seal.nonce.len() != NONCE_LEN {
+            return Err(AgentError::InvalidArgument(format!(
+                "seal.nonce: {NONCE_LEN} bytes expected, got {}",
+                seal.nonce.len()
+            )));
+        }
+        let peer = seal
+            .peer
+            .ok_or_else(|| AgentError::InvalidArgument("seal.peer: missing".into()))?;
+        let peer = SignedZoneKey::from_pb(peer, "seal.peer").map_err(AgentError::InvalidArgument)?;
+        if peer.agent == self.name {
+            return Err(AgentError::Seal(format!(
+                "the peer named in the request is this agent ({:?}); a run pairs two agents",
+                self.name
+            )));
+        }
+        if let Some(allowed) = &policy.peers
+            && !allowed.iter().any(|p| p == &peer.agent)
+        {
+            return Err(deny(
+                dataset,
+                "peers",
+                &format!("agent {:?} is not a peer this dataset may be reconciled with", peer.agent),
+            ));
+        }
+        self.peers
+            .verify(&peer)
+            .map_err(|e| AgentError::Seal(e.to_string()))?;
+        derive_run_keys(&self.secret, &self.name, &peer.agent, &peer.public_key, &seal.nonce)
+            .map_err(|e| AgentError::Seal(e.to_string()))
+    }
+}
+
+/// The hasher of one request: a sealed method needs a valid seal; an unsealed one
+/// needs the dataset's `allow_unsealed` and no seal (a seal with an unsealed method is
+/// a confused request, refused rather than half-honoured).
+pub fn hasher(
+    zone: Option<&Zone>,
+    method: HashMethod,
+    seal: Option<pb::Seal>,
+    policy: &Policy,
+    dataset: &str,
+) -> Result<Hasher, AgentError> {
+    match (method.is_sealed(), seal) {
+        (true, Some(seal)) => {
+            let zone = zone.ok_or_else(|| {
+                AgentError::Seal("this agent has no zone key (tls.zone_key), so it cannot seal".into())
+            })?;
+            Ok(Hasher::sealed(method, &zone.keys(seal, policy, dataset)?))
+        }
+        (true, None) => Err(AgentError::InvalidArgument(format!(
+            "seal: {method} needs the run's seal (nonce and peer zone key)"
+        ))),
+        (false, Some(_)) => Err(AgentError::InvalidArgument(format!(
+            "seal: given with the unsealed method {method}; ask for {}",
+            method.sealed()
+        ))),
+        (false, None) if policy.allow_unsealed => Ok(Hasher::unsealed(method)),
+        (false, None) => Err(deny(
+            dataset,
+            "allow_unsealed",
+            &format!(
+                "unsealed checksums ({method}) can be brute-forced by whoever compares them; this dataset serves {} only",
+                method.sealed()
+            ),
+        )),
+    }
+}
+
+/// The hasher of a request that names no method (RevealKeys, RevealRows): the key
+/// hashes it is given are sealed when a seal comes with it.
+pub fn key_hasher(
+    zone: Option<&Zone>,
+    seal: Option<pb::Seal>,
+    policy: &Policy,
+    dataset: &str,
+) -> Result<Hasher, AgentError> {
+    let method = if seal.is_some() {
+        HashMethod::SealedSha256_64
+    } else {
+        HashMethod::Sha256_64
+    };
+    hasher(zone, method, seal, policy, dataset)
+}
