@@ -1,6 +1,6 @@
 //! Times, through the agent's own code and without gRPC, the row read of a whole table
 //! (canonical text from SQL against the engine's cheap text) and one full-table level
-//! of 64 even cuts (hashed in SQL against hashed in the agent), on a table shaped like
+//! of 64 even cuts (hashed in SQL against hashed in the agent, sealed and unsealed), on a table shaped like
 //! the benchmark's (bench/README.md):
 //!   cargo run --release -p tally-agent --example scanbench -- URL TABLE
 use std::time::Instant;
@@ -10,7 +10,7 @@ use tally_agent::connector::Connector;
 use tally_agent::dataset::Dataset;
 use tally_agent::dialect::{self, FetchShape};
 use tally_common::canonical::FieldFormat;
-use tally_common::checksum::HashMethod;
+use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::segment::{ColumnSpec, KeyPart, Segment, Split};
 use tally_common::types::TypeClass;
 
@@ -70,24 +70,33 @@ async fn main() {
         println!("scan {shape:?} {:.3}s rows {n}", t.elapsed().as_secs_f64());
     }
     let mut ds = ds;
+    // sealed (the default) against unsealed, with a fixed test key
+    let keys = tally_common::seal::RunKeys {
+        k_row: [1; 32],
+        k_key: [2; 32],
+    };
+    let hashers = [
+        Hasher::unsealed(HashMethod::Sha256_64),
+        Hasher::sealed(HashMethod::SealedSha256_64, &keys),
+    ];
     for hashing in [
         Hashing::Pushdown,
         Hashing::InProcess,
         Hashing::Pushdown,
         Hashing::InProcess,
     ] {
-        ds.config.hashing = hashing;
-        let t = Instant::now();
-        let out = ds
-            .aggregate(&b, HashMethod::Sha256_64, &parents, false)
-            .await
-            .unwrap();
-        let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
-        println!(
-            "{:?} {:.3}s rows {} sum {sum:x}",
-            out.path,
-            t.elapsed().as_secs_f64(),
-            out.rows_scanned
-        );
+        for h in &hashers {
+            ds.config.hashing = hashing;
+            let t = Instant::now();
+            let out = ds.aggregate(&b, h, &parents, false).await.unwrap();
+            let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
+            println!(
+                "{:?} {} {:.3}s rows {} sum {sum:x}",
+                out.path,
+                h.method(),
+                t.elapsed().as_secs_f64(),
+                out.rows_scanned
+            );
+        }
     }
 }

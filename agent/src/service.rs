@@ -67,6 +67,7 @@ fn segment_from(s: Option<pb::Segment>, field: &str) -> Result<Segment, AgentErr
 fn outcome_of(e: &AgentError) -> String {
     match e {
         AgentError::Policy { key, .. } => format!("denied:{key}"),
+        AgentError::Seal(_) => "denied:seal".to_string(),
         e => format!("error:{}", e.code()),
     }
 }

@@ -12,9 +12,13 @@ use tally_agent::release_log::verify_chain;
 use tally_common::config_file::parse_yaml;
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::pki::{Ca, Pem, Role};
+use tally_common::canonical::row_string;
+use tally_common::checksum::{key_hash, sha256_64};
 use tally_common::seal::{
-    TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys, sign_zone_key,
+    PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
+    sign_zone_key,
 };
+use tally_common::segment::bucket_hash;
 use tally_common::segment::{KeyPart, Segment, Split};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;
@@ -104,6 +108,8 @@ async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca
     let db = dir.path().join("t.db");
     sqlite_table(&db).await;
     let url = format!("sqlite://{}", db.display());
+    // `{LITE}` in extra datasets is this fixture's SQLite database
+    let extra_datasets = extra_datasets.replace("{LITE}", &url);
     let text = format!(
         "listen: 127.0.0.1:0\n\
          tls: {{ ca: ca.pem, cert: dc1.pem, key: dc1-key.pem, zone_key: dc1-zone.key{tls_extra} }}\n\
@@ -117,7 +123,8 @@ async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca
          \x20 big: {{ url: '{url}', table: big, key: [id], policy: {{ max_level: with_keys }} }}\n\
          \x20 events: {{ url: '{url}', table: ev, key: [id], policy: {{ max_level: with_keys, time_columns: [at] }} }}\n\
          \x20 capped: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_digest_rows: 100 }} }}\n\
-         \x20 rationed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_reveal_rows: 5 }} }}\n\
+         \x20 rationed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_reveal_rows: 5, max_reveal_rows_per_hour: 8 }} }}\n\
+         \x20 paired: {{ url: '{url}', table: t, key: [id], policy: {{ peers: [vpc2] }} }}\n\
          \x20 unsealed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, allow_unsealed: true }} }}\n\
          {extra_datasets}"
     );
@@ -207,9 +214,14 @@ fn peer_zone_key(name: &str, secret: &ZoneSecret) -> pb::ZoneKey {
 
 /// The seal of a run between dc1 and vpc2.
 fn seal() -> pb::Seal {
+    seal_with(&NONCE)
+}
+
+/// The seal of another run (another nonce) between dc1 and vpc2.
+fn seal_with(nonce: &[u8]) -> pb::Seal {
     static PEER: OnceLock<pb::ZoneKey> = OnceLock::new();
     pb::Seal {
-        nonce: NONCE.to_vec(),
+        nonce: nonce.to_vec(),
         peer: Some(PEER.get_or_init(|| peer_zone_key("vpc2", &VPC2_ZONE)).clone()),
     }
 }
@@ -1015,15 +1027,28 @@ async fn row_digests_above_max_digest_rows_are_refused_before_any_digest() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn reveals_beyond_max_reveal_rows_in_an_hour_are_refused_across_calls() {
-    let f = start("").await;
-    let mut c = client_named(&f, "coordinator").await;
-    let mut s = c.row_digests(digests("rationed")).await.unwrap().into_inner();
+/// Every key hash of a dataset under `seal`.
+async fn all_key_hashes(c: &mut AgentClient<Channel>, dataset: &str, seal: pb::Seal) -> Vec<u64> {
+    let mut s = c
+        .row_digests(pb::RowDigestsRequest {
+            seal: Some(seal),
+            ..digests(dataset)
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut hashes = Vec::new();
     while let Some(b) = s.message().await.unwrap() {
         hashes.extend(b.digests.iter().map(|d| d.key_hash));
     }
+    hashes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reveals_beyond_max_reveal_rows_per_run_and_per_hour_are_refused_across_calls() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let hashes = all_key_hashes(&mut c, "rationed", seal()).await;
     assert_eq!(hashes.len(), 200);
     // a hash that matches nothing releases nothing and spends nothing
     let r = c
@@ -1032,7 +1057,8 @@ async fn reveals_beyond_max_reveal_rows_in_an_hour_are_refused_across_calls() {
         .unwrap()
         .into_inner();
     assert!(r.rows.is_empty());
-    // the attack: many small calls, each under the per-call cap (budget: 5 an hour)
+    // the attack: many small calls of one run, each under the per-call cap (the run's
+    // budget: 5 rows)
     let mut released = 0;
     let mut refused = None;
     for chunk in hashes.chunks(2).take(10) {
@@ -1044,22 +1070,376 @@ async fn reveals_beyond_max_reveal_rows_in_an_hour_are_refused_across_calls() {
             }
         }
     }
-    assert_eq!(released, 5, "the hour's budget is 5 rows");
+    assert_eq!(released, 5, "the run's budget is 5 rows");
     let e = refused.expect("calls beyond the budget are refused");
     assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
     assert!(e.message().contains("max_reveal_rows"), "{}", e.message());
     no_digits(&e);
     assert_eq!(last_line(&f)["outcome"], "denied:max_reveal_rows");
+    // a new run (a new nonce: new key hashes) has a budget of its own, within the
+    // hour's 8 rows: 3 more, then the hour's budget refuses
+    let nonce2 = [9u8; 16];
+    let hashes2 = all_key_hashes(&mut c, "rationed", seal_with(&nonce2)).await;
+    assert!(hashes2.iter().all(|h| !hashes.contains(h)), "another run keys its hashes anew");
+    let r = c
+        .reveal_keys(pb::RevealRequest {
+            seal: Some(seal_with(&nonce2)),
+            ..reveal("rationed", hashes2[..5].to_vec(), false)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.rows.len(), 3, "the hour's budget of 8 leaves 3");
+    let e = c
+        .reveal_keys(pb::RevealRequest {
+            seal: Some(seal_with(&[10u8; 16])),
+            ..reveal("rationed", hashes2[5..7].to_vec(), false)
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("max_reveal_rows_per_hour"), "{}", e.message());
+    no_digits(&e);
     // the budget is per dataset: another one still answers
-    let mut k = c.row_digests(digests("keys")).await.unwrap().into_inner();
-    let first = k.message().await.unwrap().unwrap().digests[0].key_hash;
-    drop(k);
+    let first = all_key_hashes(&mut c, "keys", seal()).await[0];
     let r = c
         .reveal_keys(reveal("keys", vec![first], false))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(r.rows.len(), 1);
+}
+
+// ---- the hostile coordinator (DESIGN §2, §4.1) ---------------------------------------------
+//
+// Each attack is written as a compromised coordinator would run it, with everything a
+// coordinator holds: its client certificate, the agents' Describe answers (and so the
+// peer's signed zone key) and any request it likes. Against a sealed dataset it learns
+// nothing; against the same table with `allow_unsealed: true` the same attack succeeds,
+// which shows each test can fail.
+
+/// PostgreSQL and MariaDB copies of the fixture's table `t` (id, name, secret), as
+/// datasets `pg_*` and `my_*` beside the SQLite ones: sealed, unsealed-allowed, and the
+/// same two with `expose_key_bounds: false`.
+fn engine_datasets(db: &str) -> String {
+    let mut rows = String::new();
+    for i in 1..=200 {
+        rows.push_str(&format!("({i}, 'name {i}', 'secret {i}'),"));
+    }
+    rows.pop();
+    let create = |q: &str| {
+        format!(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, name {q}, secret {q});\nINSERT INTO t VALUES {rows};\n"
+        )
+    };
+    let pg = tally_e2e::db::postgres();
+    let pg_url = pg.create_database(db);
+    pg.exec(Some(db), &create("TEXT"));
+    let my = tally_e2e::db::mariadb();
+    let my_url = my.create_database(db);
+    my.exec(Some(db), &create("VARCHAR(64)"));
+    let mut out = String::new();
+    for (e, url) in [("pg", pg_url), ("my", my_url)] {
+        for (name, policy) in [
+            ("sealed", "max_level: with_keys"),
+            ("open", "max_level: with_keys, allow_unsealed: true"),
+            ("hidden", "max_level: with_keys, expose_key_bounds: false"),
+            ("hidden_open", "max_level: with_keys, expose_key_bounds: false, allow_unsealed: true"),
+        ] {
+            out.push_str(&format!(
+                "\x20 {e}_{name}: {{ url: '{url}', table: t, key: [id], policy: {{ {policy} }} }}\n"
+            ));
+        }
+    }
+    let sqlite = |name: &str, policy: &str| {
+        format!("\x20 lite_{name}: {{ url: '{{LITE}}', table: t, key: [id], policy: {{ {policy} }} }}\n")
+    };
+    out.push_str(&sqlite("sealed", "max_level: with_keys"));
+    out.push_str(&sqlite("open", "max_level: with_keys, allow_unsealed: true"));
+    out.push_str(&sqlite("hidden", "max_level: with_keys, expose_key_bounds: false"));
+    out.push_str(&sqlite(
+        "hidden_open",
+        "max_level: with_keys, expose_key_bounds: false, allow_unsealed: true",
+    ));
+    out
+}
+
+/// The fixture with [`engine_datasets`] in databases named `db`.
+async fn start_hostile(db: &str) -> Fixture {
+    start(&engine_datasets(db)).await
+}
+
+fn id_secret() -> Vec<pb::ColumnRef> {
+    let mut c = cols();
+    c.remove(1);
+    c
+}
+
+/// One aggregate of `dataset` over [lo, hi) with [id, secret], sealed or not.
+async fn sum_of(c: &mut AgentClient<Channel>, dataset: &str, lo: i64, hi: i64, sealed: bool) -> Result<(u64, u64), tonic::Status> {
+    let (method, seal) = if sealed {
+        (pb::HashMethod::SealedSha25664, Some(seal()))
+    } else {
+        (pb::HashMethod::Sha25664, None)
+    };
+    let r = c
+        .aggregate(pb::AggregateRequest {
+            columns: id_secret(),
+            method: method as i32,
+            seal,
+            ..agg(dataset, keys(Some(lo), Some(hi)), Split::Whole)
+        })
+        .await?
+        .into_inner();
+    Ok((r.buckets[0].count, r.buckets[0].sum))
+}
+
+/// The attacker's dictionary: every `secret n` for n below 10 000, as the row string
+/// of [id, secret] for key `id`, hashed the way an unsealed agent hashes.
+fn brute_force(id: i64, sum: u64) -> Option<u32> {
+    (0..10_000).find(|n| {
+        let rs = row_string([Some(id.to_string().as_str()), Some(format!("secret {n}").as_str())]);
+        sha256_64(rs.as_bytes()) == sum
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_single_row_and_differencing_checksums_cannot_be_brute_forced_when_sealed() {
+    let f = start_hostile("hostile_sums").await;
+    let mut c = client_named(&f, "coordinator").await;
+    for e in ["lite", "pg", "my"] {
+        let (sealed, open) = (format!("{e}_sealed"), format!("{e}_open"));
+        // a one-row key range: its SUM is that row's checksum
+        let (n, single) = sum_of(&mut c, &sealed, 42, 43, true).await.unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(brute_force(42, single), None, "{e}: a sealed checksum gave the value away");
+        // differencing: [1, 43) minus [1, 42), two requests, is row 42's checksum too
+        let (_, a) = sum_of(&mut c, &sealed, 1, 43, true).await.unwrap();
+        let (_, b) = sum_of(&mut c, &sealed, 1, 42, true).await.unwrap();
+        assert_eq!(a.wrapping_sub(b), single);
+        assert_eq!(brute_force(42, a.wrapping_sub(b)), None, "{e}: differencing");
+        // what the sum is for: the peer zone, holding the run key, computes the same
+        let rs = row_string([Some("42"), Some("secret 42")]);
+        assert_eq!(peer_hasher().row(rs.as_bytes()), single, "{e}: the peer agrees");
+        // the same table unsealed: the attack works, so this test can fail
+        let (_, plain) = sum_of(&mut c, &open, 42, 43, false).await.unwrap();
+        assert_eq!(brute_force(42, plain), Some(42), "{e}: the unsealed control");
+        let (_, a) = sum_of(&mut c, &open, 1, 43, false).await.unwrap();
+        let (_, b) = sum_of(&mut c, &open, 1, 42, false).await.unwrap();
+        assert_eq!(brute_force(42, a.wrapping_sub(b)), Some(42), "{e}: unsealed differencing");
+        // and a sealed dataset refuses unsealed checksums outright
+        let err = sum_of(&mut c, &sealed, 42, 43, false).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{e}: {}", err.message());
+        assert!(err.message().contains("allow_unsealed"), "{}", err.message());
+    }
+    // the masked column `secret` of dataset keys is sealed like any other
+    let (_, masked) = sum_of(&mut c, "keys", 42, 43, true).await.unwrap();
+    assert_eq!(brute_force(42, masked), None);
+}
+
+/// The count in the hash bucket a guessed key would fall in, unsealed.
+async fn guess_count(c: &mut AgentClient<Channel>, dataset: &str, guess: i64, sealed: bool) -> u64 {
+    let bh = bucket_hash(key_hash(row_string([Some(guess.to_string().as_str())]).as_bytes()));
+    let (method, seal) = if sealed {
+        (pb::HashMethod::SealedSha25664, Some(seal()))
+    } else {
+        (pb::HashMethod::Sha25664, None)
+    };
+    let r = c
+        .aggregate(pb::AggregateRequest {
+            method: method as i32,
+            seal,
+            ..agg(dataset, hashed(Segment::whole(), bh, bh + 1), Split::Whole)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.buckets[0].count
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_keys_stay_in_the_zone_without_key_bounds_when_sealed() {
+    let f = start_hostile("hostile_keys").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let dictionary: Vec<u64> = (1..=1000)
+        .map(|i| key_hash(row_string([Some(i.to_string().as_str())]).as_bytes()))
+        .collect();
+    for e in ["lite", "pg", "my"] {
+        let (hidden, open) = (format!("{e}_hidden"), format!("{e}_hidden_open"));
+        // membership oracle: a width-1 hash range around a guessed key's bucket
+        assert_eq!(guess_count(&mut c, &open, 42, false).await, 1, "{e}: unsealed control");
+        assert_eq!(guess_count(&mut c, &open, 4242, false).await, 0, "{e}: unsealed control");
+        assert_eq!(guess_count(&mut c, &hidden, 42, true).await, 0, "{e}: a present key was confirmed");
+        assert_eq!(guess_count(&mut c, &hidden, 4242, true).await, 0, "{e}");
+        // dictionary: every key hash of the dataset against the hashes of guessed keys
+        let unsealed_hashes = {
+            let mut s = c
+                .row_digests(pb::RowDigestsRequest {
+                    method: pb::HashMethod::Sha25664 as i32,
+                    seal: None,
+                    ..digests(&open)
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let mut h = Vec::new();
+            while let Some(b) = s.message().await.unwrap() {
+                h.extend(b.digests.iter().map(|d| d.key_hash));
+            }
+            h
+        };
+        let found = |hashes: &[u64]| hashes.iter().filter(|h| dictionary.contains(h)).count();
+        assert_eq!(found(&unsealed_hashes), 200, "{e}: unsealed control");
+        let sealed_hashes = all_key_hashes(&mut c, &hidden, seal()).await;
+        assert_eq!(sealed_hashes.len(), 200);
+        assert_eq!(found(&sealed_hashes), 0, "{e}: a sealed key hash matched a guess");
+        // key values themselves stay in: reveals and key bounds are refused
+        let err = c
+            .reveal_keys(reveal(&hidden, sealed_hashes[..1].to_vec(), false))
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("expose_key_bounds"), "{}", err.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let with_peer = |peer: pb::ZoneKey| pb::AggregateRequest {
+        seal: Some(pb::Seal {
+            nonce: NONCE.to_vec(),
+            peer: Some(peer),
+        }),
+        ..agg("closed", Segment::whole(), Split::Whole)
+    };
+    let refused = |e: tonic::Status, why: &str| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+        assert!(e.message().contains(why), "want {why:?}: {}", e.message());
+    };
+    // the coordinator's own zone key, signed with its ClientAuth certificate
+    let mine = ZoneSecret::from_bytes([0xcc; 32]);
+    let coord = test_ca().issue("vpc2", Role::Client, &[]).unwrap();
+    let forged = sign_zone_key(
+        "vpc2",
+        &mine,
+        &TlsSigner::from_pem(coord.key.as_bytes()).unwrap(),
+        certificates_from_pem(coord.cert.as_bytes()).unwrap(),
+    )
+    .unwrap()
+    .to_pb();
+    refused(c.aggregate(with_peer(forged)).await.unwrap_err(), "not an agent certificate");
+    // an agent certificate of another CA
+    let other = Ca::generate("other-ca").unwrap();
+    let leaf = other.issue("vpc2", Role::Server, &[]).unwrap();
+    let foreign = sign_zone_key(
+        "vpc2",
+        &mine,
+        &TlsSigner::from_pem(leaf.key.as_bytes()).unwrap(),
+        certificates_from_pem(leaf.cert.as_bytes()).unwrap(),
+    )
+    .unwrap()
+    .to_pb();
+    refused(c.aggregate(with_peer(foreign)).await.unwrap_err(), "not an agent certificate");
+    // the real peer's zone key with the coordinator's public key swapped in
+    let mut swapped = seal().peer.unwrap();
+    swapped.public_key = mine.public().to_vec();
+    refused(c.aggregate(with_peer(swapped)).await.unwrap_err(), "signature");
+    // signed for a name its certificate does not carry
+    let mut renamed = peer_zone_key("vpc2", &VPC2_ZONE);
+    renamed.agent = "vpc3".into();
+    refused(c.aggregate(with_peer(renamed)).await.unwrap_err(), "not valid for the name");
+    // this agent as its own peer
+    let me = c
+        .describe(pb::DescribeRequest {
+            dataset: "closed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .zone_key
+        .expect("a sealing agent offers its zone key");
+    assert_eq!(me.agent, "dc1");
+    refused(c.aggregate(with_peer(me)).await.unwrap_err(), "is this agent");
+    // any other agent certificate of the CA where the dataset names its peers
+    let api = peer_zone_key("coordinator-api", &mine);
+    c.aggregate(with_peer(api.clone())).await.unwrap();
+    let e = c
+        .aggregate(pb::AggregateRequest {
+            dataset: "paired".into(),
+            ..with_peer(api)
+        })
+        .await
+        .unwrap_err();
+    refused(e, "peers");
+    c.aggregate(pb::AggregateRequest {
+        dataset: "paired".into(),
+        ..agg("closed", Segment::whole(), Split::Whole)
+    })
+    .await
+    .unwrap();
+    // malformed seals name the field
+    let e = c
+        .aggregate(pb::AggregateRequest {
+            seal: Some(pb::Seal {
+                nonce: vec![1; 8],
+                ..seal()
+            }),
+            ..agg("closed", Segment::whole(), Split::Whole)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("seal.nonce"), "{}", e.message());
+    let e = c
+        .aggregate(pb::AggregateRequest {
+            seal: None,
+            ..agg("closed", Segment::whole(), Split::Whole)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("seal"), "{}", e.message());
+    let e = c
+        .aggregate(pb::AggregateRequest {
+            method: pb::HashMethod::Sha25664 as i32,
+            ..agg("unsealed", Segment::whole(), Split::Whole)
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("unsealed method"), "{}", e.message());
+    // every refusal is in the release log, released nothing
+    let refusals: Vec<serde_json::Value> = lines(&f)
+        .into_iter()
+        .filter(|l| l["rpc"] == "Aggregate" && l["outcome"] != "ok")
+        .collect();
+    assert_eq!(refusals.len(), 9, "{refusals:?}");
+    assert!(refusals.iter().all(|l| l["released"] == serde_json::json!({})));
+    let outcomes: Vec<&str> = refusals.iter().map(|l| l["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == "denied:seal").count(), 5, "{outcomes:?}");
+    assert!(outcomes.contains(&"denied:peers"), "{outcomes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn describe_offers_sealed_methods_with_a_signed_zone_key_and_unsealed_only_where_allowed() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let d = |name: &str| pb::DescribeRequest {
+        dataset: name.into(),
+    };
+    let closed = c.describe(d("closed")).await.unwrap().into_inner();
+    assert_eq!(
+        closed.hash_methods,
+        vec![pb::HashMethod::SealedSha25664 as i32, pb::HashMethod::SealedMd548 as i32]
+    );
+    let zk = closed.zone_key.expect("zone key");
+    assert_eq!(zk.public_key, DC1_ZONE.public().to_vec());
+    // the peer checks it as the agent checks its peer: chain, name, signature
+    let verifier = PeerVerifier::from_ca_pem(test_ca().pem.cert.as_bytes()).unwrap();
+    verifier
+        .verify(&SignedZoneKey::from_pb(zk, "zone_key").unwrap())
+        .unwrap();
+    let open = c.describe(d("unsealed")).await.unwrap().into_inner();
+    assert_eq!(open.hash_methods.len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread")]

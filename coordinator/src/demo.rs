@@ -12,7 +12,6 @@ use tally_agent::config::AgentConfig;
 use tally_agent::sample_data::Planted;
 #[cfg(not(feature = "duckdb"))]
 use tally_agent::sample_data::write_orders;
-use tally_common::config_file::parse_yaml;
 use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::ClientTls;
