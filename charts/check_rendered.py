@@ -56,6 +56,8 @@ if chart == "tally-agent":
     tls = agent["tls"]
     if not (tls.get("ca") and tls.get("cert") and tls.get("key")):
         fail("agent.yaml: TLS is not configured")
+    if not tls.get("zone_key"):
+        fail("agent.yaml: no zone key: checksums would not be sealed")
     for name, ds in agent["datasets"].items():
         if "url" in ds or "url_env" not in ds:
             fail(f"agent.yaml: dataset {name} must take its URL from the environment")

@@ -33,6 +33,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the zone key: its own, or the TLS Secret (not with cert-manager). */}}
+{{- define "tally-agent.zoneSecret" -}}
+{{- if .Values.tls.zoneKey.existingSecret -}}
+{{- .Values.tls.zoneKey.existingSecret -}}
+{{- else if .Values.tls.certManager.enabled -}}
+{{- fail "tls.zoneKey.existingSecret is required with tls.certManager: cert-manager cannot issue the X25519 zone key that seals checksums; create one with `tally certs init` (NAME-zone.key) and `kubectl create secret generic NAME --from-file=zone.key=NAME-zone.key`" -}}
+{{- else -}}
+{{- include "tally-agent.tlsSecret" . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The environment variable carrying one dataset's URL. */}}
 {{- define "tally-agent.urlEnv" -}}
 {{- printf "TALLY_DATASET_%s_URL" (. | upper | replace "-" "_" | replace "." "_") -}}

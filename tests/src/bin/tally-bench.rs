@@ -154,13 +154,19 @@ struct TallyRun {
 }
 
 /// `tally run` at `level`, through the agents hashing in-process (`pg`, `my`) or,
-/// with `sql`, through those whose engines hash in SQL (`pgsql`, `mysql`).
-fn tally(d: &Deployment, level: &str, sql: bool) -> TallyRun {
+/// with `sql`, through those whose engines hash in SQL (`pgsql`, `mysql`); sealed (the
+/// default) unless `unsealed` (spec `hash: sha256_64`, the cost of sealing).
+fn tally(d: &Deployment, level: &str, sql: bool, unsealed: bool) -> TallyRun {
     let (src, tgt) = if sql { ("pgsql", "mysql") } else { ("pg", "my") };
-    let spec = d.path().join(format!("spec-{level}-{src}.yaml"));
+    let (suffix, hash) = if unsealed {
+        ("-unsealed", "hash: sha256_64\n")
+    } else {
+        ("", "")
+    };
+    let spec = d.path().join(format!("spec-{level}-{src}{suffix}.yaml"));
     std::fs::write(
         &spec,
-        format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\nreporting: {{ level: {level}, sample_limit: 100000 }}\n"),
+        format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\n{hash}reporting: {{ level: {level}, sample_limit: 100000 }}\n"),
     )
     .unwrap();
     let t = Instant::now();
@@ -294,7 +300,7 @@ fn main() {
         "pg",
         "t",
         &format!(
-            "{{ url: '{}', table: t, key: [id], policy: {{ max_level: with_keys }} }}",
+            "{{ url: '{}', table: t, key: [id], policy: {{ max_level: with_keys, allow_unsealed: true, max_reveal_rows: 100000, max_reveal_rows_per_hour: 10000000 }} }}",
             pg.url("bench")
         ),
     );
@@ -302,7 +308,7 @@ fn main() {
         "my",
         "t",
         &format!(
-            "{{ url: '{}', table: t, key: [id], policy: {{ max_level: with_keys }} }}",
+            "{{ url: '{}', table: t, key: [id], policy: {{ max_level: with_keys, allow_unsealed: true, max_reveal_rows: 100000, max_reveal_rows_per_hour: 10000000 }} }}",
             my.url("bench")
         ),
     );
@@ -323,8 +329,8 @@ fn main() {
         my.exec(None, "SELECT VERSION();").trim()
     );
     let mut table = String::from(
-        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &n in &a.rows {
         load(pg, my, n);
@@ -332,6 +338,7 @@ fn main() {
             plant(my, n, k, false);
             let (mut fp, mut fm, mut co, mut wk, mut rd) = (vec![], vec![], vec![], vec![], vec![]);
             let (mut rp, mut rm, mut cs, mut two) = (vec![], vec![], vec![], vec![]);
+            let (mut cu, mut wu) = (vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
@@ -345,12 +352,16 @@ fn main() {
                 // the raw read floor: every row to the client, no hashing
                 rp.push(timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;")));
                 rm.push(timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")));
-                let c = tally(&d, "count_only", false);
+                let c = tally(&d, "count_only", false, false);
                 co.push(c.secs);
-                cs.push(tally(&d, "count_only", true).secs);
+                cu.push(tally(&d, "count_only", false, true).secs);
+                cs.push(tally(&d, "count_only", true, false).secs);
                 two.push(two_at_once(&d));
-                let w = tally(&d, "with_keys", false);
+                let w = tally(&d, "with_keys", false, false);
                 wk.push(w.secs);
+                let wun = tally(&d, "with_keys", false, true);
+                assert_eq!(wun.found, w.found, "sealed and unsealed runs find the same differences");
+                wu.push(wun.secs);
                 if let Some(bin) = &a.reladiff {
                     let (s, f) = reladiff(bin, pg, my);
                     rd.push(s);
@@ -363,15 +374,17 @@ fn main() {
             let (co, wk) = (median(co), median(wk));
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
             let row = format!(
-                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
                 median(fp),
                 median(fm),
                 median(rp),
                 median(rm),
                 co / floor,
+                median(cu),
                 median(two),
                 median(cs),
                 wk / floor,
+                median(wu),
                 w.queries,
                 w.rows_scanned,
                 w.found,
