@@ -170,7 +170,8 @@ fn identical_data_matches_with_one_query_per_side() {
     // both agents hash in-process by default (PostgreSQL and MariaDB)
     assert_eq!(j["source"]["path"], "in_process");
     assert_eq!(j["target"]["path"], "in_process");
-    assert_eq!(j["hash_method"], "sha256_64");
+    // sealed by default: every hash keyed with a run key only the two agents hold
+    assert_eq!(j["hash_method"], "sealed_sha256_64");
     // level 1's factor follows the row estimate: 20k rows in segments of threshold/16
     // (31 rows) need 1024 cuts (even cuts of the key range; empty ones are dropped)
     let segments = j["levels"][0]["segments"].as_u64().unwrap();
@@ -216,9 +217,13 @@ fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
         );
         for l in leaves {
             let sql = l["sql"]["source"].as_str().unwrap();
-            assert!(sql.starts_with("SELECT") && sql.contains("\"orders\""), "{sql}");
+            let select = sql.lines().find(|s| s.starts_with("SELECT")).unwrap_or_default();
+            assert!(select.contains("\"orders\""), "{sql}");
             assert!(l["sql"]["target"].as_str().unwrap().contains("`orders`"));
             if strategy == "hash" {
+                // a sealed run's hash range cannot be written without the run key: the
+                // SQL says so and holds no hash expression (no key material leaves)
+                assert!(sql.starts_with("-- hash range") && !select.contains("sha256"), "{sql}");
                 assert!(
                     l["bounds"].get("lower").is_none() && l["bounds"].get("upper").is_none(),
                     "hash leaves carry no key bounds: {l}"
@@ -508,7 +513,7 @@ fn agent_check_reports_each_dataset() {
     );
     let d = Deployment::new(&["dc1"]);
     let cfg = format!(
-        "listen: 127.0.0.1:0\ntls: {{ ca: certs/ca.pem, cert: certs/dc1.pem, key: certs/dc1-key.pem }}\n\
+        "listen: 127.0.0.1:0\ntls: {{ ca: certs/ca.pem, cert: certs/dc1.pem, key: certs/dc1-key.pem, zone_key: certs/dc1-zone.key }}\n\
          datasets:\n  good: {{ url: '{url}', table: t, key: [id] }}\n  bad: {{ url: 'postgres://postgres@127.0.0.1:9/x', table: t, key: [id] }}\n"
     );
     let path = d.path().join("check.yaml");

@@ -39,7 +39,7 @@ fn load(pg: &Server, my: &Server, table: &str, n: u64) {
 fn start_agent(dir: &std::path::Path, ns: &str, name: &str, addr: &str, url: &str) -> ChildGuard {
     let cfg = format!(
         "listen: {addr}:7401\n\
-         tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, allowed_clients: [coordinator] }}\n\
+         tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, zone_key: certs/{name}-zone.key, allowed_clients: [coordinator] }}\n\
          datasets:\n  small: {{ url: '{url}', table: small, key: [id] }}\n  big: {{ url: '{url}', table: big, key: [id] }}\n"
     );
     let path = dir.join(format!("{name}.yaml"));
