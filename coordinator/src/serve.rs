@@ -75,6 +75,14 @@ struct ServeState {
     counter: AtomicU64,
 }
 
+/// What a request to be audited tried: (method, path), the action, the run it names.
+#[derive(Debug, Clone, Copy)]
+struct Attempt<'a> {
+    req: (&'a Method, &'a str),
+    action: &'a str,
+    run: Option<&'a str>,
+}
+
 /// An authenticated request's caller, put into the request by [`authenticate`].
 #[derive(Debug, Clone)]
 struct Caller {
@@ -176,12 +184,11 @@ impl ServeState {
         &self,
         caller: Option<&Caller>,
         remote: SocketAddr,
-        req: (&Method, &str),
-        action: &str,
-        run: Option<&str>,
+        what: Attempt<'_>,
         status: StatusCode,
         reason: Option<String>,
     ) -> Result<(), String> {
+        let Attempt { req, action, run } = what;
         self.audit
             .record(Event {
                 actor: caller.map(|c| c.actor.name.clone()),
@@ -200,24 +207,8 @@ impl ServeState {
     }
 
     /// A refused state change: recorded, then answered.
-    fn refuse(
-        &self,
-        caller: &Caller,
-        req: (&Method, &str),
-        action: &str,
-        run: Option<&str>,
-        status: StatusCode,
-        msg: String,
-    ) -> Response {
-        let _ = self.record(
-            Some(caller),
-            caller.remote,
-            req,
-            action,
-            run,
-            status,
-            Some(msg.clone()),
-        );
+    fn refuse(&self, caller: &Caller, what: Attempt<'_>, status: StatusCode, msg: String) -> Response {
+        let _ = self.record(Some(caller), caller.remote, what, status, Some(msg.clone()));
         error(status, msg)
     }
 }
@@ -252,9 +243,11 @@ async fn authenticate(
                 let _ = state.record(
                     None,
                     peer.addr,
-                    (req.method(), req.uri().path()),
-                    "request",
-                    None,
+                    Attempt {
+                        req: (req.method(), req.uri().path()),
+                        action: "request",
+                        run: None,
+                    },
                     status,
                     Some(e.to_string()),
                 );
@@ -284,9 +277,11 @@ async fn require(
     if req.method() == Method::POST {
         return state.refuse(
             &caller,
-            (req.method(), req.uri().path()),
-            "request",
-            None,
+            Attempt {
+                req: (req.method(), req.uri().path()),
+                action: "request",
+                run: None,
+            },
             StatusCode::FORBIDDEN,
             msg,
         );
@@ -300,7 +295,18 @@ async fn start_run(
     body: String,
 ) -> Response {
     let req = (&Method::POST, "/v1/runs");
-    let refuse = |msg: String| state.refuse(&caller, req, "start_run", None, StatusCode::BAD_REQUEST, msg);
+    let refuse = |msg: String| {
+        state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "start_run",
+                run: None,
+            },
+            StatusCode::BAD_REQUEST,
+            msg,
+        )
+    };
     let spec: Spec = match parse_yaml(Path::new("request body"), &body) {
         Ok(s) => s,
         Err(e) => return refuse(e.to_string()),
@@ -322,9 +328,11 @@ async fn start_run(
     if let Err(e) = state.record(
         Some(&caller),
         caller.remote,
-        req,
-        "start_run",
-        Some(&id),
+        Attempt {
+            req,
+            action: "start_run",
+            run: Some(&id),
+        },
         StatusCode::ACCEPTED,
         Some(format!("spec {:?}", spec.name)),
     ) {
@@ -427,18 +435,38 @@ async fn cancel_run(
         } else {
             (StatusCode::NOT_FOUND, format!("no run {id}"))
         };
-        return state.refuse(&caller, req, "cancel_run", Some(&id), status, msg);
+        return state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "cancel_run",
+                run: Some(&id),
+            },
+            status,
+            msg,
+        );
     };
     if r.cancel.is_none() {
         let msg = format!("run {id} is being cancelled already");
-        return state.refuse(&caller, req, "cancel_run", Some(&id), StatusCode::CONFLICT, msg);
+        return state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "cancel_run",
+                run: Some(&id),
+            },
+            StatusCode::CONFLICT,
+            msg,
+        );
     }
     if let Err(e) = state.record(
         Some(&caller),
         caller.remote,
-        req,
-        "cancel_run",
-        Some(&id),
+        Attempt {
+            req,
+            action: "cancel_run",
+            run: Some(&id),
+        },
         StatusCode::ACCEPTED,
         None,
     ) {
