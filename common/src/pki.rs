@@ -264,6 +264,58 @@ pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, Pk
     Ok(outcomes)
 }
 
+/// The names a certificate is known by: its DNS SANs, or its common name when it has
+/// no DNS SAN (RFC 6125: the CN is ignored where SANs name the subject). The agent
+/// matches `allowed_clients` and the coordinator's API matches `api.clients` with it.
+pub fn cert_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let GeneralName::DNSName(d) = n {
+                names.push(d.to_string());
+            }
+        }
+    }
+    if !names.is_empty() {
+        return names;
+    }
+    for cn in cert.subject().iter_common_name() {
+        if let Ok(s) = cn.as_str() {
+            names.push(s.to_string());
+        }
+    }
+    names
+}
+
+/// The coordinator API's own server certificate in `out` (DESIGN §2): ServerAuth only,
+/// valid for `localhost`, `127.0.0.1` and `sans`, issued by the CA that
+/// [`init_dir`] wrote there. Written as `coordinator-api.pem` and
+/// `coordinator-api-key.pem`; an existing pair is kept.
+pub fn init_api_cert(out: &Path, sans: &[String]) -> Result<FileOutcome, PkiError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|source| PkiError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let (cert, key) = (
+        out.join("coordinator-api.pem"),
+        out.join("coordinator-api-key.pem"),
+    );
+    if cert.exists() && key.exists() {
+        return Ok(FileOutcome::Kept(cert));
+    }
+    let ca = Ca::from_pem(&read(&out.join("ca.pem"))?, &read(&out.join("ca-key.pem"))?)?;
+    let pem = ca.issue("coordinator-api", Role::Server, sans)?;
+    write_new(&cert, &pem.cert, false)?;
+    write_new(&key, &pem.key, true)?;
+    Ok(FileOutcome::Written(cert))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +421,29 @@ mod tests {
         for bad in ["", "=h", "dc1=", "dc1=a,,b", "bad name=h", "dc1=a b"] {
             assert!(AgentLeaf::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_api_certificate_serves_only_and_carries_the_api_sans() {
+        let dir = tempfile::tempdir().unwrap();
+        init_dir(dir.path(), &[AgentLeaf::new("dc1")]).unwrap();
+        let sans = ["tally.example".to_string(), "10.0.0.9".to_string()];
+        let out = init_api_cert(dir.path(), &sans).unwrap();
+        assert_eq!(out, FileOutcome::Written(dir.path().join("coordinator-api.pem")));
+        assert!(dir.path().join("coordinator-api-key.pem").exists());
+        let (names, server, client) =
+            usage(&std::fs::read_to_string(dir.path().join("coordinator-api.pem")).unwrap());
+        assert!(server && !client, "the API certificate is ServerAuth only");
+        for n in ["localhost", "tally.example"] {
+            assert!(names.contains(&n.to_string()), "{names:?}");
+        }
+        assert!(
+            names.iter().any(|s| s.contains("127, 0, 0, 1"))
+                && names.iter().any(|s| s.contains("10, 0, 0, 9"))
+        );
+        assert_eq!(
+            init_api_cert(dir.path(), &[]).unwrap(),
+            FileOutcome::Kept(dir.path().join("coordinator-api.pem"))
+        );
     }
 }
