@@ -292,9 +292,12 @@ pub fn cert_names(der: &[u8]) -> Vec<String> {
 }
 
 /// The coordinator API's own server certificate in `out` (DESIGN §2): ServerAuth only,
-/// valid for `localhost`, `127.0.0.1` and `sans`, issued by the CA that
-/// [`init_dir`] wrote there. Written as `coordinator-api.pem` and
-/// `coordinator-api-key.pem`; an existing pair is kept.
+/// valid for `localhost`, `127.0.0.1` and `sans`, issued by a CA of its own,
+/// `api-ca.pem` (written beside the agents' CA, reused when present). Not by the agents'
+/// CA: an agent accepts any ServerAuth certificate of its CA as a sealed-run peer, and
+/// the coordinator must never hold one. Written as `coordinator-api.pem` and
+/// `coordinator-api-key.pem`; an existing pair is kept. API clients verify the server
+/// with `api-ca.pem`.
 pub fn init_api_cert(out: &Path, sans: &[String]) -> Result<FileOutcome, PkiError> {
     let read = |p: &Path| {
         std::fs::read_to_string(p).map_err(|source| PkiError::Io {
@@ -309,7 +312,15 @@ pub fn init_api_cert(out: &Path, sans: &[String]) -> Result<FileOutcome, PkiErro
     if cert.exists() && key.exists() {
         return Ok(FileOutcome::Kept(cert));
     }
-    let ca = Ca::from_pem(&read(&out.join("ca.pem"))?, &read(&out.join("ca-key.pem"))?)?;
+    let (ca_cert, ca_key) = (out.join("api-ca.pem"), out.join("api-ca-key.pem"));
+    let ca = if ca_cert.exists() && ca_key.exists() {
+        Ca::from_pem(&read(&ca_cert)?, &read(&ca_key)?)?
+    } else {
+        let ca = Ca::generate("tally-dev-api-ca")?;
+        write_new(&ca_cert, &ca.pem.cert, false)?;
+        write_new(&ca_key, &ca.pem.key, true)?;
+        ca
+    };
     let pem = ca.issue("coordinator-api", Role::Server, sans)?;
     write_new(&cert, &pem.cert, false)?;
     write_new(&key, &pem.key, true)?;
@@ -445,5 +456,26 @@ mod tests {
             init_api_cert(dir.path(), &[]).unwrap(),
             FileOutcome::Kept(dir.path().join("coordinator-api.pem"))
         );
+        // issued by its own CA, never the agents': agents accept any ServerAuth
+        // certificate of their CA as a sealed-run peer
+        let api = std::fs::read_to_string(dir.path().join("coordinator-api.pem")).unwrap();
+        let issuer = |pem: &str| leaf(pem).parse_x509().unwrap().issuer().to_string();
+        let agents_ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
+        let api_ca = std::fs::read_to_string(dir.path().join("api-ca.pem")).unwrap();
+        assert_eq!(issuer(&api), leaf(&api_ca).parse_x509().unwrap().subject().to_string());
+        assert_ne!(issuer(&api), leaf(&agents_ca).parse_x509().unwrap().subject().to_string());
+        let verifier = crate::seal::PeerVerifier::from_ca_pem(agents_ca.as_bytes()).unwrap();
+        let signer = crate::seal::TlsSigner::from_pem(
+            std::fs::read(dir.path().join("coordinator-api-key.pem")).unwrap().as_slice(),
+        )
+        .unwrap();
+        let zk = crate::seal::sign_zone_key(
+            "coordinator-api",
+            &crate::seal::ZoneSecret::from_bytes([3; 32]),
+            &signer,
+            crate::seal::certificates_from_pem(api.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        assert!(verifier.verify(&zk).is_err(), "the API certificate passed as an agent peer");
     }
 }

@@ -71,8 +71,8 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum CertsCommand {
-    /// Write ca.pem, coordinator.pem, coordinator-api.pem and NAME.pem per agent
-    /// (existing files are kept).
+    /// Write ca.pem, coordinator.pem, NAME.pem and NAME-zone.key per agent, and
+    /// coordinator-api.pem from its own api-ca.pem (existing files are kept).
     Init {
         #[arg(long)]
         out: PathBuf,
@@ -85,7 +85,9 @@ enum CertsCommand {
         #[arg(long = "san", hide = true)]
         sans: Vec<String>,
         /// A name (DNS or IP) of `tally serve`'s HTTPS API (repeatable), besides
-        /// localhost and 127.0.0.1: on coordinator-api.pem, ServerAuth only.
+        /// localhost and 127.0.0.1: on coordinator-api.pem, ServerAuth only, issued by
+        /// api-ca.pem (never by the agents' CA, whose server certificates agents accept as
+        /// sealed-run peers).
         #[arg(long = "api-san")]
         api_sans: Vec<String>,
     },

@@ -743,14 +743,14 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
     }
 
     let certs = d.path().join("certs");
-    let anon = client_config(&certs.join("ca.pem"), None);
+    let anon = client_config(&certs.join("api-ca.pem"), None);
     let (alice_cert, alice_key) = client_cert(d.path(), "alice", None);
-    let alice = client_config(&certs.join("ca.pem"), Some((&alice_cert, &alice_key)));
+    let alice = client_config(&certs.join("api-ca.pem"), Some((&alice_cert, &alice_key)));
     let (bob_cert, bob_key) = client_cert(d.path(), "bob", None);
-    let bob = client_config(&certs.join("ca.pem"), Some((&bob_cert, &bob_key)));
+    let bob = client_config(&certs.join("api-ca.pem"), Some((&bob_cert, &bob_key)));
     let other_ca = tally_common::pki::Ca::generate("other-ca").unwrap();
     let (mallory_cert, mallory_key) = client_cert(d.path(), "alice-elsewhere", Some(&other_ca));
-    let mallory = client_config(&certs.join("ca.pem"), Some((&mallory_cert, &mallory_key)));
+    let mallory = client_config(&certs.join("api-ca.pem"), Some((&mallory_cert, &mallory_key)));
     let http = |tls: &std::sync::Arc<_>, method: &str, path: &str, token: Option<&str>, body: &str| {
         request(port, Some(tls), method, path, token, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     };
