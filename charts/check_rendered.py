@@ -80,6 +80,19 @@ if chart == "tally-coordinator":
             fail("tally serve probes missing")
         if not coord.get("data_dir") or not by_kind.get("Service"):
             fail("tally serve needs its data_dir and Service")
+        api = coord.get("api") or {}
+        if not (api.get("tls") or {}).get("cert") or not (api.get("tokens") or api.get("clients")):
+            fail("tally serve needs api.tls and at least one caller (api.tokens or api.clients)")
+        if api.get("clients") and not api["tls"].get("ca"):
+            fail("api.clients needs api.tls.ca")
+        for probe in ("readinessProbe", "livenessProbe"):
+            if c[probe]["httpGet"].get("scheme") != "HTTPS":
+                fail(f"{probe} must use HTTPS: the API speaks HTTPS only")
+        if any(e.get("name") == "TALLY_API_TOKEN" for e in c.get("env", [])):
+            fail("TALLY_API_TOKEN is gone: tokens are configured as SHA-256 hashes in api.tokens")
+        mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+        if "/etc/tally/api" not in mounts:
+            fail("the API's TLS Secret is not mounted")
     for name, a in coord["agents"].items():
         if not a["endpoint"].startswith("https://"):
             fail(f"agent {name}: endpoint must be https")

@@ -83,4 +83,9 @@ C=charts/tally-coordinator; CX=$C/examples/two-zones.yaml
 refuse $C "endpoint" -f $CX --set agents.dc1.endpoint=http://plain:7401
 refuse $C "password" -f $CX --set agents.dc1.password=x
 refuse $C "tls.existingSecret" -f $CX --set tls.existingSecret=
+refuse $C "serve.api.tlsSecret" -f $CX --set serve.api.tlsSecret=
+refuse $C "serve.api.tokens" -f $CX --set-json 'serve.api.tokens=[]' --set-json 'serve.api.clients=[]'
+refuse $C "sha256" -f $CX --set-json 'serve.api.tokens=[{"name":"ci","sha256":"s3cret","role":"operator"}]'
+refuse $C "role" -f $CX --set-json 'serve.api.clients=[{"name":"alice","role":"root"}]'
+refuse $C "apiTokenSecret" -f $CX --set serve.apiTokenSecret.name=tally-api
 echo "charts ok"

@@ -8,7 +8,6 @@ use std::path::Path;
 
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
-use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::config::{AllowedClients, TlsConfig};
 use crate::error::AgentError;
@@ -27,30 +26,7 @@ pub fn server_tls(cfg: &TlsConfig) -> Result<ServerTlsConfig, AgentError> {
         .client_auth_optional(false))
 }
 
-/// The names a certificate is known by: its DNS SANs, or its common name when it has
-/// no DNS SAN (RFC 6125: the CN is ignored where SANs name the subject).
-pub fn cert_names(der: &[u8]) -> Vec<String> {
-    let Ok((_, cert)) = X509Certificate::from_der(der) else {
-        return Vec::new();
-    };
-    let mut names = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let GeneralName::DNSName(d) = n {
-                names.push(d.to_string());
-            }
-        }
-    }
-    if !names.is_empty() {
-        return names;
-    }
-    for cn in cert.subject().iter_common_name() {
-        if let Ok(s) = cn.as_str() {
-            names.push(s.to_string());
-        }
-    }
-    names
-}
+pub use tally_common::pki::cert_names;
 
 /// The caller's name for logs: the first name of its verified client certificate.
 pub fn client_name<T>(req: &Request<T>) -> String {

@@ -264,6 +264,69 @@ pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, Pk
     Ok(outcomes)
 }
 
+/// The names a certificate is known by: its DNS SANs, or its common name when it has
+/// no DNS SAN (RFC 6125: the CN is ignored where SANs name the subject). The agent
+/// matches `allowed_clients` and the coordinator's API matches `api.clients` with it.
+pub fn cert_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let GeneralName::DNSName(d) = n {
+                names.push(d.to_string());
+            }
+        }
+    }
+    if !names.is_empty() {
+        return names;
+    }
+    for cn in cert.subject().iter_common_name() {
+        if let Ok(s) = cn.as_str() {
+            names.push(s.to_string());
+        }
+    }
+    names
+}
+
+/// The coordinator API's own server certificate in `out` (DESIGN §2): ServerAuth only,
+/// valid for `localhost`, `127.0.0.1` and `sans`, issued by a CA of its own,
+/// `api-ca.pem` (written beside the agents' CA, reused when present). Not by the agents'
+/// CA: an agent accepts any ServerAuth certificate of its CA as a sealed-run peer, and
+/// the coordinator must never hold one. Written as `coordinator-api.pem` and
+/// `coordinator-api-key.pem`; an existing pair is kept. API clients verify the server
+/// with `api-ca.pem`.
+pub fn init_api_cert(out: &Path, sans: &[String]) -> Result<FileOutcome, PkiError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|source| PkiError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let (cert, key) = (
+        out.join("coordinator-api.pem"),
+        out.join("coordinator-api-key.pem"),
+    );
+    if cert.exists() && key.exists() {
+        return Ok(FileOutcome::Kept(cert));
+    }
+    let (ca_cert, ca_key) = (out.join("api-ca.pem"), out.join("api-ca-key.pem"));
+    let ca = if ca_cert.exists() && ca_key.exists() {
+        Ca::from_pem(&read(&ca_cert)?, &read(&ca_key)?)?
+    } else {
+        let ca = Ca::generate("tally-dev-api-ca")?;
+        write_new(&ca_cert, &ca.pem.cert, false)?;
+        write_new(&ca_key, &ca.pem.key, true)?;
+        ca
+    };
+    let pem = ca.issue("coordinator-api", Role::Server, sans)?;
+    write_new(&cert, &pem.cert, false)?;
+    write_new(&key, &pem.key, true)?;
+    Ok(FileOutcome::Written(cert))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +432,50 @@ mod tests {
         for bad in ["", "=h", "dc1=", "dc1=a,,b", "bad name=h", "dc1=a b"] {
             assert!(AgentLeaf::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_api_certificate_serves_only_and_carries_the_api_sans() {
+        let dir = tempfile::tempdir().unwrap();
+        init_dir(dir.path(), &[AgentLeaf::new("dc1")]).unwrap();
+        let sans = ["tally.example".to_string(), "10.0.0.9".to_string()];
+        let out = init_api_cert(dir.path(), &sans).unwrap();
+        assert_eq!(out, FileOutcome::Written(dir.path().join("coordinator-api.pem")));
+        assert!(dir.path().join("coordinator-api-key.pem").exists());
+        let (names, server, client) =
+            usage(&std::fs::read_to_string(dir.path().join("coordinator-api.pem")).unwrap());
+        assert!(server && !client, "the API certificate is ServerAuth only");
+        for n in ["localhost", "tally.example"] {
+            assert!(names.contains(&n.to_string()), "{names:?}");
+        }
+        assert!(
+            names.iter().any(|s| s.contains("127, 0, 0, 1"))
+                && names.iter().any(|s| s.contains("10, 0, 0, 9"))
+        );
+        assert_eq!(
+            init_api_cert(dir.path(), &[]).unwrap(),
+            FileOutcome::Kept(dir.path().join("coordinator-api.pem"))
+        );
+        // issued by its own CA, never the agents': agents accept any ServerAuth
+        // certificate of their CA as a sealed-run peer
+        let api = std::fs::read_to_string(dir.path().join("coordinator-api.pem")).unwrap();
+        let issuer = |pem: &str| leaf(pem).parse_x509().unwrap().issuer().to_string();
+        let agents_ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
+        let api_ca = std::fs::read_to_string(dir.path().join("api-ca.pem")).unwrap();
+        assert_eq!(issuer(&api), leaf(&api_ca).parse_x509().unwrap().subject().to_string());
+        assert_ne!(issuer(&api), leaf(&agents_ca).parse_x509().unwrap().subject().to_string());
+        let verifier = crate::seal::PeerVerifier::from_ca_pem(agents_ca.as_bytes()).unwrap();
+        let signer = crate::seal::TlsSigner::from_pem(
+            std::fs::read(dir.path().join("coordinator-api-key.pem")).unwrap().as_slice(),
+        )
+        .unwrap();
+        let zk = crate::seal::sign_zone_key(
+            "coordinator-api",
+            &crate::seal::ZoneSecret::from_bytes([3; 32]),
+            &signer,
+            crate::seal::certificates_from_pem(api.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        assert!(verifier.verify(&zk).is_err(), "the API certificate passed as an agent peer");
     }
 }

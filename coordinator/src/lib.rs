@@ -6,10 +6,15 @@
 //! Depends on `tally-proto` and `tally-common`; never on the agent (the `tally demo`
 //! command in the binary is the one place that starts agents in-process).
 
+pub mod api_auth;
+pub mod api_tls;
+pub mod audit;
+pub mod chain;
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod planner;
+pub mod redact;
 pub mod resolve;
 pub mod result;
 pub mod runner;

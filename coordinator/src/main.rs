@@ -39,14 +39,19 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
-    /// The coordinator service: an HTTP API that starts runs and keeps their results in
-    /// a hash-chained run store under `data_dir`.
+    /// The coordinator service: an HTTPS API (`api` in the config) that starts runs and
+    /// keeps their results in a hash-chained run store under `data_dir`.
     Serve {
         #[arg(short = 'c', long = "config", default_value = "coordinator.yaml")]
         config: PathBuf,
+        /// Serve plain HTTP: only without `api.tls` and only on a loopback `listen`
+        /// address (local trials).
+        #[arg(long)]
+        insecure_loopback: bool,
     },
     /// Certificates for trials: a development CA, the coordinator's client certificate
-    /// (ClientAuth only) and one server certificate per agent (ServerAuth only).
+    /// (ClientAuth only), one server certificate per agent and one for the
+    /// coordinator's HTTPS API (ServerAuth only).
     Certs {
         #[command(subcommand)]
         command: CertsCommand,
@@ -66,7 +71,8 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum CertsCommand {
-    /// Write ca.pem, coordinator.pem and NAME.pem per agent (existing files are kept).
+    /// Write ca.pem, coordinator.pem, NAME.pem and NAME-zone.key per agent, and
+    /// coordinator-api.pem from its own api-ca.pem (existing files are kept).
     Init {
         #[arg(long)]
         out: PathBuf,
@@ -78,6 +84,12 @@ enum CertsCommand {
         /// `--agent NAME=SAN1,SAN2`.
         #[arg(long = "san", hide = true)]
         sans: Vec<String>,
+        /// A name (DNS or IP) of `tally serve`'s HTTPS API (repeatable), besides
+        /// localhost and 127.0.0.1: on coordinator-api.pem, ServerAuth only, issued by
+        /// api-ca.pem (never by the agents' CA, whose server certificates agents accept as
+        /// sealed-run peers).
+        #[arg(long = "api-san")]
+        api_sans: Vec<String>,
     },
 }
 
@@ -85,6 +97,7 @@ fn certs_init(
     out: &std::path::Path,
     agents: &[String],
     sans: &[String],
+    api_sans: &[String],
 ) -> Result<Vec<pki::FileOutcome>, String> {
     if !sans.is_empty() {
         return Err(
@@ -98,7 +111,9 @@ fn certs_init(
         .map(|a| pki::AgentLeaf::parse(a))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    pki::init_dir(out, &agents).map_err(|e| e.to_string())
+    let mut files = pki::init_dir(out, &agents).map_err(|e| e.to_string())?;
+    files.push(pki::init_api_cert(out, api_sans).map_err(|e| e.to_string())?);
+    Ok(files)
 }
 
 fn main() -> ExitCode {
@@ -122,7 +137,10 @@ fn main() -> ExitCode {
             json,
             progress,
         } => rt.block_on(cmd_run(spec, config, json, progress)),
-        Command::Serve { config } => rt.block_on(async move {
+        Command::Serve {
+            config,
+            insecure_loopback,
+        } => rt.block_on(async move {
             let cfg = match CoordinatorConfig::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -143,8 +161,9 @@ fn main() -> ExitCode {
                 #[cfg(not(unix))]
                 shutdown.await;
             };
-            let ready = |addr| eprintln!("tally serve: listening on http://{addr}");
-            match tally_coordinator::serve::serve(&cfg, &config, shutdown, ready).await {
+            let ready = |addr, scheme| eprintln!("tally serve: listening on {scheme}://{addr}");
+            let opts = tally_coordinator::serve::ServeOptions { insecure_loopback };
+            match tally_coordinator::serve::serve(&cfg, &config, opts, shutdown, ready).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tally serve: {e}");
@@ -153,8 +172,14 @@ fn main() -> ExitCode {
             }
         }),
         Command::Certs {
-            command: CertsCommand::Init { out, agents, sans },
-        } => match certs_init(&out, &agents, &sans) {
+            command:
+                CertsCommand::Init {
+                    out,
+                    agents,
+                    sans,
+                    api_sans,
+                },
+        } => match certs_init(&out, &agents, &sans, &api_sans) {
             Ok(files) => {
                 for f in files {
                     match f {

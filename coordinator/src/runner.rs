@@ -98,6 +98,50 @@ fn agg_out(a: &AnyAggregate) -> AggOut {
     }
 }
 
+/// A result with nothing done yet (verdict `error` until the run says otherwise).
+fn empty_result(spec: &Spec) -> RunResult {
+    RunResult {
+        name: spec.name.clone(),
+        verdict: Verdict::Error,
+        hash_method: String::new(),
+        strategy: spec.bisection.strategy.name().to_string(),
+        level: spec.reporting.level.name().to_string(),
+        xor_compared: false,
+        false_match_probability: 0.0,
+        false_match_bound: 0.0,
+        source: SideStats {
+            agent: spec.source.agent.clone(),
+            dataset: spec.source.dataset.clone(),
+            ..Default::default()
+        },
+        target: SideStats {
+            agent: spec.target.agent.clone(),
+            dataset: spec.target.dataset.clone(),
+            ..Default::default()
+        },
+        levels: Vec::new(),
+        leaves: Vec::new(),
+        differences: None,
+        duplicate_keys: None,
+        difference_counts: None,
+        truncated: false,
+        warnings: Vec::new(),
+        advice: None,
+        error: None,
+        elapsed_ms: 0,
+    }
+}
+
+/// The result of a run stopped before it finished: verdict `error`, code `cancelled`.
+pub fn cancelled_result(spec: &Spec, message: String) -> RunResult {
+    let mut res = empty_result(spec);
+    res.error = Some(ErrorOut {
+        code: RunError::Cancelled.code().to_string(),
+        message,
+    });
+    res
+}
+
 /// Runs `spec` between two agents; never fails: errors become verdict `error`.
 pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions) -> RunResult {
     let mut r = Run {
@@ -109,36 +153,7 @@ pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions)
         resolved: None,
         seals: None,
         segments_compared: 0,
-        res: RunResult {
-            name: spec.name.clone(),
-            verdict: Verdict::Error,
-            hash_method: String::new(),
-            strategy: spec.bisection.strategy.name().to_string(),
-            level: spec.reporting.level.name().to_string(),
-            xor_compared: false,
-            false_match_probability: 0.0,
-            false_match_bound: 0.0,
-            source: SideStats {
-                agent: spec.source.agent.clone(),
-                dataset: spec.source.dataset.clone(),
-                ..Default::default()
-            },
-            target: SideStats {
-                agent: spec.target.agent.clone(),
-                dataset: spec.target.dataset.clone(),
-                ..Default::default()
-            },
-            levels: Vec::new(),
-            leaves: Vec::new(),
-            differences: None,
-            duplicate_keys: None,
-            difference_counts: None,
-            truncated: false,
-            warnings: Vec::new(),
-            advice: None,
-            error: None,
-            elapsed_ms: 0,
-        },
+        res: empty_result(spec),
     };
     let outcome = match spec.gates.max_seconds {
         Some(s) => match tokio::time::timeout(std::time::Duration::from_secs(s), r.drive()).await {

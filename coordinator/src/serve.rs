@@ -1,17 +1,26 @@
-//! `tally serve`: the coordinator as a long-running service. A small HTTP API starts
-//! runs and returns their results; every finished run is kept in the hash-chained run
-//! store (store.rs) under `data_dir`.
+//! `tally serve`: the coordinator as a long-running service. An HTTPS API starts runs
+//! and returns their results; every finished run is kept in the hash-chained run store
+//! (store.rs) under `data_dir`, and every request that changes state, or tries to, in
+//! the hash-chained audit log beside it (audit.rs).
 //!
 //! ```text
-//! GET  /healthz          liveness and readiness
-//! POST /v1/runs          body: a spec (YAML or JSON) → 202 {"id": …}
-//! GET  /v1/runs          every run: running ones, then the stored ones, newest first
-//! GET  /v1/runs/{id}     202 while running, then the stored document (spec and result)
+//! GET  /healthz               open      liveness and readiness
+//! GET  /v1/runs               viewer    every run: running ones, then the stored ones, newest first
+//! GET  /v1/runs/{id}          viewer    202 while running, then the stored document (spec and
+//!                                       result); below operator without keys, values, leaf
+//!                                       bounds or investigation SQL (redact.rs)
+//! POST /v1/runs               operator  body: a spec (YAML or JSON) → 202 {"id": …}
+//! POST /v1/runs/{id}/cancel   operator  stops a running run: it is stored with verdict error,
+//!                                       code cancelled
+//! GET  /v1/audit              auditor   both chains: the run store's index and the audit log
 //! ```
 //!
-//! With `TALLY_API_TOKEN` set, every call but /healthz needs
-//! `Authorization: Bearer <token>`. The API speaks plain HTTP: put it behind your
-//! ingress's TLS, or keep it to the cluster network.
+//! The roles are DESIGN §12's, each including the ones before it: viewer < operator <
+//! auditor < admin. Callers log in with a client certificate named in `api.clients`
+//! (verified against `api.tls.ca`) or `Authorization: Bearer <token>` with the token's
+//! SHA-256 in `api.tokens` (api_auth.rs): no credentials is 401, too small a role 403
+//! naming the role needed. The API speaks HTTPS with its own certificate (`api.tls`,
+//! api_tls.rs); plain HTTP only on a loopback address with `--insecure-loopback`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,32 +28,66 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::{Path as UrlPath, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Extension, Path as UrlPath, Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tally_common::config_file::parse_yaml;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, Semaphore, oneshot};
 
+use crate::api_auth::{Actor, Credentials};
+use crate::api_tls::{Peer, PlainListener, TlsListener};
+use crate::audit::{AuditLog, Event};
 use crate::client::{Agent, TlsMaterial};
-use crate::config::CoordinatorConfig;
-use crate::runner::{RunOptions, run};
+use crate::config::{CoordinatorConfig, Role};
+use crate::redact::document_for_viewer;
+use crate::runner::{RunOptions, cancelled_result, run};
 use crate::spec::Spec;
 use crate::store::RunStore;
 
 /// Runs executing at once; more wait their turn.
 const CONCURRENT_RUNS: usize = 4;
 
+/// How `tally serve` was started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Plain HTTP, allowed only without `api.tls` and on a loopback address.
+    pub insecure_loopback: bool,
+}
+
+struct Running {
+    name: String,
+    started: String,
+    /// Taken by the first cancel request; the run task waits on the other end.
+    cancel: Option<oneshot::Sender<String>>,
+}
+
 struct ServeState {
     agents: BTreeMap<String, Agent>,
     store: RunStore,
-    running: Mutex<BTreeMap<String, (String, String)>>,
+    audit: AuditLog,
+    credentials: Credentials,
+    running: Mutex<BTreeMap<String, Running>>,
     permits: Semaphore,
-    token: Option<String>,
     counter: AtomicU64,
+}
+
+/// What a request to be audited tried: (method, path), the action, the run it names.
+#[derive(Debug, Clone, Copy)]
+struct Attempt<'a> {
+    req: (&'a Method, &'a str),
+    action: &'a str,
+    run: Option<&'a str>,
+}
+
+/// An authenticated request's caller, put into the request by [`authenticate`].
+#[derive(Debug, Clone)]
+struct Caller {
+    actor: Actor,
+    remote: SocketAddr,
 }
 
 fn now() -> String {
@@ -57,23 +100,28 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-/// Binds and serves until `shutdown` resolves. Returns the bound address via `ready`.
+/// Binds and serves until `shutdown` resolves. Reports the bound address and scheme
+/// (`https` or `http`) via `ready`.
 pub async fn serve(
     cfg: &CoordinatorConfig,
     config_path: &Path,
+    opts: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, &'static str),
 ) -> Result<(), String> {
-    let listen = cfg
-        .listen
-        .ok_or_else(|| format!("{}: `listen` is required for tally serve", config_path.display()))?;
-    let data_dir = cfg.data_dir.as_ref().ok_or_else(|| {
-        format!(
-            "{}: `data_dir` is required for tally serve",
-            config_path.display()
-        )
-    })?;
+    cfg.validate_serve(config_path, opts.insecure_loopback)
+        .map_err(|e| e.to_string())?;
+    let (Some(listen), Some(data_dir)) = (cfg.listen, cfg.data_dir.as_ref()) else {
+        unreachable!("validate_serve checks listen and data_dir");
+    };
+    let tls_server = match &cfg.api.tls {
+        Some(t) => {
+            Some(crate::api_tls::server_config(t).map_err(|e| format!("{}: {e}", config_path.display()))?)
+        }
+        None => None,
+    };
     let store = RunStore::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
+    let audit = AuditLog::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let mut agents = BTreeMap::new();
     for (name, a) in &cfg.agents {
@@ -85,87 +133,240 @@ pub async fn serve(
     let state = Arc::new(ServeState {
         agents,
         store,
+        audit,
+        credentials: Credentials::from_config(&cfg.api),
         running: Mutex::new(BTreeMap::new()),
         permits: Semaphore::new(CONCURRENT_RUNS),
-        token: std::env::var("TALLY_API_TOKEN").ok().filter(|t| !t.is_empty()),
         counter: AtomicU64::new(0),
     });
+    let need = |role: Role| middleware::from_fn_with_state((state.clone(), role), require);
     let api = Router::new()
-        .route("/v1/runs", get(list_runs).post(start_run))
-        .route("/v1/runs/{id}", get(get_run))
-        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .route("/v1/runs", get(list_runs).layer(need(Role::Viewer)))
+        .route("/v1/runs", post(start_run).layer(need(Role::Operator)))
+        .route("/v1/runs/{id}", get(get_run).layer(need(Role::Viewer)))
+        .route(
+            "/v1/runs/{id}/cancel",
+            post(cancel_run).layer(need(Role::Operator)),
+        )
+        .route("/v1/audit", get(audit_log).layer(need(Role::Auditor)))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state.clone());
     let app = Router::new().route("/healthz", get(|| async { "ok" })).merge(api);
+    let app = app.into_make_service_with_connect_info::<Peer>();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("listen {listen}: {e}"))?;
-    ready(listener.local_addr().map_err(|e| e.to_string())?);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| e.to_string())
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    match tls_server {
+        Some(tls) => {
+            let listener = TlsListener::new(listener, tls).map_err(|e| e.to_string())?;
+            ready(local, "https");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        None => {
+            tracing::warn!(%local, "api: plain HTTP on a loopback address (--insecure-loopback)");
+            ready(local, "http");
+            axum::serve(PlainListener(listener), app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    }
 }
 
-async fn authorize(
+impl ServeState {
+    /// Appends an audit event; a request answered `status` by `caller` (absent when it
+    /// did not log in).
+    fn record(
+        &self,
+        caller: Option<&Caller>,
+        remote: SocketAddr,
+        what: Attempt<'_>,
+        status: StatusCode,
+        reason: Option<String>,
+    ) -> Result<(), String> {
+        let Attempt { req, action, run } = what;
+        self.audit
+            .record(Event {
+                actor: caller.map(|c| c.actor.name.clone()),
+                via: caller.map(|c| c.actor.via.to_string()),
+                role: caller.map(|c| c.actor.role.name().to_string()),
+                remote: remote.to_string(),
+                method: req.0.to_string(),
+                path: req.1.to_string(),
+                action: action.to_string(),
+                run: run.map(str::to_string),
+                status: status.as_u16(),
+                reason,
+            })
+            .map(|_| ())
+            .inspect_err(|e| tracing::error!(error = %e, "api: cannot write the audit log"))
+    }
+
+    /// A refused state change: recorded, then answered.
+    fn refuse(&self, caller: &Caller, what: Attempt<'_>, status: StatusCode, msg: String) -> Response {
+        let _ = self.record(Some(caller), caller.remote, what, status, Some(msg.clone()));
+        error(status, msg)
+    }
+}
+
+/// Resolves the caller from its client certificate or bearer token; 401 (403 for a
+/// certificate without a role) otherwise. Refused POSTs are audit events.
+async fn authenticate(
     State(state): State<Arc<ServeState>>,
-    headers: HeaderMap,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    // a header that is not text is no token
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or_default());
+    match state
+        .credentials
+        .authenticate(peer.cert_names.as_deref(), authorization)
+    {
+        Ok(actor) => {
+            req.extensions_mut().insert(Caller {
+                actor,
+                remote: peer.addr,
+            });
+            next.run(req).await
+        }
+        Err(e) => {
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+            if req.method() == Method::POST {
+                let _ = state.record(
+                    None,
+                    peer.addr,
+                    Attempt {
+                        req: (req.method(), req.uri().path()),
+                        action: "request",
+                        run: None,
+                    },
+                    status,
+                    Some(e.to_string()),
+                );
+            }
+            tracing::info!(remote = %peer.addr, error = %e, "api: not logged in");
+            error(status, e.to_string())
+        }
+    }
+}
+
+/// A route's role: 403 naming the role needed when the caller's is lower.
+async fn require(
+    State((state, needed)): State<(Arc<ServeState>, Role)>,
+    Extension(caller): Extension<Caller>,
     req: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &state.token {
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "a bearer token is required (TALLY_API_TOKEN)",
-            );
-        }
+    if caller.actor.role >= needed {
+        return next.run(req).await;
     }
-    next.run(req).await
+    let msg = format!(
+        "this needs the role {} (or above); {} has {}",
+        needed.name(),
+        caller.actor.name,
+        caller.actor.role.name()
+    );
+    if req.method() == Method::POST {
+        return state.refuse(
+            &caller,
+            Attempt {
+                req: (req.method(), req.uri().path()),
+                action: "request",
+                run: None,
+            },
+            StatusCode::FORBIDDEN,
+            msg,
+        );
+    }
+    error(StatusCode::FORBIDDEN, msg)
 }
 
-async fn start_run(State(state): State<Arc<ServeState>>, body: String) -> Response {
+async fn start_run(
+    State(state): State<Arc<ServeState>>,
+    Extension(caller): Extension<Caller>,
+    body: String,
+) -> Response {
+    let req = (&Method::POST, "/v1/runs");
+    let refuse = |msg: String| {
+        state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "start_run",
+                run: None,
+            },
+            StatusCode::BAD_REQUEST,
+            msg,
+        )
+    };
     let spec: Spec = match parse_yaml(Path::new("request body"), &body) {
         Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return refuse(e.to_string()),
     };
     if let Err(e) = spec.validate(Path::new("request body")) {
-        return error(StatusCode::BAD_REQUEST, e.to_string());
+        return refuse(e.to_string());
     }
     for (side, agent) in [("source", &spec.source.agent), ("target", &spec.target.agent)] {
         if !state.agents.contains_key(agent) {
             let known = state.agents.keys().cloned().collect::<Vec<_>>().join(", ");
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("{side}.agent {agent:?} is not configured (agents: {known})"),
-            );
+            return refuse(format!(
+                "{side}.agent {agent:?} is not configured (agents: {known})"
+            ));
         }
     }
     let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
     let id = format!("{millis:x}-{}", state.counter.fetch_add(1, Ordering::Relaxed));
+    // no audit event, no run
+    if let Err(e) = state.record(
+        Some(&caller),
+        caller.remote,
+        Attempt {
+            req,
+            action: "start_run",
+            run: Some(&id),
+        },
+        StatusCode::ACCEPTED,
+        Some(format!("spec {:?}", spec.name)),
+    ) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the run was not started: cannot write the audit log: {e}"),
+        );
+    }
     let started = now();
-    state
-        .running
-        .lock()
-        .await
-        .insert(id.clone(), (spec.name.clone(), started.clone()));
+    let (cancel, cancelled) = oneshot::channel::<String>();
+    state.running.lock().await.insert(
+        id.clone(),
+        Running {
+            name: spec.name.clone(),
+            started: started.clone(),
+            cancel: Some(cancel),
+        },
+    );
     let st = state.clone();
     let run_id = id.clone();
     tokio::spawn(async move {
-        let _permit = st.permits.acquire().await;
         let (source, target) = (&st.agents[&spec.source.agent], &st.agents[&spec.target.agent]);
-        let result = run(
-            &spec,
-            source,
-            target,
-            &RunOptions {
-                progress: Some(false),
-            },
-        )
-        .await;
+        let opts = RunOptions {
+            progress: Some(false),
+        };
+        // dropping the run future on cancel drops its in-flight calls; agents abandon
+        // the queries
+        let result = tokio::select! {
+            r = async {
+                let _permit = st.permits.acquire().await;
+                run(&spec, source, target, &opts).await
+            } => r,
+            Ok(who) = cancelled => cancelled_result(&spec, format!("cancelled by {who}")),
+        };
         let verdict = serde_json::to_value(&result.verdict).unwrap_or_default();
         let doc =
             json!({ "id": run_id, "started": started, "finished": now(), "spec": spec, "result": result });
@@ -190,9 +391,7 @@ async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
         .lock()
         .await
         .iter()
-        .map(
-            |(id, (name, started))| json!({ "id": id, "name": name, "state": "running", "started": started }),
-        )
+        .map(|(id, r)| json!({ "id": id, "name": r.name, "state": "running", "started": r.started }))
         .collect();
     match state.store.entries() {
         Ok(entries) => runs.extend(entries.into_iter().rev().map(|e| {
@@ -203,16 +402,101 @@ async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
     Json(json!({ "runs": runs })).into_response()
 }
 
-async fn get_run(State(state): State<Arc<ServeState>>, UrlPath(id): UrlPath<String>) -> Response {
-    if let Some((name, started)) = state.running.lock().await.get(&id) {
+async fn get_run(
+    State(state): State<Arc<ServeState>>,
+    Extension(caller): Extension<Caller>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    if let Some(r) = state.running.lock().await.get(&id) {
         return (
             StatusCode::ACCEPTED,
-            Json(json!({ "id": id, "name": name, "state": "running", "started": started })),
+            Json(json!({ "id": id, "name": r.name, "state": "running", "started": r.started })),
         )
             .into_response();
     }
     match state.store.document(&id) {
-        Some(doc) => Json(doc).into_response(),
+        Some(doc) if caller.actor.role >= Role::Operator => Json(doc).into_response(),
+        Some(doc) => Json(document_for_viewer(&doc)).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no run {id}")),
     }
+}
+
+async fn cancel_run(
+    State(state): State<Arc<ServeState>>,
+    Extension(caller): Extension<Caller>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    let path = format!("/v1/runs/{id}/cancel");
+    let req = (&Method::POST, path.as_str());
+    let mut running = state.running.lock().await;
+    let Some(r) = running.get_mut(&id) else {
+        let (status, msg) = if state.store.document(&id).is_some() {
+            (StatusCode::CONFLICT, format!("run {id} has finished"))
+        } else {
+            (StatusCode::NOT_FOUND, format!("no run {id}"))
+        };
+        return state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "cancel_run",
+                run: Some(&id),
+            },
+            status,
+            msg,
+        );
+    };
+    if r.cancel.is_none() {
+        let msg = format!("run {id} is being cancelled already");
+        return state.refuse(
+            &caller,
+            Attempt {
+                req,
+                action: "cancel_run",
+                run: Some(&id),
+            },
+            StatusCode::CONFLICT,
+            msg,
+        );
+    }
+    if let Err(e) = state.record(
+        Some(&caller),
+        caller.remote,
+        Attempt {
+            req,
+            action: "cancel_run",
+            run: Some(&id),
+        },
+        StatusCode::ACCEPTED,
+        None,
+    ) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the run was not cancelled: cannot write the audit log: {e}"),
+        );
+    }
+    if let Some(tx) = r.cancel.take() {
+        let _ = tx.send(caller.actor.name.clone());
+    }
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({ "id": id, "state": "cancelling" })),
+    )
+        .into_response()
+}
+
+/// Both chains, verified as they are read: the run store's index (what was run, with
+/// each document's hash) and the audit log (who changed what, from where).
+async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
+    let (runs, events) = match (state.store.entries(), state.audit.events()) {
+        (Ok(r), Ok(e)) => (r, e),
+        (Err(e), _) | (_, Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let (runs_seq, runs_head) = state.store.head();
+    let (events_seq, events_head) = state.audit.head();
+    Json(json!({
+        "runs": { "seq": runs_seq, "head": runs_head, "entries": runs },
+        "events": { "seq": events_seq, "head": events_head, "entries": events },
+    }))
+    .into_response()
 }

@@ -2,14 +2,11 @@
 //! and an append-only, hash-chained index. Each index line carries the SHA-256 of the
 //! run's document and of the line before it, so a removed or edited run shows.
 
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+use crate::chain::{self, ChainFile, sha256_hex as sha};
 
 /// One line of the index.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -28,21 +25,17 @@ pub struct IndexEntry {
 #[derive(Debug)]
 pub struct RunStore {
     dir: PathBuf,
-    state: Mutex<(u64, String)>,
-}
-
-fn sha(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    index: ChainFile,
 }
 
 impl RunStore {
     /// Opens the store in `dir`, verifying the whole chain.
     pub fn open(dir: &Path) -> Result<RunStore, String> {
         std::fs::create_dir_all(dir.join("runs")).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let (seq, prev, _) = verify(dir)?;
+        verify(dir)?;
         Ok(RunStore {
             dir: dir.to_path_buf(),
-            state: Mutex::new((seq, prev)),
+            index: ChainFile::open(&dir.join("runs.jsonl"))?,
         })
     }
 
@@ -61,32 +54,24 @@ impl RunStore {
         let text = serde_json::to_vec_pretty(document).map_err(|e| e.to_string())?;
         let path = self.document_path(id);
         std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = IndexEntry {
-            seq: st.0 + 1,
+        self.index.append(|seq, prev| IndexEntry {
+            seq,
             id: id.to_string(),
             name: name.to_string(),
             verdict: verdict.to_string(),
             finished: now(),
             document_sha256: sha(&text),
-            prev: st.1.clone(),
-        };
-        let line = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
-        let index = self.dir.join("runs.jsonl");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&index)
-            .map_err(|e| e.to_string())?;
-        writeln!(f, "{line}")
-            .and_then(|_| f.sync_data())
-            .map_err(|e| format!("{}: {e}", index.display()))?;
-        *st = (entry.seq, sha(line.as_bytes()));
-        Ok(entry)
+            prev: prev.to_string(),
+        })
     }
 
     pub fn entries(&self) -> Result<Vec<IndexEntry>, String> {
         verify(&self.dir).map(|(_, _, e)| e)
+    }
+
+    /// The index's last seq and line hash.
+    pub fn head(&self) -> (u64, String) {
+        self.index.head()
     }
 
     pub fn document(&self, id: &str) -> Option<serde_json::Value> {
@@ -107,22 +92,8 @@ fn now() -> String {
 /// Checks the index chain and every document's hash; returns the last sequence number,
 /// the last line's hash and the entries.
 pub fn verify(dir: &Path) -> Result<(u64, String, Vec<IndexEntry>), String> {
-    let index = dir.join("runs.jsonl");
-    let mut prev = GENESIS.to_string();
-    let mut entries = Vec::new();
-    let Ok(f) = std::fs::File::open(&index) else {
-        return Ok((0, prev, entries));
-    };
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| format!("{}: {e}", index.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let e: IndexEntry =
-            serde_json::from_str(&line).map_err(|e| format!("{}:{}: {e}", index.display(), i + 1))?;
-        if e.prev != prev || e.seq != entries.len() as u64 + 1 {
-            return Err(format!("{}:{}: the chain is broken", index.display(), i + 1));
-        }
+    let (seq, head, entries) = chain::read::<IndexEntry>(&dir.join("runs.jsonl"))?;
+    for e in &entries {
         let doc = dir.join("runs").join(format!("{}.json", e.id));
         let bytes = std::fs::read(&doc).map_err(|err| format!("{}: {err}", doc.display()))?;
         if sha(&bytes) != e.document_sha256 {
@@ -131,10 +102,8 @@ pub fn verify(dir: &Path) -> Result<(u64, String, Vec<IndexEntry>), String> {
                 doc.display()
             ));
         }
-        prev = sha(line.as_bytes());
-        entries.push(e);
     }
-    Ok((entries.len() as u64, prev, entries))
+    Ok((seq, head, entries))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 pub mod bins;
 pub mod db;
+pub mod https;
 pub mod netns;
 pub mod proc;
 pub mod zones;

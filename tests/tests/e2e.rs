@@ -638,46 +638,68 @@ fn duplicate_keys_are_reported_not_folded() {
     assert_eq!(out.json["target"]["count"], 2001);
 }
 
-/// A minimal HTTP/1.1 exchange (the tests need no HTTP client crate).
-fn http(port: u16, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status: u16 = resp.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (
-        status,
-        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
-    )
+/// Bearer tokens of the serve test: the config holds only their SHA-256.
+const VIEWER_TOKEN: &str = "viewer-token-0123456789";
+const OPERATOR_TOKEN: &str = "operator-token-012345678";
+const ADMIN_TOKEN: &str = "admin-token-0123456789ab";
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// Issues a ClientAuth certificate `name` from the CA in `certs/` (or from `ca`).
+fn client_cert(
+    dir: &std::path::Path,
+    name: &str,
+    ca: Option<&tally_common::pki::Ca>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    use tally_common::pki::{Ca, Role};
+    let read = |f: &str| std::fs::read_to_string(dir.join("certs").join(f)).unwrap();
+    let own;
+    let ca = match ca {
+        Some(c) => c,
+        None => {
+            own = Ca::from_pem(&read("ca.pem"), &read("ca-key.pem")).unwrap();
+            &own
+        }
+    };
+    let pem = ca.issue(name, Role::Client, &[]).unwrap();
+    let (cert, key) = (
+        dir.join(format!("{name}-client.pem")),
+        dir.join(format!("{name}-client-key.pem")),
+    );
+    std::fs::write(&cert, pem.cert).unwrap();
+    std::fs::write(&key, pem.key).unwrap();
+    (cert, key)
 }
 
 #[test]
 fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
+    use tally_e2e::https::{client_config, request};
     let d = deploy("e2e_serve", Some(&plant()), OPEN, OPEN);
     let port = tally_e2e::proc::free_port();
     let cfg = d.coordinator_config();
     let text = std::fs::read_to_string(&cfg).unwrap();
+    let api = format!(
+        "api:\n  tls: {{ cert: certs/coordinator-api.pem, key: certs/coordinator-api-key.pem, ca: certs/ca.pem }}\n  \
+         clients: [{{ name: alice, role: auditor }}]\n  tokens:\n    \
+         - {{ name: dash, sha256: {}, role: viewer }}\n    \
+         - {{ name: ci, sha256: {}, role: operator }}\n    \
+         - {{ name: root, sha256: {}, role: admin }}\n",
+        sha256_hex(VIEWER_TOKEN),
+        sha256_hex(OPERATOR_TOKEN),
+        sha256_hex(ADMIN_TOKEN)
+    );
     let serve_cfg = d.path().join("serve.yaml");
     std::fs::write(
         &serve_cfg,
-        format!("listen: 127.0.0.1:{port}\ndata_dir: store\n{text}"),
+        format!("listen: 127.0.0.1:{port}\ndata_dir: store\n{text}{api}"),
     )
     .unwrap();
-    let start = || {
+    let start = |cfg: &std::path::Path, port: u16, args: &[&str]| {
         let mut c = std::process::Command::new(tally_e2e::bins::tally());
-        c.args(["serve", "-c"])
-            .arg(&serve_cfg)
-            .env("TALLY_API_TOKEN", "s3cret");
+        c.args(["serve", "-c"]).arg(cfg).args(args);
         let g = tally_e2e::proc::ChildGuard::spawn("serve", &mut c).unwrap();
         assert!(
             tally_e2e::proc::wait_for_port(port, Duration::from_secs(20)),
@@ -685,29 +707,92 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
         );
         g
     };
-    let mut serve = start();
-    assert_eq!(http(port, "GET", "/healthz", None, "").0, 200);
-    let spec = spec("quantile", "with_keys");
-    assert_eq!(
-        http(port, "POST", "/v1/runs", None, &spec).0,
-        401,
-        "the API needs the token"
+    // no api.tls: refused at start, naming the key, unless plain HTTP on loopback is asked for
+    let plain_port = tally_e2e::proc::free_port();
+    let plain_cfg = d.path().join("plain.yaml");
+    std::fs::write(
+        &plain_cfg,
+        format!(
+            "listen: 127.0.0.1:{plain_port}\ndata_dir: plain-store\n{text}api:\n  tokens: [{{ name: dash, sha256: {}, role: viewer }}]\n",
+            sha256_hex(VIEWER_TOKEN)
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(tally_e2e::bins::tally())
+        .args(["serve", "-c"])
+        .arg(&plain_cfg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`api.tls`") && stderr.contains("--insecure-loopback"),
+        "{stderr}"
     );
+    {
+        let _plain = start(&plain_cfg, plain_port, &["--insecure-loopback"]);
+        assert_eq!(
+            request(plain_port, None, "GET", "/healthz", None, "").unwrap().0,
+            200
+        );
+        assert_eq!(
+            request(plain_port, None, "GET", "/v1/runs", None, "").unwrap().0,
+            401
+        );
+        assert_eq!(
+            request(plain_port, None, "GET", "/v1/runs", Some(VIEWER_TOKEN), "")
+                .unwrap()
+                .0,
+            200
+        );
+    }
+
+    let certs = d.path().join("certs");
+    let anon = client_config(&certs.join("api-ca.pem"), None);
+    let (alice_cert, alice_key) = client_cert(d.path(), "alice", None);
+    let alice = client_config(&certs.join("api-ca.pem"), Some((&alice_cert, &alice_key)));
+    let (bob_cert, bob_key) = client_cert(d.path(), "bob", None);
+    let bob = client_config(&certs.join("api-ca.pem"), Some((&bob_cert, &bob_key)));
+    let other_ca = tally_common::pki::Ca::generate("other-ca").unwrap();
+    let (mallory_cert, mallory_key) = client_cert(d.path(), "alice-elsewhere", Some(&other_ca));
+    let mallory = client_config(&certs.join("api-ca.pem"), Some((&mallory_cert, &mallory_key)));
+    let http = |tls: &std::sync::Arc<_>, method: &str, path: &str, token: Option<&str>, body: &str| {
+        request(port, Some(tls), method, path, token, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    };
+
+    let mut serve = start(&serve_cfg, port, &[]);
+    assert_eq!(http(&anon, "GET", "/healthz", None, "").0, 200);
+    // plain HTTP to the HTTPS port gets no HTTP answer
+    assert!(
+        request(port, None, "GET", "/healthz", None, "").is_err(),
+        "plain HTTP must not be served without --insecure-loopback"
+    );
+    let spec = spec("quantile", "with_keys");
+    let (code, body) = http(&anon, "POST", "/v1/runs", None, &spec);
+    assert_eq!(code, 401, "the API needs credentials: {body}");
+    assert_eq!(http(&anon, "GET", "/v1/runs", None, "").0, 401);
+    // a wrong token of the same length
+    let wrong = format!("{}X", &OPERATOR_TOKEN[..OPERATOR_TOKEN.len() - 1]);
+    assert_eq!(wrong.len(), OPERATOR_TOKEN.len());
+    assert_eq!(http(&anon, "POST", "/v1/runs", Some(&wrong), &spec).0, 401);
+    let (code, body) = http(&anon, "POST", "/v1/runs", Some(VIEWER_TOKEN), &spec);
+    assert_eq!(code, 403, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("operator"), "{body}");
     let (code, body) = http(
-        port,
+        &anon,
         "POST",
         "/v1/runs",
-        Some("s3cret"),
+        Some(OPERATOR_TOKEN),
         "name: x\nsource: { agent: nowhere, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n",
     );
     assert_eq!(code, 400);
     assert!(body["error"].as_str().unwrap().contains("nowhere"), "{body}");
-    let (code, body) = http(port, "POST", "/v1/runs", Some("s3cret"), &spec);
+    let (code, body) = http(&anon, "POST", "/v1/runs", Some(OPERATOR_TOKEN), &spec);
     assert_eq!(code, 202, "{body}");
     let id = body["id"].as_str().unwrap().to_string();
     let until = Instant::now() + Duration::from_secs(120);
     let doc = loop {
-        let (code, doc) = http(port, "GET", &format!("/v1/runs/{id}"), Some("s3cret"), "");
+        let (code, doc) = http(&anon, "GET", &format!("/v1/runs/{id}"), Some(OPERATOR_TOKEN), "");
         if code == 200 {
             break doc;
         }
@@ -715,17 +800,109 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
         assert!(Instant::now() < until, "run did not finish");
         std::thread::sleep(Duration::from_millis(200));
     };
+    // an operator sees the keys
     assert_eq!(doc["result"]["verdict"], "differ", "{doc}");
     assert_eq!(differences(&doc["result"]), expected(&plant()));
     assert_eq!(doc["spec"]["name"], "e2e");
-    let (_, list) = http(port, "GET", "/v1/runs", Some("s3cret"), "");
+    assert!(doc["result"]["leaves"][0].get("bounds").is_some(), "{doc}");
+    // a viewer sees the verdict and the counts, but no key, bound or SQL
+    let (code, seen) = http(&anon, "GET", &format!("/v1/runs/{id}"), Some(VIEWER_TOKEN), "");
+    assert_eq!(code, 200, "{seen}");
+    assert_eq!(seen["result"]["verdict"], "differ");
+    assert_eq!(
+        seen["result"]["difference_counts"],
+        doc["result"]["difference_counts"]
+    );
+    assert!(seen["result"].get("differences").is_none(), "{seen}");
+    let leaves = seen["result"]["leaves"].as_array().unwrap();
+    assert_eq!(leaves.len(), doc["result"]["leaves"].as_array().unwrap().len());
+    for leaf in leaves {
+        assert!(
+            leaf.get("bounds").is_none() && leaf.get("sql").is_none(),
+            "{leaf}"
+        );
+    }
+    let (_, list) = http(&anon, "GET", "/v1/runs", Some(VIEWER_TOKEN), "");
     assert_eq!(list["runs"][0]["id"], id.as_str());
     assert_eq!(list["runs"][0]["verdict"], "differ");
+    // a finished run cannot be cancelled; an unknown one is not found
+    assert_eq!(
+        http(
+            &anon,
+            "POST",
+            &format!("/v1/runs/{id}/cancel"),
+            Some(VIEWER_TOKEN),
+            ""
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        http(
+            &anon,
+            "POST",
+            &format!("/v1/runs/{id}/cancel"),
+            Some(OPERATOR_TOKEN),
+            ""
+        )
+        .0,
+        409
+    );
+    assert_eq!(
+        http(&anon, "POST", "/v1/runs/nope/cancel", Some(ADMIN_TOKEN), "").0,
+        404
+    );
+
+    // client certificates: alice (auditor) reads the audit log, an operator may not
+    let (code, body) = http(&anon, "GET", "/v1/audit", Some(OPERATOR_TOKEN), "");
+    assert_eq!(code, 403);
+    assert!(body["error"].as_str().unwrap().contains("auditor"), "{body}");
+    let (code, audit) = http(&alice, "GET", "/v1/audit", None, "");
+    assert_eq!(code, 200, "{audit}");
+    assert_eq!(audit["runs"]["entries"][0]["id"], id.as_str());
+    let events = audit["events"]["entries"].as_array().unwrap();
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["action"] == "start_run" && e["outcome"] == "accepted")
+        .collect();
+    assert_eq!(started.len(), 1, "{audit}");
+    assert_eq!(started[0]["actor"], "ci");
+    assert_eq!(started[0]["run"], id.as_str());
+    assert!(
+        started[0]["remote"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{audit}"
+    );
+    assert!(
+        events.iter().any(|e| e["status"] == 401 && e["actor"].is_null()),
+        "{audit}"
+    );
+    assert!(
+        events.iter().any(|e| e["status"] == 403 && e["actor"] == "dash"),
+        "{audit}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["action"] == "cancel_run" && e["status"] == 409),
+        "{audit}"
+    );
+    assert_eq!(audit["events"]["seq"].as_u64().unwrap() as usize, events.len());
+    // alice is an auditor, so she sees keys as well
+    let (_, by_alice) = http(&alice, "GET", &format!("/v1/runs/{id}"), None, "");
+    assert_eq!(differences(&by_alice["result"]), expected(&plant()));
+    // bob's certificate is valid but has no role; his token still counts
+    assert_eq!(http(&bob, "GET", "/v1/runs", None, "").0, 403);
+    assert_eq!(http(&bob, "GET", "/v1/runs", Some(VIEWER_TOKEN), "").0, 200);
+    // a certificate from another CA is refused in the handshake, whatever its name
+    assert!(
+        request(port, Some(&mallory), "GET", "/v1/runs", Some(VIEWER_TOKEN), "").is_err(),
+        "a client certificate from another CA must be refused"
+    );
     // the record survives a restart
     serve.kill();
-    let mut serve = start();
+    let mut serve = start(&serve_cfg, port, &[]);
     assert_eq!(
-        http(port, "GET", &format!("/v1/runs/{id}"), Some("s3cret"), "").1["result"]["verdict"],
+        http(&anon, "GET", &format!("/v1/runs/{id}"), Some(ADMIN_TOKEN), "").1["result"]["verdict"],
         "differ"
     );
     serve.kill();
