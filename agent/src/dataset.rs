@@ -274,8 +274,7 @@ impl Dataset {
             ..seg.clone()
         };
         let d = self.connector.dialect_for(&b.info);
-        let sql =
-            || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), h, seg, period);
+        let sql = || dialect::aggregate_periods(d, &self.source, &b.cols, &b.key_infos(), h, seg, period);
         let pushed = match self.choose_path(b, force_in_process) {
             Path::Pushdown => sql(),
             Path::InProcess => None,
@@ -555,15 +554,22 @@ impl Dataset {
                     };
                     let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
                     scanned += self
-                        .scan_segment(b, h, seg, false, matches!(split, Split::Hash(_)), &mut |row, kh| {
-                            let child = match split {
-                                Split::Hash(n) => seg.hash_child_of(*n, bucket_hash(kh)),
-                                Split::Cuts(c) => c.partition_point(|cut| cut <= &row.key),
-                                _ => 0,
-                            };
-                            aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
-                            Ok(())
-                        })
+                        .scan_segment(
+                            b,
+                            h,
+                            seg,
+                            false,
+                            matches!(split, Split::Hash(_)),
+                            &mut |row, kh| {
+                                let child = match split {
+                                    Split::Hash(n) => seg.hash_child_of(*n, bucket_hash(kh)),
+                                    Split::Cuts(c) => c.partition_point(|cut| cut <= &row.key),
+                                    _ => 0,
+                                };
+                                aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
+                                Ok(())
+                            },
+                        )
                         .await?;
                     (children, aggs)
                 }

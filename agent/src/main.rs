@@ -114,7 +114,10 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
     }
     let sealed = match tally_agent::sealing::Zone::load(&cfg.tls) {
         Ok(Some(z)) => {
-            println!("zone key: signed for {:?}: checksums are sealed (DESIGN §4.1)", z.name);
+            println!(
+                "zone key: signed for {:?}: checksums are sealed (DESIGN §4.1)",
+                z.name
+            );
             true
         }
         Ok(None) => {

@@ -183,10 +183,7 @@ mod tests {
         let r = b.reserve_at(&p, "d", Some(&run1), 100, t0).unwrap();
         assert_eq!(r.rows(), 2);
         b.settle(r, 2);
-        let e = b
-            .reserve_at(&p, "d", Some(&run1), 1, t0)
-            .unwrap_err()
-            .to_string();
+        let e = b.reserve_at(&p, "d", Some(&run1), 1, t0).unwrap_err().to_string();
         assert!(e.contains("max_reveal_rows") && !e.contains("per_hour"), "{e}");
         // another run has its own, within the hour's
         assert_eq!(b.reserve_at(&p, "d", Some(&run2), 9, t0).unwrap().rows(), 5);

@@ -4,8 +4,8 @@
 
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::seal::{
-    NONCE_LEN, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem,
-    derive_run_keys, sign_zone_key,
+    NONCE_LEN, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
+    sign_zone_key,
 };
 use tally_proto::v1 as pb;
 
@@ -24,7 +24,9 @@ pub struct Zone {
 
 impl std::fmt::Debug for Zone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Zone").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Zone")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -102,14 +104,23 @@ impl Zone {
             return Err(deny(
                 dataset,
                 "peers",
-                &format!("agent {:?} is not a peer this dataset may be reconciled with", peer.agent),
+                format!(
+                    "agent {:?} is not a peer this dataset may be reconciled with",
+                    peer.agent
+                ),
             ));
         }
         self.peers
             .verify(&peer)
             .map_err(|e| AgentError::Seal(e.to_string()))?;
-        derive_run_keys(&self.secret, &self.name, &peer.agent, &peer.public_key, &seal.nonce)
-            .map_err(|e| AgentError::Seal(e.to_string()))
+        derive_run_keys(
+            &self.secret,
+            &self.name,
+            &peer.agent,
+            &peer.public_key,
+            &seal.nonce,
+        )
+        .map_err(|e| AgentError::Seal(e.to_string()))
     }
 }
 
@@ -141,7 +152,7 @@ pub fn hasher(
         (false, None) => Err(deny(
             dataset,
             "allow_unsealed",
-            &format!(
+            format!(
                 "unsealed checksums ({method}) can be brute-forced by whoever compares them; this dataset serves {} only",
                 method.sealed()
             ),

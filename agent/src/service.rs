@@ -174,7 +174,13 @@ impl Agent for AgentService {
                 // Sealed methods need the zone key; unsealed ones the dataset's consent.
                 hash_methods: HashMethod::BY_STRENGTH
                     .into_iter()
-                    .filter(|m| if m.is_sealed() { self.zone.is_some() } else { p.allow_unsealed })
+                    .filter(|m| {
+                        if m.is_sealed() {
+                            self.zone.is_some()
+                        } else {
+                            p.allow_unsealed
+                        }
+                    })
                     .map(|m| pb::HashMethod::from(m) as i32)
                     .collect(),
                 zone_key: self.zone.as_ref().map(|z| z.signed.to_pb()),

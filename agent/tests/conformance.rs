@@ -21,8 +21,8 @@ use tally_agent::error::AgentError;
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::FieldFormat;
 use tally_common::checksum::{AnyAggregate, HashMethod, Hasher, md5_48, sha256_64, wrap_decimal_sum};
-use tally_common::seal::RunKeys;
 use tally_common::period::Granularity;
+use tally_common::seal::RunKeys;
 use tally_common::segment::{ColumnSpec, KeyPart, Period, Segment, Split};
 use tally_common::types::TypeClass;
 use tally_common::vectors::{RowVector, VectorField, VectorFile};
@@ -440,7 +440,12 @@ async fn engine_row(l: &Live, table: &str, cols: &[BoundColumn]) -> (String, Str
 
 /// The engine's sealed checksums of the single row in `table`, computed in SQL with the
 /// vector file's k_row; `None` where the engine does not hash in SQL.
-async fn engine_sealed(l: &Live, table: &str, cols: &[BoundColumn], keys: &RunKeys) -> Option<(String, String)> {
+async fn engine_sealed(
+    l: &Live,
+    table: &str,
+    cols: &[BoundColumn],
+    keys: &RunKeys,
+) -> Option<(String, String)> {
     let d = l.connector.dialect();
     let row = dialect::row_string_expr(d, cols)?;
     let rel = d.quote(table);
@@ -822,7 +827,10 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                     (Hashing::Auto, true),
                 ] {
                     ds.config.hashing = hashing;
-                    let out = ds.aggregate(&b, &method_hasher, parents, in_process).await.unwrap();
+                    let out = ds
+                        .aggregate(&b, &method_hasher, parents, in_process)
+                        .await
+                        .unwrap();
                     let total: u64 = out
                         .buckets
                         .iter()
@@ -1003,10 +1011,16 @@ fn pushdown_dataset(ds: &Dataset, url: &str) -> Dataset {
 /// How many row digests the whole of `ds` gives.
 async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
     let mut n = 0;
-    ds.digests(b, &Hasher::unsealed(HashMethod::Sha256_64), &Segment::whole(), 100, &mut |batch| {
-        n += batch.len();
-        Ok(())
-    })
+    ds.digests(
+        b,
+        &Hasher::unsealed(HashMethod::Sha256_64),
+        &Segment::whole(),
+        100,
+        &mut |batch| {
+            n += batch.len();
+            Ok(())
+        },
+    )
     .await?;
     Ok(n)
 }

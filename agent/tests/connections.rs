@@ -106,7 +106,12 @@ fn sample_peak(sampler: Connector, count_sql: String, done: Arc<AtomicBool>) -> 
 async fn many_datasets_share_one_capped_pool(url: &str, sampler_url: &str, count_sql: &str) {
     let dir = tempfile::tempdir().unwrap();
     let datasets: String = (0..DATASETS)
-        .map(|i| format!("  d{i}: {{ url: '{url}', table: t{}, key: [id], policy: {{ allow_unsealed: true }} }}\n", i % 10))
+        .map(|i| {
+            format!(
+                "  d{i}: {{ url: '{url}', table: t{}, key: [id], policy: {{ allow_unsealed: true }} }}\n",
+                i % 10
+            )
+        })
         .collect();
     let (cfg, path) = config(
         dir.path(),

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use tally_agent::config::AgentConfig;
 use tally_agent::release_log::verify_chain;
-use tally_common::config_file::parse_yaml;
-use tally_common::checksum::{HashMethod, Hasher};
-use tally_common::pki::{Ca, Pem, Role};
 use tally_common::canonical::row_string;
+use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::checksum::{key_hash, sha256_64};
+use tally_common::config_file::parse_yaml;
+use tally_common::pki::{Ca, Pem, Role};
 use tally_common::seal::{
-    PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
-    sign_zone_key,
+    PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys, sign_zone_key,
 };
 use tally_common::segment::bucket_hash;
 use tally_common::segment::{KeyPart, Segment, Split};
@@ -1080,7 +1079,10 @@ async fn reveals_beyond_max_reveal_rows_per_run_and_per_hour_are_refused_across_
     // hour's 8 rows: 3 more, then the hour's budget refuses
     let nonce2 = [9u8; 16];
     let hashes2 = all_key_hashes(&mut c, "rationed", seal_with(&nonce2)).await;
-    assert!(hashes2.iter().all(|h| !hashes.contains(h)), "another run keys its hashes anew");
+    assert!(
+        hashes2.iter().all(|h| !hashes.contains(h)),
+        "another run keys its hashes anew"
+    );
     let r = c
         .reveal_keys(pb::RevealRequest {
             seal: Some(seal_with(&nonce2)),
@@ -1097,7 +1099,11 @@ async fn reveals_beyond_max_reveal_rows_per_run_and_per_hour_are_refused_across_
         })
         .await
         .unwrap_err();
-    assert!(e.message().contains("max_reveal_rows_per_hour"), "{}", e.message());
+    assert!(
+        e.message().contains("max_reveal_rows_per_hour"),
+        "{}",
+        e.message()
+    );
     no_digits(&e);
     // the budget is per dataset: another one still answers
     let first = all_key_hashes(&mut c, "keys", seal()).await[0];
@@ -1143,7 +1149,10 @@ fn engine_datasets(db: &str) -> String {
             ("sealed", "max_level: with_keys"),
             ("open", "max_level: with_keys, allow_unsealed: true"),
             ("hidden", "max_level: with_keys, expose_key_bounds: false"),
-            ("hidden_open", "max_level: with_keys, expose_key_bounds: false, allow_unsealed: true"),
+            (
+                "hidden_open",
+                "max_level: with_keys, expose_key_bounds: false, allow_unsealed: true",
+            ),
         ] {
             out.push_str(&format!(
                 "\x20 {e}_{name}: {{ url: '{url}', table: t, key: [id], policy: {{ {policy} }} }}\n"
@@ -1155,7 +1164,10 @@ fn engine_datasets(db: &str) -> String {
     };
     out.push_str(&sqlite("sealed", "max_level: with_keys"));
     out.push_str(&sqlite("open", "max_level: with_keys, allow_unsealed: true"));
-    out.push_str(&sqlite("hidden", "max_level: with_keys, expose_key_bounds: false"));
+    out.push_str(&sqlite(
+        "hidden",
+        "max_level: with_keys, expose_key_bounds: false",
+    ));
     out.push_str(&sqlite(
         "hidden_open",
         "max_level: with_keys, expose_key_bounds: false, allow_unsealed: true",
@@ -1175,7 +1187,13 @@ fn id_secret() -> Vec<pb::ColumnRef> {
 }
 
 /// One aggregate of `dataset` over [lo, hi) with [id, secret], sealed or not.
-async fn sum_of(c: &mut AgentClient<Channel>, dataset: &str, lo: i64, hi: i64, sealed: bool) -> Result<(u64, u64), tonic::Status> {
+async fn sum_of(
+    c: &mut AgentClient<Channel>,
+    dataset: &str,
+    lo: i64,
+    hi: i64,
+    sealed: bool,
+) -> Result<(u64, u64), tonic::Status> {
     let (method, seal) = if sealed {
         (pb::HashMethod::SealedSha25664, Some(seal()))
     } else {
@@ -1197,7 +1215,10 @@ async fn sum_of(c: &mut AgentClient<Channel>, dataset: &str, lo: i64, hi: i64, s
 /// of [id, secret] for key `id`, hashed the way an unsealed agent hashes.
 fn brute_force(id: i64, sum: u64) -> Option<u32> {
     (0..10_000).find(|n| {
-        let rs = row_string([Some(id.to_string().as_str()), Some(format!("secret {n}").as_str())]);
+        let rs = row_string([
+            Some(id.to_string().as_str()),
+            Some(format!("secret {n}").as_str()),
+        ]);
         sha256_64(rs.as_bytes()) == sum
     })
 }
@@ -1211,7 +1232,11 @@ async fn hostile_single_row_and_differencing_checksums_cannot_be_brute_forced_wh
         // a one-row key range: its SUM is that row's checksum
         let (n, single) = sum_of(&mut c, &sealed, 42, 43, true).await.unwrap();
         assert_eq!(n, 1);
-        assert_eq!(brute_force(42, single), None, "{e}: a sealed checksum gave the value away");
+        assert_eq!(
+            brute_force(42, single),
+            None,
+            "{e}: a sealed checksum gave the value away"
+        );
         // differencing: [1, 43) minus [1, 42), two requests, is row 42's checksum too
         let (_, a) = sum_of(&mut c, &sealed, 1, 43, true).await.unwrap();
         let (_, b) = sum_of(&mut c, &sealed, 1, 42, true).await.unwrap();
@@ -1225,7 +1250,11 @@ async fn hostile_single_row_and_differencing_checksums_cannot_be_brute_forced_wh
         assert_eq!(brute_force(42, plain), Some(42), "{e}: the unsealed control");
         let (_, a) = sum_of(&mut c, &open, 1, 43, false).await.unwrap();
         let (_, b) = sum_of(&mut c, &open, 1, 42, false).await.unwrap();
-        assert_eq!(brute_force(42, a.wrapping_sub(b)), Some(42), "{e}: unsealed differencing");
+        assert_eq!(
+            brute_force(42, a.wrapping_sub(b)),
+            Some(42),
+            "{e}: unsealed differencing"
+        );
         // and a sealed dataset refuses unsealed checksums outright
         let err = sum_of(&mut c, &sealed, 42, 43, false).await.unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied, "{e}: {}", err.message());
@@ -1238,7 +1267,9 @@ async fn hostile_single_row_and_differencing_checksums_cannot_be_brute_forced_wh
 
 /// The count in the hash bucket a guessed key would fall in, unsealed.
 async fn guess_count(c: &mut AgentClient<Channel>, dataset: &str, guess: i64, sealed: bool) -> u64 {
-    let bh = bucket_hash(key_hash(row_string([Some(guess.to_string().as_str())]).as_bytes()));
+    let bh = bucket_hash(key_hash(
+        row_string([Some(guess.to_string().as_str())]).as_bytes(),
+    ));
     let (method, seal) = if sealed {
         (pb::HashMethod::SealedSha25664, Some(seal()))
     } else {
@@ -1266,9 +1297,21 @@ async fn hostile_keys_stay_in_the_zone_without_key_bounds_when_sealed() {
     for e in ["lite", "pg", "my"] {
         let (hidden, open) = (format!("{e}_hidden"), format!("{e}_hidden_open"));
         // membership oracle: a width-1 hash range around a guessed key's bucket
-        assert_eq!(guess_count(&mut c, &open, 42, false).await, 1, "{e}: unsealed control");
-        assert_eq!(guess_count(&mut c, &open, 4242, false).await, 0, "{e}: unsealed control");
-        assert_eq!(guess_count(&mut c, &hidden, 42, true).await, 0, "{e}: a present key was confirmed");
+        assert_eq!(
+            guess_count(&mut c, &open, 42, false).await,
+            1,
+            "{e}: unsealed control"
+        );
+        assert_eq!(
+            guess_count(&mut c, &open, 4242, false).await,
+            0,
+            "{e}: unsealed control"
+        );
+        assert_eq!(
+            guess_count(&mut c, &hidden, 42, true).await,
+            0,
+            "{e}: a present key was confirmed"
+        );
         assert_eq!(guess_count(&mut c, &hidden, 4242, true).await, 0, "{e}");
         // dictionary: every key hash of the dataset against the hashes of guessed keys
         let unsealed_hashes = {
@@ -1327,7 +1370,10 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     )
     .unwrap()
     .to_pb();
-    refused(c.aggregate(with_peer(forged)).await.unwrap_err(), "not an agent certificate");
+    refused(
+        c.aggregate(with_peer(forged)).await.unwrap_err(),
+        "not an agent certificate",
+    );
     // an agent certificate of another CA
     let other = Ca::generate("other-ca").unwrap();
     let leaf = other.issue("vpc2", Role::Server, &[]).unwrap();
@@ -1339,7 +1385,10 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     )
     .unwrap()
     .to_pb();
-    refused(c.aggregate(with_peer(foreign)).await.unwrap_err(), "not an agent certificate");
+    refused(
+        c.aggregate(with_peer(foreign)).await.unwrap_err(),
+        "not an agent certificate",
+    );
     // the real peer's zone key with the coordinator's public key swapped in
     let mut swapped = seal().peer.unwrap();
     swapped.public_key = mine.public().to_vec();
@@ -1347,7 +1396,10 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     // signed for a name its certificate does not carry
     let mut renamed = peer_zone_key("vpc2", &VPC2_ZONE);
     renamed.agent = "vpc3".into();
-    refused(c.aggregate(with_peer(renamed)).await.unwrap_err(), "not valid for the name");
+    refused(
+        c.aggregate(with_peer(renamed)).await.unwrap_err(),
+        "not valid for the name",
+    );
     // this agent as its own peer
     let me = c
         .describe(pb::DescribeRequest {
@@ -1415,7 +1467,11 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     assert_eq!(refusals.len(), 9, "{refusals:?}");
     assert!(refusals.iter().all(|l| l["released"] == serde_json::json!({})));
     let outcomes: Vec<&str> = refusals.iter().map(|l| l["outcome"].as_str().unwrap()).collect();
-    assert_eq!(outcomes.iter().filter(|o| **o == "denied:seal").count(), 5, "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == "denied:seal").count(),
+        5,
+        "{outcomes:?}"
+    );
     assert!(outcomes.contains(&"denied:peers"), "{outcomes:?}");
 }
 
@@ -1423,13 +1479,14 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
 async fn describe_offers_sealed_methods_with_a_signed_zone_key_and_unsealed_only_where_allowed() {
     let f = start("").await;
     let mut c = client_named(&f, "coordinator").await;
-    let d = |name: &str| pb::DescribeRequest {
-        dataset: name.into(),
-    };
+    let d = |name: &str| pb::DescribeRequest { dataset: name.into() };
     let closed = c.describe(d("closed")).await.unwrap().into_inner();
     assert_eq!(
         closed.hash_methods,
-        vec![pb::HashMethod::SealedSha25664 as i32, pb::HashMethod::SealedMd548 as i32]
+        vec![
+            pb::HashMethod::SealedSha25664 as i32,
+            pb::HashMethod::SealedMd548 as i32
+        ]
     );
     let zk = closed.zone_key.expect("zone key");
     assert_eq!(zk.public_key, DC1_ZONE.public().to_vec());

@@ -154,7 +154,9 @@ pub struct Hasher {
 
 impl std::fmt::Debug for Hasher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hasher").field("method", &self.method).finish_non_exhaustive()
+        f.debug_struct("Hasher")
+            .field("method", &self.method)
+            .finish_non_exhaustive()
     }
 }
 
@@ -497,7 +499,10 @@ mod tests {
         let b = AnyAggregate::new(HashMethod::SealedSha256_64, 1, 2, Some(2));
         assert!(a.matches(&b).is_err());
         assert!(a.merge(b).is_err());
-        assert_eq!(AnyAggregate::new(HashMethod::SealedMd5_48, 1, 1, Some(9)).xor(), None);
+        assert_eq!(
+            AnyAggregate::new(HashMethod::SealedMd5_48, 1, 1, Some(9)).xor(),
+            None
+        );
     }
 
     #[test]

@@ -462,11 +462,19 @@ mod tests {
         let issuer = |pem: &str| leaf(pem).parse_x509().unwrap().issuer().to_string();
         let agents_ca = std::fs::read_to_string(dir.path().join("ca.pem")).unwrap();
         let api_ca = std::fs::read_to_string(dir.path().join("api-ca.pem")).unwrap();
-        assert_eq!(issuer(&api), leaf(&api_ca).parse_x509().unwrap().subject().to_string());
-        assert_ne!(issuer(&api), leaf(&agents_ca).parse_x509().unwrap().subject().to_string());
+        assert_eq!(
+            issuer(&api),
+            leaf(&api_ca).parse_x509().unwrap().subject().to_string()
+        );
+        assert_ne!(
+            issuer(&api),
+            leaf(&agents_ca).parse_x509().unwrap().subject().to_string()
+        );
         let verifier = crate::seal::PeerVerifier::from_ca_pem(agents_ca.as_bytes()).unwrap();
         let signer = crate::seal::TlsSigner::from_pem(
-            std::fs::read(dir.path().join("coordinator-api-key.pem")).unwrap().as_slice(),
+            std::fs::read(dir.path().join("coordinator-api-key.pem"))
+                .unwrap()
+                .as_slice(),
         )
         .unwrap();
         let zk = crate::seal::sign_zone_key(
@@ -476,6 +484,9 @@ mod tests {
             crate::seal::certificates_from_pem(api.as_bytes()).unwrap(),
         )
         .unwrap();
-        assert!(verifier.verify(&zk).is_err(), "the API certificate passed as an agent peer");
+        assert!(
+            verifier.verify(&zk).is_err(),
+            "the API certificate passed as an agent peer"
+        );
     }
 }

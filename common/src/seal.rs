@@ -99,19 +99,15 @@ impl ZoneSecret {
     }
 
     pub fn load(path: &Path) -> Result<ZoneSecret, SealError> {
-        let text = std::fs::read(path)
-            .map_err(|e| SealError::ZoneKey(format!("{}: {e}", path.display())))?;
-        ZoneSecret::from_pem(&text)
-            .map_err(|e| SealError::ZoneKey(format!("{}: {e}", path.display())))
+        let text = std::fs::read(path).map_err(|e| SealError::ZoneKey(format!("{}: {e}", path.display())))?;
+        ZoneSecret::from_pem(&text).map_err(|e| SealError::ZoneKey(format!("{}: {e}", path.display())))
     }
 
     /// X25519(own, peer), refusing the all-zero result of a low-order point.
     fn shared(&self, peer_public: &[u8; 32]) -> Result<[u8; 32], SealError> {
         let s = x25519_dalek::x25519(self.0, *peer_public);
         if s == [0u8; 32] {
-            return Err(SealError::Peer(
-                "the peer's zone key is a low-order point".into(),
-            ));
+            return Err(SealError::Peer("the peer's zone key is a low-order point".into()));
         }
         Ok(s)
     }
@@ -209,9 +205,9 @@ impl TlsSigner {
     }
 
     fn signer(&self) -> Result<Box<dyn Signer>, SealError> {
-        self.key.choose_scheme(&SCHEMES).ok_or_else(|| {
-            SealError::Sign("the key is not ECDSA P-256/P-384, Ed25519 or RSA".into())
-        })
+        self.key
+            .choose_scheme(&SCHEMES)
+            .ok_or_else(|| SealError::Sign("the key is not ECDSA P-256/P-384, Ed25519 or RSA".into()))
     }
 
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SealError> {
@@ -269,8 +265,8 @@ impl PeerVerifier {
         let mut anchors = Vec::new();
         for der in certificates_from_pem(text)? {
             let der = CertificateDer::from(der);
-            let a = webpki::anchor_from_trusted_cert(&der)
-                .map_err(|e| format!("not a CA certificate: {e}"))?;
+            let a =
+                webpki::anchor_from_trusted_cert(&der).map_err(|e| format!("not a CA certificate: {e}"))?;
             anchors.push(a.to_owned());
         }
         Ok(PeerVerifier { anchors })
@@ -358,7 +354,11 @@ fn expand(prk: &hkdf::Prk, info: &[u8]) -> [u8; 32] {
 /// The HKDF info of a run key: the two agents' names in byte order, so both sides
 /// build the same string.
 pub fn run_key_info(a: &str, b: &str) -> Vec<u8> {
-    let (lo, hi) = if a.as_bytes() <= b.as_bytes() { (a, b) } else { (b, a) };
+    let (lo, hi) = if a.as_bytes() <= b.as_bytes() {
+        (a, b)
+    } else {
+        (b, a)
+    };
     format!("{RUN_KEY_CONTEXT}{lo}\n{hi}").into_bytes()
 }
 
@@ -423,8 +423,14 @@ mod tests {
             derive_run_keys(&a, "dc1", "vpc2", &b.public(), &[8u8; 16]).unwrap(),
             ka
         );
-        assert_ne!(derive_run_keys(&a, "dc1", "vpc2", &c.public(), &nonce).unwrap(), ka);
-        assert_ne!(derive_run_keys(&a, "dc1", "vpc3", &b.public(), &nonce).unwrap(), ka);
+        assert_ne!(
+            derive_run_keys(&a, "dc1", "vpc2", &c.public(), &nonce).unwrap(),
+            ka
+        );
+        assert_ne!(
+            derive_run_keys(&a, "dc1", "vpc3", &b.public(), &nonce).unwrap(),
+            ka
+        );
         assert!(derive_run_keys(&a, "dc1", "vpc2", &b.public(), &[0u8; 15]).is_err());
         // the all-zero point gives an all-zero shared secret: refused
         assert!(derive_run_keys(&a, "dc1", "vpc2", &[0u8; 32], &nonce).is_err());
@@ -445,11 +451,10 @@ mod tests {
     #[test]
     fn rfc7748_x25519_vector() {
         // RFC 7748 §6.1: Alice's private key and public key
-        let a: [u8; 32] =
-            hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
-                .unwrap()
-                .try_into()
-                .unwrap();
+        let a: [u8; 32] = hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+            .unwrap()
+            .try_into()
+            .unwrap();
         assert_eq!(
             hex::encode(ZoneSecret::from_bytes(a).public()),
             "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"

@@ -109,7 +109,10 @@ fn sealed_vectors_reproduce_from_the_zone_keys() {
     let file = VectorFile::load_repo();
     let s = &file.sealed;
     let secret = |name: &str| {
-        let h: [u8; 32] = hex::decode(&s.zone_keys[name].secret).unwrap().try_into().unwrap();
+        let h: [u8; 32] = hex::decode(&s.zone_keys[name].secret)
+            .unwrap()
+            .try_into()
+            .unwrap();
         ZoneSecret::from_bytes(h)
     };
     let (dc1, vpc2) = (secret("dc1"), secret("vpc2"));
@@ -124,10 +127,7 @@ fn sealed_vectors_reproduce_from_the_zone_keys() {
     assert_eq!(keys, keys_of_run_key(&rk));
     assert_eq!(keys, s.keys());
     assert!(s.rows.len() >= 10);
-    for (m, get) in [
-        (HashMethod::SealedSha256_64, 0),
-        (HashMethod::SealedMd5_48, 1),
-    ] {
+    for (m, get) in [(HashMethod::SealedSha256_64, 0), (HashMethod::SealedMd5_48, 1)] {
         let h = Hasher::sealed(m, &keys);
         for r in &s.rows {
             let rs = file.row(&r.id).encode().unwrap();
@@ -137,7 +137,12 @@ fn sealed_vectors_reproduce_from_the_zone_keys() {
             } else {
                 assert_eq!((got as i64).to_string(), r.sealed_md5_48, "{}", r.id);
             }
-            assert_eq!(format!("{:016x}", h.key(rs.as_bytes())), r.sealed_key_hash, "{}", r.id);
+            assert_eq!(
+                format!("{:016x}", h.key(rs.as_bytes())),
+                r.sealed_key_hash,
+                "{}",
+                r.id
+            );
         }
     }
 }

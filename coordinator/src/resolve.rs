@@ -414,8 +414,7 @@ pub fn resolve(
         return Err(RunError::NoCanonicalForm(uncomparable.join("; ")));
     }
     let supports = |d: &pb::DescribeResponse, m: HashMethod| {
-        d.hash_methods.contains(&(pb::HashMethod::from(m) as i32))
-            && (!m.is_sealed() || d.zone_key.is_some())
+        d.hash_methods.contains(&(pb::HashMethod::from(m) as i32)) && (!m.is_sealed() || d.zone_key.is_some())
     };
     let offers = |d: &pb::DescribeResponse| {
         let m: Vec<&str> = HashMethod::BY_STRENGTH
@@ -423,7 +422,11 @@ pub fn resolve(
             .filter(|m| supports(d, *m))
             .map(|m| m.name())
             .collect();
-        if m.is_empty() { "nothing".to_string() } else { m.join(", ") }
+        if m.is_empty() {
+            "nothing".to_string()
+        } else {
+            m.join(", ")
+        }
     };
     const WHY: &str = "an agent offers sealed methods when it has a zone key (tls.zone_key), and unsealed \
                        ones only for datasets whose policy says allow_unsealed";
@@ -637,13 +640,19 @@ mod tests {
         let mut sp = spec();
         sp.hash = HashChoice::SealedSha256_64;
         let e = resolve(&sp, &s, &t).unwrap_err().to_string();
-        assert!(e.contains("target agent does not offer sealed_sha256_64") && e.contains("tls.zone_key"), "{e}");
+        assert!(
+            e.contains("target agent does not offer sealed_sha256_64") && e.contains("tls.zone_key"),
+            "{e}"
+        );
         // sealed only on one side, unsealed refused on the other: nothing shared
         t.zone_key = Some(zone);
         s.hash_methods = vec![pb::HashMethod::SealedSha25664 as i32];
         t.hash_methods = vec![pb::HashMethod::Sha25664 as i32];
         let e = resolve(&spec(), &s, &t).unwrap_err().to_string();
-        assert!(e.contains("share no hash method") && e.contains("allow_unsealed"), "{e}");
+        assert!(
+            e.contains("share no hash method") && e.contains("allow_unsealed"),
+            "{e}"
+        );
     }
 
     fn one(class: TypeClass, declared: &str, scale: Option<u32>) -> Vec<pb::Column> {

@@ -672,8 +672,8 @@ impl Run<'_> {
                 Some((i, mine, from_source, from_target))
             })
             .collect();
-        let reveal =
-            |leaf: &Segment, side: Side, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| pb::RevealRequest {
+        let reveal = |leaf: &Segment, side: Side, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| {
+            pb::RevealRequest {
                 seal: match side {
                     Side::Source => seal_s.clone(),
                     Side::Target => seal_t.clone(),
@@ -686,14 +686,29 @@ impl Run<'_> {
                 key_hashes: hashes.to_vec(),
                 level,
                 consent_acknowledged: spec.reporting.consent_acknowledged,
-            };
+            }
+        };
         // a few leaves' reveals in flight at once (each scans its leaf on both sides)
         let fetch = |(i, _, from_source, from_target): &Work<'_>| {
             let leaf = &leaves[*i];
-            let sreq = (!from_source.is_empty())
-                .then(|| reveal(leaf, Side::Source, r.source_columns(), &spec.source.dataset, from_source));
-            let treq = (!from_target.is_empty())
-                .then(|| reveal(leaf, Side::Target, r.target_columns(), &spec.target.dataset, from_target));
+            let sreq = (!from_source.is_empty()).then(|| {
+                reveal(
+                    leaf,
+                    Side::Source,
+                    r.source_columns(),
+                    &spec.source.dataset,
+                    from_source,
+                )
+            });
+            let treq = (!from_target.is_empty()).then(|| {
+                reveal(
+                    leaf,
+                    Side::Target,
+                    r.target_columns(),
+                    &spec.target.dataset,
+                    from_target,
+                )
+            });
             async move {
                 let s = async {
                     match sreq {

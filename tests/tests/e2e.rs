@@ -223,7 +223,10 @@ fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
             if strategy == "hash" {
                 // a sealed run's hash range cannot be written without the run key: the
                 // SQL says so and holds no hash expression (no key material leaves)
-                assert!(sql.starts_with("-- hash range") && !select.contains("sha256"), "{sql}");
+                assert!(
+                    sql.starts_with("-- hash range") && !select.contains("sha256"),
+                    "{sql}"
+                );
                 assert!(
                     l["bounds"].get("lower").is_none() && l["bounds"].get("upper").is_none(),
                     "hash leaves carry no key bounds: {l}"

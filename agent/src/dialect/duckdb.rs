@@ -183,9 +183,7 @@ impl Dialect for DuckDb {
 
     fn bucket_hash_expr(&self, key_row: &str, key: Option<&[u8; 32]>) -> Option<String> {
         let bytes = keyed_bytes(key_row, key);
-        Some(format!(
-            "CAST('0x' || substr(sha256({bytes}), 1, 15) AS BIGINT)"
-        ))
+        Some(format!("CAST('0x' || substr(sha256({bytes}), 1, 15) AS BIGINT)"))
     }
 
     fn xor_aggregate(&self, h: &str) -> Option<String> {

@@ -288,6 +288,9 @@ impl Dialect for MySql {
 fn keyed_bytes(row: &str, key: Option<&[u8; 32]>) -> String {
     match key {
         None => row.to_string(),
-        Some(k) => format!("CONCAT(CAST(X'{}' AS BINARY), CAST({row} AS BINARY))", hex::encode(k)),
+        Some(k) => format!(
+            "CONCAT(CAST(X'{}' AS BINARY), CAST({row} AS BINARY))",
+            hex::encode(k)
+        ),
     }
 }

@@ -340,6 +340,9 @@ impl Dialect for Postgres {
 fn keyed_bytes(row: &str, key: Option<&[u8; 32]>) -> String {
     match key {
         None => format!("convert_to({row}, 'UTF8')"),
-        Some(k) => format!("(decode('{}', 'hex') || convert_to({row}, 'UTF8'))", hex::encode(k)),
+        Some(k) => format!(
+            "(decode('{}', 'hex') || convert_to({row}, 'UTF8'))",
+            hex::encode(k)
+        ),
     }
 }

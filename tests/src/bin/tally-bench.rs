@@ -360,7 +360,10 @@ fn main() {
                 let w = tally(&d, "with_keys", false, false);
                 wk.push(w.secs);
                 let wun = tally(&d, "with_keys", false, true);
-                assert_eq!(wun.found, w.found, "sealed and unsealed runs find the same differences");
+                assert_eq!(
+                    wun.found, w.found,
+                    "sealed and unsealed runs find the same differences"
+                );
                 wu.push(wun.secs);
                 if let Some(bin) = &a.reladiff {
                     let (s, f) = reladiff(bin, pg, my);
