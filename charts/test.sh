@@ -78,6 +78,7 @@ refuse $A "max_per_database" -f $EX --set agent.connections.max_per_database=4
 refuse $A "allowedClients" -f $EX --set-string agent.allowedClients=everyone
 refuse $A "allowedClients" -f $EX --set-json 'agent.allowedClients=[]'
 refuse $A "zoneKey.existingSecret" -f $A/examples/zone-vpc2-certmanager.yaml --set tls.zoneKey.existingSecret=
+refuse $A "agent.name" -f $A/examples/zone-vpc2-certmanager.yaml --set agent.name=
 refuse $A "peers" -f $EX --set-json 'datasets.orders.policy.peers=[]'
 C=charts/tally-coordinator; CX=$C/examples/two-zones.yaml
 refuse $C "endpoint" -f $CX --set agents.dc1.endpoint=http://plain:7401

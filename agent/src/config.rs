@@ -233,17 +233,19 @@ pub struct Policy {
     /// The most rows one RowDigests range may hold; a larger range is refused before
     /// any digest is sent.
     pub max_digest_rows: u64,
-    /// The most rows RevealKeys and RevealRows release for this dataset in any rolling
-    /// hour, across calls (counted per agent process: each replica has its own budget).
+    /// The most rows RevealKeys and RevealRows release for this dataset in one run (its
+    /// nonce), across calls (counted per agent process: each replica has its own budget).
     pub max_reveal_rows: u64,
     /// The most rows RevealKeys and RevealRows release for this dataset in any rolling
-    /// hour, across runs (per agent process: each replica has its own budget).
-    pub max_reveal_rows_per_hour: u64,
+    /// hour, across runs (per agent process: each replica has its own budget); unset,
+    /// `max_reveal_rows`, so a coordinator that starts a run per call gains nothing.
+    pub max_reveal_rows_per_hour: Option<u64>,
     /// Serve unsealed checksums (`sha256_64`, `md5_48`), which a coordinator can
     /// brute-force for low-entropy columns (DESIGN §4.1). Off: only sealed requests.
     pub allow_unsealed: bool,
-    /// The peer agents (names of their certificates) this dataset may be reconciled
-    /// with in a sealed run; unset: any agent certificate of `tls.peer_ca`.
+    /// The peers this dataset may be reconciled with in a sealed run: an agent name (of
+    /// its certificate), any of its datasets, or `agent/dataset`, that one only; unset:
+    /// any dataset of any agent certificate of `tls.peer_ca`.
     pub peers: Option<Vec<String>>,
 }
 
@@ -258,7 +260,7 @@ impl Default for Policy {
             time_columns: Vec::new(),
             max_digest_rows: 100_000,
             max_reveal_rows: 1000,
-            max_reveal_rows_per_hour: 10_000,
+            max_reveal_rows_per_hour: None,
             allow_unsealed: false,
             peers: None,
         }
@@ -266,6 +268,11 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// `max_reveal_rows_per_hour`, or `max_reveal_rows` when unset.
+    pub fn reveal_rows_per_hour(&self) -> u64 {
+        self.max_reveal_rows_per_hour.unwrap_or(self.max_reveal_rows)
+    }
+
     /// Whether a period split or filter may use this column.
     pub fn allows_time_column(&self, column: &str) -> bool {
         self.time_columns.iter().any(|t| t.eq_ignore_ascii_case(column))
@@ -276,7 +283,7 @@ impl Policy {
         for (k, v) in [
             ("max_digest_rows", self.max_digest_rows),
             ("max_reveal_rows", self.max_reveal_rows),
-            ("max_reveal_rows_per_hour", self.max_reveal_rows_per_hour),
+            ("max_reveal_rows_per_hour", self.reveal_rows_per_hour()),
         ] {
             if v == 0 {
                 return Err(ConfigError::invalid(
@@ -543,7 +550,7 @@ mod tests {
         assert!(c.datasets["o"].policy.time_columns.is_empty());
         assert_eq!(c.datasets["o"].policy.max_digest_rows, 100_000);
         assert_eq!(c.datasets["o"].policy.max_reveal_rows, 1000);
-        assert_eq!(c.datasets["o"].policy.max_reveal_rows_per_hour, 10_000);
+        assert_eq!(c.datasets["o"].policy.reveal_rows_per_hour(), 1000);
         assert!(!c.datasets["o"].policy.allow_unsealed);
         assert_eq!(c.datasets["o"].policy.peers, None);
     }

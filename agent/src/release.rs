@@ -41,6 +41,7 @@ fn seal(s: Option<&pb::Seal>) -> Value {
     let Some(s) = s else { return Value::Null };
     json!({"nonce": hex::encode(&s.nonce),
            "peer": s.peer.as_ref().map(|p| p.agent.clone()),
+           "peer_dataset": s.peer_dataset,
            "peer_key": s.peer.as_ref().map(|p| hex::encode(&p.public_key))})
 }
 
@@ -48,7 +49,7 @@ fn seal(s: Option<&pb::Seal>) -> Value {
 fn sealed_summary(summary: &mut Value, s: Option<&pb::Seal>) {
     summary["sealed"] = json!(s.is_some());
     if let Some(p) = s.and_then(|s| s.peer.as_ref()) {
-        summary["peer"] = json!(p.agent);
+        summary["peer"] = json!(format!("{}/{}", p.agent, s.map_or("", |s| &s.peer_dataset)));
         summary["run"] = json!(hex::encode(&s.expect("peer of a seal").nonce));
     }
 }

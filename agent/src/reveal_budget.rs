@@ -82,7 +82,7 @@ impl RevealBudget {
             q.pop_front();
         }
         let used: u64 = q.iter().map(|(_, n)| n).sum();
-        let hour_left = p.max_reveal_rows_per_hour.saturating_sub(used);
+        let hour_left = p.reveal_rows_per_hour().saturating_sub(used);
         if hour_left == 0 {
             return Err(deny(
                 dataset,
@@ -101,6 +101,15 @@ impl RevealBudget {
             ));
         }
         let rows = want.min(hour_left).min(run_left);
+        if rows == 0 {
+            // nothing wanted: nothing recorded, so empty calls cannot grow the state
+            return Ok(Reservation {
+                dataset: dataset.to_string(),
+                run: None,
+                at: now,
+                rows: 0,
+            });
+        }
         q.push_back((now, rows));
         if let Some(k) = run_key {
             let e = runs.entry(k).or_insert((0, now));
@@ -117,17 +126,29 @@ impl RevealBudget {
 
     /// Records what a reserved call released (at most what it reserved).
     pub fn settle(&self, r: Reservation, released: u64) {
+        if r.rows == 0 {
+            return;
+        }
         let released = released.min(r.rows);
         let mut spent = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(q) = spent.hourly.get_mut(&r.dataset)
-            && let Some(e) = q.iter_mut().find(|(t, n)| *t == r.at && *n == r.rows)
+            && let Some(i) = q.iter().position(|(t, n)| *t == r.at && *n == r.rows)
         {
-            e.1 = released;
+            if released == 0 {
+                q.remove(i);
+            } else {
+                q[i].1 = released;
+            }
         }
-        if let Some(run) = r.run
-            && let Some(e) = spent.runs.get_mut(&(r.dataset, run))
-        {
-            e.0 = e.0.saturating_sub(r.rows - released);
+        if let Some(run) = r.run {
+            let key = (r.dataset, run);
+            if let Some(e) = spent.runs.get_mut(&key) {
+                e.0 = e.0.saturating_sub(r.rows - released);
+                if e.0 == 0 {
+                    // a run that released nothing is not remembered
+                    spent.runs.remove(&key);
+                }
+            }
         }
     }
 }
@@ -139,7 +160,7 @@ mod tests {
     #[test]
     fn the_hourly_budget_is_per_dataset_and_rolls_over_after_an_hour() {
         let p = Policy {
-            max_reveal_rows_per_hour: 10,
+            max_reveal_rows_per_hour: Some(10),
             ..Policy::default()
         };
         let b = RevealBudget::default();
@@ -168,10 +189,28 @@ mod tests {
     }
 
     #[test]
+    fn the_hourly_budget_defaults_to_the_run_budget() {
+        let p = Policy {
+            max_reveal_rows: 4,
+            ..Policy::default()
+        };
+        let b = RevealBudget::default();
+        let t0 = Instant::now();
+        // a fresh nonce per call does not get past the hour's budget
+        let r = b.reserve_at(&p, "d", Some(&[1; 16]), 4, t0).unwrap();
+        b.settle(r, 4);
+        let e = b
+            .reserve_at(&p, "d", Some(&[2; 16]), 4, t0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_reveal_rows_per_hour"), "{e}");
+    }
+
+    #[test]
     fn the_run_budget_holds_across_calls_of_one_run_only() {
         let p = Policy {
             max_reveal_rows: 5,
-            max_reveal_rows_per_hour: 100,
+            max_reveal_rows_per_hour: Some(100),
             ..Policy::default()
         };
         let b = RevealBudget::default();
@@ -183,6 +222,14 @@ mod tests {
         let r = b.reserve_at(&p, "d", Some(&run1), 100, t0).unwrap();
         assert_eq!(r.rows(), 2);
         b.settle(r, 2);
+        // calls that release nothing leave no state behind
+        for i in 0..100u8 {
+            let r = b.reserve_at(&p, "d", Some(&[0xee, i]), 3, t0).unwrap();
+            b.settle(r, 0);
+            b.reserve_at(&p, "d", Some(&[0xee, i]), 0, t0).unwrap();
+        }
+        assert_eq!(b.inner.lock().unwrap().runs.len(), 1);
+        assert_eq!(b.inner.lock().unwrap().hourly["d"].len(), 2);
         let e = b.reserve_at(&p, "d", Some(&run1), 1, t0).unwrap_err().to_string();
         assert!(e.contains("max_reveal_rows") && !e.contains("per_hour"), "{e}");
         // another run has its own, within the hour's

@@ -4,15 +4,14 @@
 
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::seal::{
-    NONCE_LEN, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
-    sign_zone_key,
+    NONCE_LEN, Party, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem,
+    derive_run_keys, dns_names, sign_zone_key,
 };
 use tally_proto::v1 as pb;
 
 use crate::config::{Policy, TlsConfig};
 use crate::error::AgentError;
 use crate::policy::deny;
-use crate::tls::cert_names;
 
 /// This agent's zone identity.
 pub struct Zone {
@@ -43,7 +42,7 @@ impl Zone {
         let secret = ZoneSecret::load(path).map_err(|e| AgentError::Config(format!("tls.zone_key: {e}")))?;
         let chain = certificates_from_pem(&read(&cfg.cert, "cert")?)
             .map_err(|e| AgentError::Config(format!("tls.cert: {}: {e}", cfg.cert.display())))?;
-        let names = cert_names(&chain[0]);
+        let names = dns_names(&chain[0]);
         let name = match &cfg.name {
             Some(n) if names.contains(n) => n.clone(),
             Some(n) => {
@@ -55,7 +54,8 @@ impl Zone {
             }
             None => names.first().cloned().ok_or_else(|| {
                 AgentError::Config(format!(
-                    "{} has no DNS name to sign the zone key for; set tls.name",
+                    "{} has no DNS name (SAN) to sign the zone key for: peers check the name against \
+                     the certificate's DNS names, never its common name",
                     cfg.cert.display()
                 ))
             })?,
@@ -92,20 +92,27 @@ impl Zone {
             .peer
             .ok_or_else(|| AgentError::InvalidArgument("seal.peer: missing".into()))?;
         let peer = SignedZoneKey::from_pb(peer, "seal.peer").map_err(AgentError::InvalidArgument)?;
-        if peer.agent == self.name {
-            return Err(AgentError::Seal(format!(
-                "the peer named in the request is this agent ({:?}); a run pairs two agents",
-                self.name
-            )));
+        let peer_dataset = seal.peer_dataset.as_str();
+        if peer_dataset.is_empty()
+            || !peer_dataset
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(AgentError::InvalidArgument(
+                "seal.peer_dataset: the peer's dataset name (letters, digits, '-', '_', '.') is needed"
+                    .into(),
+            ));
         }
         if let Some(allowed) = &policy.peers
-            && !allowed.iter().any(|p| p == &peer.agent)
+            && !allowed
+                .iter()
+                .any(|p| p == &peer.agent || *p == format!("{}/{peer_dataset}", peer.agent))
         {
             return Err(deny(
                 dataset,
                 "peers",
                 format!(
-                    "agent {:?} is not a peer this dataset may be reconciled with",
+                    "dataset {peer_dataset} of agent {:?} is not a peer this dataset may be reconciled with",
                     peer.agent
                 ),
             ));
@@ -113,14 +120,19 @@ impl Zone {
         self.peers
             .verify(&peer)
             .map_err(|e| AgentError::Seal(e.to_string()))?;
-        derive_run_keys(
-            &self.secret,
-            &self.name,
-            &peer.agent,
-            &peer.public_key,
-            &seal.nonce,
-        )
-        .map_err(|e| AgentError::Seal(e.to_string()))
+        // the keys bind both agents and both datasets: no other pair of datasets, on
+        // these agents or this one, shares them. An agent may pair with itself (two of
+        // its datasets): X25519 of its own key is as private as any other.
+        let me = Party {
+            agent: &self.name,
+            dataset,
+        };
+        let them = Party {
+            agent: &peer.agent,
+            dataset: peer_dataset,
+        };
+        derive_run_keys(&self.secret, me, them, &peer.public_key, &seal.nonce)
+            .map_err(|e| AgentError::Seal(e.to_string()))
     }
 }
 

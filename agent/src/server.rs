@@ -74,6 +74,19 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
     let zone = crate::sealing::Zone::load(&cfg.tls)?.map(Arc::new);
     if let Some(z) = &zone {
         tracing::info!(name = %z.name, "zone key loaded: checksums are sealed");
+        let open: Vec<&str> = cfg
+            .datasets
+            .iter()
+            .filter(|(_, d)| d.policy.peers.is_none())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if !open.is_empty() {
+            tracing::warn!(
+                datasets = %open.join(", "),
+                "these datasets accept any agent certificate of tls.peer_ca as a sealed-run peer; \
+                 set policy.peers unless that CA issues agent certificates only"
+            );
+        }
     }
     if cfg.tls.allowed_clients == crate::config::AllowedClients::Any {
         tracing::warn!(

@@ -442,7 +442,9 @@ impl Agent for AgentService {
             let seg = segment_from(r.segment.clone(), "segment")?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
             let b = self.bound(&ds, r.columns.clone(), r.key_len).await?;
-            Ok(ds.investigation_sql(&b, &seg, r.sealed))
+            // a dataset that serves sealed checksums only has no unsealed hash ranges
+            let sealed = r.sealed || !ds.config.policy.allow_unsealed;
+            Ok(ds.investigation_sql(&b, &seg, sealed))
         }
         .await;
         let head = self.record(

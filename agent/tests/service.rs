@@ -15,7 +15,8 @@ use tally_common::checksum::{key_hash, sha256_64};
 use tally_common::config_file::parse_yaml;
 use tally_common::pki::{Ca, Pem, Role};
 use tally_common::seal::{
-    PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys, sign_zone_key,
+    Party, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
+    sign_zone_key,
 };
 use tally_common::segment::bucket_hash;
 use tally_common::segment::{KeyPart, Segment, Split};
@@ -124,6 +125,7 @@ async fn start_with(extra_datasets: &str, tls_extra: &str, server: Option<fn(&Ca
          \x20 capped: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_digest_rows: 100 }} }}\n\
          \x20 rationed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, max_reveal_rows: 5, max_reveal_rows_per_hour: 8 }} }}\n\
          \x20 paired: {{ url: '{url}', table: t, key: [id], policy: {{ peers: [vpc2] }} }}\n\
+         \x20 paired_one: {{ url: '{url}', table: t, key: [id], policy: {{ peers: [vpc2/orders_replica] }} }}\n\
          \x20 unsealed: {{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, allow_unsealed: true }} }}\n\
          {extra_datasets}"
     );
@@ -216,19 +218,31 @@ fn seal() -> pb::Seal {
     seal_with(&NONCE)
 }
 
+/// The peer's dataset in the tests' runs.
+const PEER_DATASET: &str = "orders_replica";
+
 /// The seal of another run (another nonce) between dc1 and vpc2.
 fn seal_with(nonce: &[u8]) -> pb::Seal {
     static PEER: OnceLock<pb::ZoneKey> = OnceLock::new();
     pb::Seal {
         nonce: nonce.to_vec(),
         peer: Some(PEER.get_or_init(|| peer_zone_key("vpc2", &VPC2_ZONE)).clone()),
+        peer_dataset: PEER_DATASET.into(),
     }
 }
 
-/// The hasher the peer zone (vpc2) derives for the run: what both agents compute and
-/// the coordinator cannot.
-fn peer_hasher() -> Hasher {
-    let keys = derive_run_keys(&VPC2_ZONE, "vpc2", "dc1", &DC1_ZONE.public(), &NONCE).unwrap();
+/// The hasher the peer zone (vpc2) derives for a run with dc1's `dataset`: what both
+/// agents compute and the coordinator cannot.
+fn peer_hasher(dataset: &str) -> Hasher {
+    let me = Party {
+        agent: "vpc2",
+        dataset: PEER_DATASET,
+    };
+    let dc1 = Party {
+        agent: "dc1",
+        dataset,
+    };
+    let keys = derive_run_keys(&VPC2_ZONE, me, dc1, &DC1_ZONE.public(), &NONCE).unwrap();
     Hasher::sealed(HashMethod::SealedSha256_64, &keys)
 }
 
@@ -1244,7 +1258,11 @@ async fn hostile_single_row_and_differencing_checksums_cannot_be_brute_forced_wh
         assert_eq!(brute_force(42, a.wrapping_sub(b)), None, "{e}: differencing");
         // what the sum is for: the peer zone, holding the run key, computes the same
         let rs = row_string([Some("42"), Some("secret 42")]);
-        assert_eq!(peer_hasher().row(rs.as_bytes()), single, "{e}: the peer agrees");
+        assert_eq!(
+            peer_hasher(&sealed).row(rs.as_bytes()),
+            single,
+            "{e}: the peer agrees"
+        );
         // the same table unsealed: the attack works, so this test can fail
         let (_, plain) = sum_of(&mut c, &open, 42, 43, false).await.unwrap();
         assert_eq!(brute_force(42, plain), Some(42), "{e}: the unsealed control");
@@ -1345,13 +1363,48 @@ async fn hostile_keys_stay_in_the_zone_without_key_bounds_when_sealed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn hostile_the_key_hashes_of_one_dataset_do_not_open_another() {
+    // `keys` releases key bounds and digests; `hidden` (the same table) releases no key.
+    // The attack: map key 42 to its sealed key hash through `keys`, then probe that
+    // bucket in `hidden` under the same seal, or match the two datasets' key hashes.
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let mut s = c
+        .row_digests(pb::RowDigestsRequest {
+            segment: Some(pb::Segment::from(&keys(Some(42), Some(43)))),
+            ..digests("keys")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let kh = s.message().await.unwrap().unwrap().digests[0].key_hash;
+    drop(s);
+    let bh = bucket_hash(kh);
+    let probe = |dataset: &str| agg(dataset, hashed(Segment::whole(), bh, bh + 1), Split::Whole);
+    // the control: in `keys` itself the bucket holds the row
+    let count = |r: pb::AggregateResponse| r.buckets[0].count;
+    assert_eq!(count(c.aggregate(probe("keys")).await.unwrap().into_inner()), 1);
+    assert_eq!(count(c.aggregate(probe("hidden")).await.unwrap().into_inner()), 0);
+    let in_keys = all_key_hashes(&mut c, "keys", seal()).await;
+    let in_hidden = all_key_hashes(&mut c, "hidden", seal()).await;
+    assert_eq!((in_keys.len(), in_hidden.len()), (200, 200));
+    assert!(in_keys.contains(&kh));
+    assert!(
+        in_hidden.iter().all(|h| !in_keys.contains(h)),
+        "a key hash of one dataset matched another's"
+    );
+    // the same dataset under the same seal keeps its hashes (the drill depends on it)
+    assert_eq!(all_key_hashes(&mut c, "hidden", seal()).await, in_hidden);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     let f = start("").await;
     let mut c = client_named(&f, "coordinator").await;
     let with_peer = |peer: pb::ZoneKey| pb::AggregateRequest {
         seal: Some(pb::Seal {
-            nonce: NONCE.to_vec(),
             peer: Some(peer),
+            ..seal()
         }),
         ..agg("closed", Segment::whole(), Split::Whole)
     };
@@ -1411,7 +1464,16 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
         .zone_key
         .expect("a sealing agent offers its zone key");
     assert_eq!(me.agent, "dc1");
-    refused(c.aggregate(with_peer(me)).await.unwrap_err(), "is this agent");
+    // paired with itself (two of its datasets) the agent answers, under keys of that
+    // pair: its sums are not those of the run with vpc2
+    let self_pair = c.aggregate(with_peer(me)).await.unwrap().into_inner();
+    let with_vpc2 = c
+        .aggregate(agg("closed", Segment::whole(), Split::Whole))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(self_pair.buckets[0].sum, with_vpc2.buckets[0].sum);
+    assert_eq!(self_pair.buckets[0].count, with_vpc2.buckets[0].count);
     // any other agent certificate of the CA where the dataset names its peers
     let api = peer_zone_key("coordinator-api", &mine);
     c.aggregate(with_peer(api.clone())).await.unwrap();
@@ -1429,6 +1491,25 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
     })
     .await
     .unwrap();
+    // `peers: [vpc2/orders_replica]` names one dataset of the peer only
+    let other_dataset = c
+        .aggregate(pb::AggregateRequest {
+            dataset: "paired_one".into(),
+            seal: Some(pb::Seal {
+                peer_dataset: "accounts".into(),
+                ..seal()
+            }),
+            ..agg("closed", Segment::whole(), Split::Whole)
+        })
+        .await
+        .unwrap_err();
+    refused(other_dataset, "peers");
+    c.aggregate(pb::AggregateRequest {
+        dataset: "paired_one".into(),
+        ..agg("closed", Segment::whole(), Split::Whole)
+    })
+    .await
+    .unwrap();
     // malformed seals name the field
     let e = c
         .aggregate(pb::AggregateRequest {
@@ -1442,6 +1523,17 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("seal.nonce"), "{}", e.message());
+    let e = c
+        .aggregate(pb::AggregateRequest {
+            seal: Some(pb::Seal {
+                peer_dataset: "a\nb".into(),
+                ..seal()
+            }),
+            ..agg("closed", Segment::whole(), Split::Whole)
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("seal.peer_dataset"), "{}", e.message());
     let e = c
         .aggregate(pb::AggregateRequest {
             seal: None,
@@ -1464,12 +1556,12 @@ async fn hostile_a_forged_or_misnamed_peer_is_refused_before_any_scan() {
         .into_iter()
         .filter(|l| l["rpc"] == "Aggregate" && l["outcome"] != "ok")
         .collect();
-    assert_eq!(refusals.len(), 9, "{refusals:?}");
+    assert_eq!(refusals.len(), 10, "{refusals:?}");
     assert!(refusals.iter().all(|l| l["released"] == serde_json::json!({})));
     let outcomes: Vec<&str> = refusals.iter().map(|l| l["outcome"].as_str().unwrap()).collect();
     assert_eq!(
         outcomes.iter().filter(|o| **o == "denied:seal").count(),
-        5,
+        4,
         "{outcomes:?}"
     );
     assert!(outcomes.contains(&"denied:peers"), "{outcomes:?}");

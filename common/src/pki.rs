@@ -4,10 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+pub use rcgen::ExtendedKeyUsagePurpose;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
@@ -139,6 +137,22 @@ impl Ca {
     /// Issues a leaf named `name` (common name and DNS SAN) with `extra_sans` (DNS
     /// names or IPs). Servers also get `localhost` and `127.0.0.1`.
     pub fn issue(&self, name: &str, role: Role, extra_sans: &[String]) -> Result<Pem, PkiError> {
+        let usages = match role {
+            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
+        self.issue_with_usages(name, role, extra_sans, usages)
+    }
+
+    /// [`Ca::issue`] with any extended key usages (none, or both): the certificates
+    /// other PKIs issue, for tests of what agents refuse.
+    pub fn issue_with_usages(
+        &self,
+        name: &str,
+        role: Role,
+        extra_sans: &[String],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<Pem, PkiError> {
         check_name(name)?;
         let mut sans = vec![name.to_string()];
         if role == Role::Server {
@@ -160,10 +174,7 @@ impl Ca {
             .collect::<Result<_, rcgen::Error>>()?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = match role {
-            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
-            Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
-        };
+        params.extended_key_usages = usages;
         params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
         params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(397);
         let key = KeyPair::generate()?;

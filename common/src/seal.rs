@@ -8,7 +8,8 @@
 //! - A sealed request carries the run nonce and the **peer's** signed zone key; the
 //!   agent checks the peer ([`PeerVerifier`]) and derives [`RunKeys`] statelessly:
 //!   `run_key = HKDF-SHA256(ikm = X25519(own, peer), salt = nonce, info =
-//!   "tally-run-key/1\n" || lower name || "\n" || higher name)`, `k_row =
+//!   "tally-run-key/1\n" || lower agent || "\n" || its dataset || "\n" || higher agent ||
+//!   "\n" || its dataset)` (the parties ordered by agent name, then dataset), `k_row =
 //!   HKDF-Expand(run_key, "row", 32)`, `k_key = HKDF-Expand(run_key, "key", 32)`.
 
 use std::path::Path;
@@ -19,6 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, TrustAnchor, UnixTime};
 use rustls::sign::SigningKey;
 use rustls::{SignatureScheme, sign::Signer};
+use x509_parser::prelude::FromDer;
 
 /// Bytes of a run nonce.
 pub const NONCE_LEN: usize = 16;
@@ -233,6 +235,23 @@ pub fn sign_zone_key(
     })
 }
 
+/// The DNS names (SANs) of a DER certificate: the names a zone key may be signed for
+/// (a peer checks the name against them, never against the common name).
+pub fn dns_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::prelude::X509Certificate::from_der(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::prelude::GeneralName::DNSName(d) = n {
+                names.push(d.to_string());
+            }
+        }
+    }
+    names
+}
+
 /// DER certificates of a PEM file's text.
 pub fn certificates_from_pem(text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(text)
@@ -300,6 +319,20 @@ impl PeerVerifier {
                  (chain to tls.peer_ca with ServerAuth): {e}"
             ))
         })?;
+        // webpki accepts a leaf without the extended-key-usage extension for any usage;
+        // a peer must show it is an agent: ServerAuth present, ClientAuth absent
+        let (_, parsed) = x509_parser::prelude::X509Certificate::from_der(&zk.certificates[0])
+            .map_err(|e| peer(format!("the peer's certificate does not parse: {e}")))?;
+        match parsed.extended_key_usage() {
+            Ok(Some(e)) if e.value.server_auth && !e.value.client_auth => {}
+            _ => {
+                return Err(peer(
+                    "the peer's certificate is not an agent certificate: it must carry the ServerAuth \
+                     extended key usage and not ClientAuth"
+                        .into(),
+                ));
+            }
+        }
         let name = ServerName::try_from(zk.agent.as_str())
             .map_err(|_| peer(format!("the peer name {:?} is not a DNS name", zk.agent)))?;
         ee.verify_is_valid_for_subject_name(&name).map_err(|_| {
@@ -351,22 +384,32 @@ fn expand(prk: &hkdf::Prk, info: &[u8]) -> [u8; 32] {
     out
 }
 
-/// The HKDF info of a run key: the two agents' names in byte order, so both sides
-/// build the same string.
-pub fn run_key_info(a: &str, b: &str) -> Vec<u8> {
-    let (lo, hi) = if a.as_bytes() <= b.as_bytes() {
-        (a, b)
-    } else {
-        (b, a)
-    };
-    format!("{RUN_KEY_CONTEXT}{lo}\n{hi}").into_bytes()
+/// One side of a run: an agent (the name its zone key is signed for) and its dataset.
+/// The run key binds both, so the keys of a run between two datasets are not the keys
+/// of any other pair of datasets, on these agents or on one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Party<'a> {
+    pub agent: &'a str,
+    pub dataset: &'a str,
+}
+
+/// The HKDF info of a run key: both parties in byte order (agent, then dataset), so
+/// both sides build the same string. Agent names are DNS names and dataset names
+/// letters, digits, `-`, `_`, `.`: neither holds a newline.
+pub fn run_key_info(a: Party<'_>, b: Party<'_>) -> Vec<u8> {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    format!(
+        "{RUN_KEY_CONTEXT}{}\n{}\n{}\n{}",
+        lo.agent, lo.dataset, hi.agent, hi.dataset
+    )
+    .into_bytes()
 }
 
 /// The run key itself (exposed for test vectors).
 pub fn run_key(
     own: &ZoneSecret,
-    own_name: &str,
-    peer_name: &str,
+    me: Party<'_>,
+    peer: Party<'_>,
     peer_public: &[u8; 32],
     nonce: &[u8],
 ) -> Result<[u8; 32], SealError> {
@@ -378,18 +421,18 @@ pub fn run_key(
     }
     let ikm = own.shared(peer_public)?;
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, nonce).extract(&ikm);
-    Ok(expand(&prk, &run_key_info(own_name, peer_name)))
+    Ok(expand(&prk, &run_key_info(me, peer)))
 }
 
 /// `k_row` and `k_key` of a run (DESIGN §4.1).
 pub fn derive_run_keys(
     own: &ZoneSecret,
-    own_name: &str,
-    peer_name: &str,
+    me: Party<'_>,
+    peer: Party<'_>,
     peer_public: &[u8; 32],
     nonce: &[u8],
 ) -> Result<RunKeys, SealError> {
-    let rk = run_key(own, own_name, peer_name, peer_public, nonce)?;
+    let rk = run_key(own, me, peer, peer_public, nonce)?;
     Ok(keys_of_run_key(&rk))
 }
 
@@ -414,26 +457,61 @@ mod tests {
             ZoneSecret::from_bytes([3; 32]),
         );
         let nonce = [7u8; 16];
-        let ka = derive_run_keys(&a, "dc1", "vpc2", &b.public(), &nonce).unwrap();
-        let kb = derive_run_keys(&b, "vpc2", "dc1", &a.public(), &nonce).unwrap();
+        let p = |agent, dataset| Party { agent, dataset };
+        let (dc1, vpc2) = (p("dc1", "orders"), p("vpc2", "orders"));
+        let ka = derive_run_keys(&a, dc1, vpc2, &b.public(), &nonce).unwrap();
+        let kb = derive_run_keys(&b, vpc2, dc1, &a.public(), &nonce).unwrap();
         assert_eq!(ka, kb);
         assert_ne!(ka.k_row, ka.k_key);
-        // another nonce, another peer, other names: other keys
+        // another nonce, another peer, other names, other datasets: other keys
+        let other =
+            |me, peer, public: [u8; 32], nonce: &[u8]| derive_run_keys(&a, me, peer, &public, nonce).unwrap();
+        assert_ne!(other(dc1, vpc2, b.public(), &[8u8; 16]), ka);
+        assert_ne!(other(dc1, vpc2, c.public(), &nonce), ka);
+        assert_ne!(other(dc1, p("vpc3", "orders"), b.public(), &nonce), ka);
+        assert_ne!(other(p("dc1", "accounts"), vpc2, b.public(), &nonce), ka);
+        assert_ne!(other(dc1, p("vpc2", "accounts"), b.public(), &nonce), ka);
+        // the dataset is bound to its agent: swapping which side holds which differs
         assert_ne!(
-            derive_run_keys(&a, "dc1", "vpc2", &b.public(), &[8u8; 16]).unwrap(),
-            ka
+            run_key_info(p("dc1", "a"), p("vpc2", "b")),
+            run_key_info(p("dc1", "b"), p("vpc2", "a"))
         );
-        assert_ne!(
-            derive_run_keys(&a, "dc1", "vpc2", &c.public(), &nonce).unwrap(),
-            ka
+        // one agent paired with itself, two datasets: both calls derive the same keys
+        assert_eq!(
+            other(p("dc1", "x"), p("dc1", "y"), a.public(), &nonce),
+            other(p("dc1", "y"), p("dc1", "x"), a.public(), &nonce)
         );
-        assert_ne!(
-            derive_run_keys(&a, "dc1", "vpc3", &b.public(), &nonce).unwrap(),
-            ka
-        );
-        assert!(derive_run_keys(&a, "dc1", "vpc2", &b.public(), &[0u8; 15]).is_err());
+        assert!(derive_run_keys(&a, dc1, vpc2, &b.public(), &[0u8; 15]).is_err());
         // the all-zero point gives an all-zero shared secret: refused
-        assert!(derive_run_keys(&a, "dc1", "vpc2", &[0u8; 32], &nonce).is_err());
+        assert!(derive_run_keys(&a, dc1, vpc2, &[0u8; 32], &nonce).is_err());
+    }
+
+    #[test]
+    fn only_agent_certificates_of_the_ca_vouch_for_a_peer() {
+        use crate::pki::{Ca, ExtendedKeyUsagePurpose as E, Role};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let ca = Ca::generate("seal-test-ca").unwrap();
+        let verifier = PeerVerifier::from_ca_pem(ca.pem.cert.as_bytes()).unwrap();
+        let secret = ZoneSecret::from_bytes([4; 32]);
+        let signed = |leaf: crate::pki::Pem| {
+            sign_zone_key(
+                "vpc2",
+                &secret,
+                &TlsSigner::from_pem(leaf.key.as_bytes()).unwrap(),
+                certificates_from_pem(leaf.cert.as_bytes()).unwrap(),
+            )
+            .unwrap()
+        };
+        let issue = |usages: Vec<E>| ca.issue_with_usages("vpc2", Role::Server, &[], usages).unwrap();
+        verifier.verify(&signed(issue(vec![E::ServerAuth]))).unwrap();
+        for (what, usages) in [
+            ("no extended key usage", vec![]),
+            ("ClientAuth only", vec![E::ClientAuth]),
+            ("both", vec![E::ServerAuth, E::ClientAuth]),
+        ] {
+            let e = verifier.verify(&signed(issue(usages))).unwrap_err().to_string();
+            assert!(e.contains("not an agent certificate"), "{what}: {e}");
+        }
     }
 
     #[test]

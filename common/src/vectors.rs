@@ -22,6 +22,8 @@ pub struct VectorFile {
 pub struct SealedVectors {
     pub about: String,
     pub zone_keys: std::collections::BTreeMap<String, ZoneKeyVector>,
+    /// Each agent's dataset in the run.
+    pub datasets: std::collections::BTreeMap<String, String>,
     pub nonce: String,
     pub shared: String,
     pub run_key: String,

@@ -105,7 +105,7 @@ fn xor_cancellation_is_caught_by_sum() {
 #[test]
 fn sealed_vectors_reproduce_from_the_zone_keys() {
     use tally_common::checksum::Hasher;
-    use tally_common::seal::{ZoneSecret, derive_run_keys, keys_of_run_key, run_key};
+    use tally_common::seal::{Party, ZoneSecret, derive_run_keys, keys_of_run_key, run_key};
     let file = VectorFile::load_repo();
     let s = &file.sealed;
     let secret = |name: &str| {
@@ -120,10 +120,17 @@ fn sealed_vectors_reproduce_from_the_zone_keys() {
     assert_eq!(hex::encode(vpc2.public()), s.zone_keys["vpc2"].public);
     let nonce = hex::decode(&s.nonce).unwrap();
     // each side from its own secret and the other's public key
-    let rk = run_key(&dc1, "dc1", "vpc2", &vpc2.public(), &nonce).unwrap();
+    let party = |agent: &'static str| Party {
+        agent,
+        dataset: s.datasets[agent].as_str(),
+    };
+    let rk = run_key(&dc1, party("dc1"), party("vpc2"), &vpc2.public(), &nonce).unwrap();
     assert_eq!(hex::encode(rk), s.run_key);
-    assert_eq!(run_key(&vpc2, "vpc2", "dc1", &dc1.public(), &nonce).unwrap(), rk);
-    let keys = derive_run_keys(&dc1, "dc1", "vpc2", &vpc2.public(), &nonce).unwrap();
+    assert_eq!(
+        run_key(&vpc2, party("vpc2"), party("dc1"), &dc1.public(), &nonce).unwrap(),
+        rk
+    );
+    let keys = derive_run_keys(&dc1, party("dc1"), party("vpc2"), &vpc2.public(), &nonce).unwrap();
     assert_eq!(keys, keys_of_run_key(&rk));
     assert_eq!(keys, s.keys());
     assert!(s.rows.len() >= 10);

@@ -209,10 +209,12 @@ impl Run<'_> {
                 source: pb::Seal {
                     nonce: nonce.clone(),
                     peer: t.zone_key.clone(),
+                    peer_dataset: spec.target.dataset.clone(),
                 },
                 target: pb::Seal {
                     nonce,
                     peer: s.zone_key.clone(),
+                    peer_dataset: spec.source.dataset.clone(),
                 },
             });
         }

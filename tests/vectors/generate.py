@@ -281,11 +281,12 @@ def hkdf_expand32(prk: bytes, info: bytes) -> bytes:
     return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
 
 
-def run_keys(own: bytes, own_name: str, peer_pub: bytes, peer_name: str, nonce: bytes):
+def run_keys(own: bytes, me, peer_pub: bytes, peer, nonce: bytes):
+    """me and peer are (agent name, dataset name): the run key binds both parties."""
     shared = x25519(own, peer_pub)
     prk = hmac.new(nonce, shared, hashlib.sha256).digest()  # HKDF-Extract(salt = nonce)
-    lo, hi = sorted([own_name.encode(), peer_name.encode()])
-    run_key = hkdf_expand32(prk, b"tally-run-key/1\n" + lo + b"\n" + hi)
+    (la, ld), (ha, hd) = sorted([(me[0].encode(), me[1].encode()), (peer[0].encode(), peer[1].encode())])
+    run_key = hkdf_expand32(prk, b"tally-run-key/1\n" + la + b"\n" + ld + b"\n" + ha + b"\n" + hd)
     return shared, run_key, hkdf_expand32(run_key, b"row"), hkdf_expand32(run_key, b"key")
 
 
@@ -293,9 +294,12 @@ def sealed(rows):
     dc1 = hashlib.sha256(b"tally test zone key dc1").digest()
     vpc2 = hashlib.sha256(b"tally test zone key vpc2").digest()
     nonce = bytes(range(16))
-    shared, run_key, k_row, k_key = run_keys(dc1, "dc1", x25519(vpc2, BASE), "vpc2", nonce)
+    me, peer = ("dc1", "orders"), ("vpc2", "orders_replica")
+    shared, run_key, k_row, k_key = run_keys(dc1, me, x25519(vpc2, BASE), peer, nonce)
     # the peer derives the same keys from its own secret and dc1's public key
-    assert run_keys(vpc2, "vpc2", x25519(dc1, BASE), "dc1", nonce) == (shared, run_key, k_row, k_key)
+    assert run_keys(vpc2, peer, x25519(dc1, BASE), me, nonce) == (shared, run_key, k_row, k_key)
+    # another dataset on either side: other keys
+    assert run_keys(dc1, ("dc1", "accounts"), x25519(vpc2, BASE), peer, nonce)[1] != run_key
     out = []
     for r in rows[:12]:
         b = r["row_string"].encode("utf-8")
@@ -306,8 +310,10 @@ def sealed(rows):
             "sealed_key_hash": hashlib.sha256(k_key + b).hexdigest()[:16],
         })
     return {
-        "about": "sealed_md5_48 and sealed_sha256_64 of the first row vectors for agents dc1 and vpc2 with "
-                 "fixed zone keys; sealed_key_hash is the keyed key hash of the same row string",
+        "about": "sealed_md5_48 and sealed_sha256_64 of the first row vectors for a run between dataset orders "
+                 "of agent dc1 and dataset orders_replica of agent vpc2, with fixed zone keys; sealed_key_hash "
+                 "is the keyed key hash of the same row string",
+        "datasets": {"dc1": me[1], "vpc2": peer[1]},
         "zone_keys": {
             "dc1": {"secret": dc1.hex(), "public": x25519(dc1, BASE).hex()},
             "vpc2": {"secret": vpc2.hex(), "public": x25519(vpc2, BASE).hex()},
