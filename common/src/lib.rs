@@ -4,6 +4,7 @@
 //! and never on a database driver, a network stack or either binary crate.
 
 pub mod canonical;
+pub mod chain;
 pub mod checksum;
 pub mod civil;
 pub mod config_file;

@@ -1,17 +1,14 @@
-//! The coordinator's append-only, hash-chained JSON-lines files (the run store's index
-//! and the API's audit log): line n carries `seq: n` and `prev`, the SHA-256 of line
-//! n-1 (zeros for the first), so a removed, reordered or edited line breaks the chain.
-//! Each append is synced before it counts.
+//! The coordinator's hash-chained JSON-lines files (the run store's index and the API's
+//! audit log), on the one chain of `tally_common::chain` that the agents' release logs
+//! use too: one genesis, one writer, one verifier. This module adapts it to the
+//! coordinator's `String` errors.
 
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-
-pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+use tally_common::chain as common;
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -19,18 +16,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 #[derive(Debug)]
 pub struct ChainFile {
-    path: PathBuf,
-    /// The last line's seq and hash.
-    head: Mutex<(u64, String)>,
+    inner: common::ChainFile,
+    path: std::path::PathBuf,
 }
 
 impl ChainFile {
     /// Opens (or starts) the chain at `path`, verifying every line.
     pub fn open(path: &Path) -> Result<ChainFile, String> {
-        let (seq, head, _) = read::<serde_json::Value>(path)?;
         Ok(ChainFile {
+            inner: common::ChainFile::open(path).map_err(|e| e.to_string())?,
             path: path.to_path_buf(),
-            head: Mutex::new((seq, head)),
         })
     }
 
@@ -40,51 +35,23 @@ impl ChainFile {
 
     /// The last line's seq and hash.
     pub fn head(&self) -> (u64, String) {
-        self.head.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner.head()
     }
 
     /// Appends the entry `make(seq, prev)` builds; it must serialize `seq` and `prev`
-    /// as given. Holds the chain's lock throughout, so appends are ordered. The chain
-    /// does not advance when the write fails.
+    /// as given. Appends are ordered, and the chain does not advance when the write fails.
     pub fn append<T: Serialize>(&self, make: impl FnOnce(u64, &str) -> T) -> Result<T, String> {
-        let mut head = self.head.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = make(head.0 + 1, &head.1);
-        let line = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        writeln!(f, "{line}")
-            .and_then(|_| f.sync_data())
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        *head = (head.0 + 1, sha256_hex(line.as_bytes()));
-        Ok(entry)
+        self.inner
+            .append_with(make)
+            .map(|(entry, _)| entry)
+            .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
 
 /// Reads and verifies the chain at `path` (a missing file is an empty chain): returns
 /// the last seq, the last line's hash and the entries.
 pub fn read<T: DeserializeOwned>(path: &Path) -> Result<(u64, String, Vec<T>), String> {
-    let mut prev = GENESIS.to_string();
-    let mut entries = Vec::new();
-    let Ok(f) = std::fs::File::open(path) else {
-        return Ok((0, prev, entries));
-    };
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let at = || format!("{}:{}", path.display(), i + 1);
-        let line = line.map_err(|e| format!("{}: {e}", at()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| format!("{}: {e}", at()))?;
-        if v["prev"].as_str() != Some(prev.as_str()) || v["seq"].as_u64() != Some(entries.len() as u64 + 1) {
-            return Err(format!("{}: the chain is broken", at()));
-        }
-        entries.push(serde_json::from_value(v).map_err(|e| format!("{}: {e}", at()))?);
-        prev = sha256_hex(line.as_bytes());
-    }
-    Ok((entries.len() as u64, prev, entries))
+    common::read(path).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -93,7 +60,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn appends_chain_survive_reopening_and_edits_break_them() {
+    fn the_coordinator_chains_are_the_common_chain() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log.jsonl");
         let c = ChainFile::open(&p).unwrap();
@@ -101,17 +68,19 @@ mod tests {
             c.append(|seq, prev| json!({ "seq": seq, "prev": prev, "what": what }))
                 .unwrap();
         }
-        let head = c.head();
-        drop(c);
-        let c = ChainFile::open(&p).unwrap();
-        assert_eq!(c.head(), head);
-        let e = c
-            .append(|seq, prev| json!({ "seq": seq, "prev": prev, "what": "c" }))
+        // the agents' verifier accepts it: one chain format for every record
+        assert_eq!(common::verify(&p).unwrap(), c.head());
+        // an entry that does not carry the seq and prev it was given is refused
+        assert!(c.append(|_, prev| json!({ "seq": 7, "prev": prev })).is_err());
+        c.append(|seq, prev| json!({ "seq": seq, "prev": prev, "what": "c" }))
             .unwrap();
-        assert_eq!(e["seq"], 3);
-        assert_eq!(read::<serde_json::Value>(&p).unwrap().2.len(), 3);
-        let text = std::fs::read_to_string(&p).unwrap().replace("\"b\"", "\"x\"");
-        std::fs::write(&p, text).unwrap();
+        let head = c.head();
+        let text = std::fs::read_to_string(&p).unwrap();
+        // the last line edited: the chain holds, its head does not (the head names it)
+        std::fs::write(&p, text.replace("\"c\"", "\"y\"")).unwrap();
+        assert_ne!(read::<serde_json::Value>(&p).unwrap().1, head.1);
+        // an earlier line edited: the next line's prev no longer matches
+        std::fs::write(&p, text.replace("\"b\"", "\"x\"")).unwrap();
         assert!(
             read::<serde_json::Value>(&p)
                 .unwrap_err()
