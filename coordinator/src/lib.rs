@@ -17,6 +17,7 @@ pub mod planner;
 pub mod redact;
 pub mod resolve;
 pub mod result;
+pub mod runlog;
 pub mod runner;
 pub mod serve;
 pub mod spec;
