@@ -204,10 +204,13 @@ impl RunLog for SqliteRunLog {
     }
 }
 
+/// Runs in start order, and each run's event lines.
+type Runs = (Vec<String>, BTreeMap<String, Vec<String>>);
+
 /// A run log in memory, for engine tests.
 #[derive(Debug, Default)]
 pub struct MemoryRunLog {
-    runs: Mutex<(Vec<String>, BTreeMap<String, Vec<String>>)>,
+    runs: Mutex<Runs>,
 }
 
 #[tonic::async_trait]
