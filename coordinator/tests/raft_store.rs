@@ -205,3 +205,28 @@ async fn a_snapshot_carries_the_state_to_another_replica_and_survives_its_restar
         BTreeMap::from([("nightly".to_string(), nightly())])
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_that_does_not_parse_leaves_the_state_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut sm) = raft::open(dir.path()).await.unwrap();
+    sm.apply(vec![normal(1, 1, event("r1", 0, 1))]).await.unwrap();
+    let mut meta = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+        .meta;
+    meta.last_log_id = Some(log_id(3, 1, 9));
+    let data = Box::new(std::io::Cursor::new(b"not json".to_vec()));
+    assert!(sm.install_snapshot(&meta, data).await.is_err());
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(1, 1, 1)));
+    assert_eq!(sm.reader().run_events("r1").await.unwrap().len(), 1);
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("the built snapshot");
+    assert_eq!(current.meta.last_log_id, Some(log_id(1, 1, 1)));
+}

@@ -194,3 +194,42 @@ pub(crate) fn to_sql_int(n: u64) -> Result<i64, RaftStoreError> {
 pub(crate) fn from_sql_int(n: i64) -> Result<u64, RaftStoreError> {
     u64::try_from(n).map_err(|_| RaftStoreError::Invalid(format!("negative index {n}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    #[tokio::test]
+    async fn every_connection_is_wal_with_full_sync_and_the_schema_is_versioned() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::open_db(dir.path()).await.unwrap();
+        for pool in [&db.write, &db.read] {
+            let mode: String = sqlx::query("PRAGMA journal_mode")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(mode, "wal");
+            // 2 is FULL.
+            let sync: i64 = sqlx::query("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(sync, 2);
+        }
+        drop(db);
+        // Reopening an existing store of this version is fine; another version is refused.
+        let db = super::open_db(dir.path()).await.unwrap();
+        sqlx::query("PRAGMA user_version = 7")
+            .execute(&db.write)
+            .await
+            .unwrap();
+        drop(db);
+        let err = super::open_db(dir.path()).await.unwrap_err();
+        assert!(
+            matches!(err, super::RaftStoreError::SchemaVersion { found: 7 }),
+            "{err}"
+        );
+    }
+}

@@ -3,6 +3,10 @@
 //! The replicated state is what a new leader needs to take over: each run's event log
 //! (the run engine's events, appended one by one before the engine takes its next step)
 //! and the scheduled runs. Everything else (results, the audit log) is derived from it.
+//!
+//! Unlike config, these types accept unknown fields: during a rolling upgrade a replica of
+//! the previous release must still read entries that the next release wrote with a new
+//! optional field, or it would stop on a storage error.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,7 +31,6 @@ openraft::declare_raft_types!(
 
 /// What the group knows about a member: where its peers reach it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Replica {
     /// `host:port` of the replica's Raft endpoint.
     pub addr: String,
@@ -42,7 +45,7 @@ impl fmt::Display for Replica {
 /// A write to the replicated state. Applying a command depends only on the state and the
 /// command, so every replica that applies the same log holds the same state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "command", rename_all = "snake_case")]
 pub enum Command {
     /// Appends one event of the run engine to a run's log. `seq` must be the run's next
     /// sequence number (0 for a new run): a leader that was deposed while it drove the run
@@ -60,7 +63,6 @@ pub enum Command {
 
 /// A scheduled run as the replicated state holds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Schedule {
     /// A cron expression; parsed and checked by the scheduler, not by the state machine.
     pub cron: String,
@@ -70,7 +72,7 @@ pub struct Schedule {
 
 /// The answer of the state machine to one applied entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "response", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "response", rename_all = "snake_case")]
 pub enum Response {
     /// A blank or membership entry: nothing to answer.
     None,
@@ -86,7 +88,6 @@ pub enum Response {
 
 /// The whole replicated state, as a snapshot carries it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StateImage {
     /// Each run's events in sequence order, by run id.
     pub runs: BTreeMap<String, Vec<serde_json::Value>>,
