@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod planner;
+pub mod raft;
 pub mod redact;
 pub mod resolve;
 pub mod result;
