@@ -4,10 +4,10 @@
 
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::seal::{
-    NONCE_LEN, Party, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem,
-    derive_run_keys, dns_names, sign_zone_key,
+    Party, PeerVerifier, SignedZoneKey, TlsSigner, ZoneSecret, certificates_from_pem, derive_run_keys,
+    dns_names, sign_zone_key,
 };
-use tally_proto::v1 as pb;
+use tally_common::wire::Seal;
 
 use crate::config::{Policy, TlsConfig};
 use crate::error::AgentError;
@@ -75,34 +75,16 @@ impl Zone {
         }))
     }
 
-    /// Checks a seal and derives the run's keys.
+    /// Checks a seal's peer (its structure was checked on the wire) and derives the
+    /// run's keys.
     fn keys(
         &self,
-        seal: pb::Seal,
+        seal: &Seal,
         policy: &Policy,
         dataset: &str,
     ) -> Result<tally_common::seal::RunKeys, AgentError> {
-        if seal.nonce.len() != NONCE_LEN {
-            return Err(AgentError::InvalidArgument(format!(
-                "seal.nonce: {NONCE_LEN} bytes expected, got {}",
-                seal.nonce.len()
-            )));
-        }
-        let peer = seal
-            .peer
-            .ok_or_else(|| AgentError::InvalidArgument("seal.peer: missing".into()))?;
-        let peer = SignedZoneKey::from_pb(peer, "seal.peer").map_err(AgentError::InvalidArgument)?;
+        let peer = &seal.peer;
         let peer_dataset = seal.peer_dataset.as_str();
-        if peer_dataset.is_empty()
-            || !peer_dataset
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(AgentError::InvalidArgument(
-                "seal.peer_dataset: the peer's dataset name (letters, digits, '-', '_', '.') is needed"
-                    .into(),
-            ));
-        }
         if let Some(allowed) = &policy.peers
             && !allowed
                 .iter()
@@ -118,7 +100,7 @@ impl Zone {
             ));
         }
         self.peers
-            .verify(&peer)
+            .verify(peer)
             .map_err(|e| AgentError::Seal(e.to_string()))?;
         // the keys bind both agents and both datasets: no other pair of datasets, on
         // these agents or this one, shares them. An agent may pair with itself (two of
@@ -142,7 +124,7 @@ impl Zone {
 pub fn hasher(
     zone: Option<&Zone>,
     method: HashMethod,
-    seal: Option<pb::Seal>,
+    seal: Option<&Seal>,
     policy: &Policy,
     dataset: &str,
 ) -> Result<Hasher, AgentError> {
@@ -176,7 +158,7 @@ pub fn hasher(
 /// hashes it is given are sealed when a seal comes with it.
 pub fn key_hasher(
     zone: Option<&Zone>,
-    seal: Option<pb::Seal>,
+    seal: Option<&Seal>,
     policy: &Policy,
     dataset: &str,
 ) -> Result<Hasher, AgentError> {

@@ -9,14 +9,18 @@ use std::sync::Arc;
 use serde_json::json;
 use tally_common::PrivacyLevel;
 use tally_common::checksum::{HashMethod, Hasher};
-use tally_common::segment::{ColumnSpec, Segment, Split, tuple_to_pb};
+use tally_common::segment::{KeyPart, Split};
+use tally_common::wire::{
+    AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, RevealRequest,
+    RevealResponse, RevealedRow, RowDigest, RowDigestBatch, RowDigestsRequest, Seal,
+};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::dataset::{Bound, Dataset};
+use crate::dataset::Dataset;
 use crate::error::AgentError;
 use crate::policy;
 use crate::release::{self, Asked, DigestsSent};
@@ -41,27 +45,6 @@ impl std::fmt::Debug for AgentService {
             .field("datasets", &self.datasets.keys())
             .finish()
     }
-}
-
-fn method_from(v: i32) -> Result<HashMethod, AgentError> {
-    HashMethod::from_pb(v).ok_or_else(|| {
-        AgentError::InvalidArgument(
-            "method: expected sealed_sha256_64, sealed_md5_48, sha256_64 or md5_48".into(),
-        )
-    })
-}
-
-fn columns_from(cols: Vec<pb::ColumnRef>) -> Result<Vec<ColumnSpec>, AgentError> {
-    cols.into_iter()
-        .enumerate()
-        .map(|(i, c)| ColumnSpec::from_pb(c, &format!("columns[{i}]")).map_err(AgentError::from))
-        .collect()
-}
-
-fn segment_from(s: Option<pb::Segment>, field: &str) -> Result<Segment, AgentError> {
-    Ok(s.map(|s| Segment::from_pb(s, field))
-        .transpose()?
-        .unwrap_or_default())
 }
 
 fn outcome_of(e: &AgentError) -> String {
@@ -119,12 +102,8 @@ impl AgentService {
     }
 
     /// The hasher of a request's method and seal (see [`sealing::hasher`]).
-    fn hasher(&self, ds: &Dataset, method: HashMethod, seal: Option<pb::Seal>) -> Result<Hasher, AgentError> {
+    fn hasher(&self, ds: &Dataset, method: HashMethod, seal: Option<&Seal>) -> Result<Hasher, AgentError> {
         sealing::hasher(self.zone.as_deref(), method, seal, &ds.config.policy, &ds.name)
-    }
-
-    async fn bound(&self, ds: &Dataset, cols: Vec<pb::ColumnRef>, key_len: u32) -> Result<Bound, AgentError> {
-        ds.bind(columns_from(cols)?, key_len as usize).await
     }
 }
 
@@ -135,8 +114,9 @@ impl Agent for AgentService {
         req: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
         let client = client_name(&req);
-        let r = req.into_inner();
-        let asked = Asked::describe(&r);
+        let wire = req.into_inner();
+        let asked = Asked::describe(&wire);
+        let r = tally_common::wire::DescribeRequest::from(wire);
         let span = tracing::info_span!("describe", dataset = %r.dataset, client = %client);
         let result = async {
             let ds = self.dataset(&r.dataset)?;
@@ -147,17 +127,15 @@ impl Agent for AgentService {
             } else {
                 None
             };
-            let int_tuple =
-                |v: i64| tally_common::segment::tuple_to_pb(&vec![tally_common::segment::KeyPart::Int(v)]);
             let d = ds.connector.dialect_for(&info);
-            Ok(pb::DescribeResponse {
+            Ok(Describe {
                 dataset: r.dataset.clone(),
                 columns: info
                     .columns
                     .iter()
-                    .map(|c| pb::Column {
+                    .map(|c| Column {
                         name: c.name.clone(),
-                        type_class: pb::TypeClass::from(c.class) as i32,
+                        class: c.class,
                         declared_type: c.declared_type.clone(),
                         nullable: c.nullable,
                         scale: c.scale,
@@ -181,30 +159,31 @@ impl Agent for AgentService {
                             p.allow_unsealed
                         }
                     })
-                    .map(|m| pb::HashMethod::from(m) as i32)
                     .collect(),
-                zone_key: self.zone.as_ref().map(|z| z.signed.to_pb()),
+                zone_key: self.zone.as_ref().map(|z| z.signed.clone()),
                 xor_supported: !ds.connector.supports_pushdown() || d.xor_aggregate("h").is_some(),
-                max_level: pb::PrivacyLevel::from(p.max_level) as i32,
+                max_level: p.max_level,
                 expose_key_bounds: p.expose_key_bounds,
                 min_segment_rows: p.min_segment_rows,
                 time_columns: p.time_columns.clone(),
-                key_min: range.map(|r| int_tuple(r.0)),
-                key_max: range.map(|r| int_tuple(r.1)),
+                key_range: range.map(|(lo, hi)| (vec![KeyPart::Int(lo)], vec![KeyPart::Int(hi)])),
                 release_log_head: String::new(),
             })
         }
         .instrument(span)
         .await;
         let released = match &result {
-            Ok(d) => json!({"schema": true, "key_range": d.key_min.is_some()}),
+            Ok(d) => json!({"schema": true, "key_range": d.key_range.is_some()}),
             Err(_) => json!({}),
         };
         let head = self.record(&client, "Describe", &r.dataset, &asked, &result, released)?;
-        Ok(Response::new(pb::DescribeResponse {
-            release_log_head: head,
-            ..result?
-        }))
+        Ok(Response::new(
+            Describe {
+                release_log_head: head,
+                ..result?
+            }
+            .into(),
+        ))
     }
 
     async fn aggregate(
@@ -212,37 +191,22 @@ impl Agent for AgentService {
         req: Request<pb::AggregateRequest>,
     ) -> Result<Response<pb::AggregateResponse>, Status> {
         let client = client_name(&req);
-        let r = req.into_inner();
-        let asked = Asked::aggregate(&r);
-        let n_segments = r.segments.len();
+        let wire = req.into_inner();
+        // the release log records the request as received (its digest is over the wire form)
+        let asked = Asked::aggregate(&wire);
+        let dataset = wire.dataset.clone();
+        let n_segments = wire.segments.len();
         let span =
-            tracing::info_span!("aggregate", dataset = %r.dataset, client = %client, segments = n_segments);
+            tracing::info_span!("aggregate", dataset = %dataset, client = %client, segments = n_segments);
         let started = std::time::Instant::now();
         let result = async {
+            let r = AggregateRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
-            let method = method_from(r.method)?;
-            let h = self.hasher(&ds, method, r.seal)?;
-            if r.segments.is_empty() || r.segments.len() > 100_000 {
-                return Err(AgentError::InvalidArgument(
-                    "segments: between 1 and 100000 needed".into(),
-                ));
-            }
-            let parents = r
-                .segments
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    let f = format!("segments[{i}]");
-                    Ok((
-                        segment_from(s.segment, &f)?,
-                        Split::from_pb(s.split, &format!("{f}.split"))?,
-                    ))
-                })
-                .collect::<Result<Vec<_>, AgentError>>()?;
-            policy::check_disjoint(&parents)?;
-            policy::check_aggregate(&ds.config.policy, &ds.name, &parents)?;
-            let b = self.bound(&ds, r.columns, r.key_len).await?;
-            let out = ds.aggregate(&b, &h, &parents, r.in_process).await?;
+            let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
+            policy::check_disjoint(&r.parents)?;
+            policy::check_aggregate(&ds.config.policy, &ds.name, &r.parents)?;
+            let b = ds.bind(r.columns, r.key_len).await?;
+            let out = ds.aggregate(&b, &h, &r.parents, r.in_process).await?;
             policy::check_bucket_counts(
                 &ds.config.policy,
                 &ds.name,
@@ -255,17 +219,17 @@ impl Agent for AgentService {
                 ms = started.elapsed().as_millis() as u64,
                 "aggregate done"
             );
-            Ok(pb::AggregateResponse {
+            Ok(AggregateResponse {
                 buckets: out
                     .buckets
-                    .iter()
-                    .map(|b| pb::Bucket {
-                        parent: b.parent as u32,
-                        child: b.child as u32,
-                        segment: Some(pb::Segment::from(&b.segment)),
+                    .into_iter()
+                    .map(|b| Bucket {
+                        parent: b.parent,
+                        child: b.child,
                         count: b.agg.count(),
                         sum: b.agg.sum(),
                         xor: b.agg.xor(),
+                        segment: b.segment,
                     })
                     .collect(),
                 path: out.path.name().to_string(),
@@ -274,7 +238,9 @@ impl Agent for AgentService {
             })
         }
         .instrument(span)
-        .await;
+        .await
+        // what was released is summarised from the message as sent
+        .map(pb::AggregateResponse::from);
         let released = match &result {
             Ok(o) => {
                 let mut v = release::aggregate_released(&o.buckets);
@@ -289,7 +255,7 @@ impl Agent for AgentService {
             }
             Err(_) => json!({}),
         };
-        let head = self.record(&client, "Aggregate", &r.dataset, &asked, &result, released)?;
+        let head = self.record(&client, "Aggregate", &dataset, &asked, &result, released)?;
         Ok(Response::new(pb::AggregateResponse {
             release_log_head: head,
             ..result?
@@ -303,14 +269,15 @@ impl Agent for AgentService {
         req: Request<pb::RowDigestsRequest>,
     ) -> Result<Response<DigestStream>, Status> {
         let client = client_name(&req);
-        let r = req.into_inner();
-        let asked = Asked::row_digests(&r);
+        let wire = req.into_inner();
+        let asked = Asked::row_digests(&wire);
+        let dataset = wire.dataset.clone();
         let prepared = async {
+            let r = RowDigestsRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
-            let method = method_from(r.method)?;
-            let h = self.hasher(&ds, method, r.seal.clone())?;
-            let seg = segment_from(r.segment, "segment")?;
+            let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
+            let seg = r.segment;
             if seg.has_key_bounds() && !ds.config.policy.expose_key_bounds {
                 return Err(AgentError::Policy {
                     dataset: ds.name.clone(),
@@ -319,7 +286,7 @@ impl Agent for AgentService {
                 });
             }
             policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
-            let b = self.bound(&ds, r.columns, r.key_len).await?;
+            let b = ds.bind(r.columns, r.key_len).await?;
             // count first: a range above max_digest_rows is refused before any digest
             // leaves (keys only, unless a period filter needs its column)
             let mut counting = b.clone();
@@ -344,7 +311,7 @@ impl Agent for AgentService {
                     &self.log,
                     &client,
                     rpc,
-                    &r.dataset,
+                    &dataset,
                     &asked,
                     &outcome_of(&e),
                     json!({}),
@@ -353,9 +320,8 @@ impl Agent for AgentService {
             }
             Ok(p) => p,
         };
-        let opened = record_line(&self.log, &client, rpc, &r.dataset, &asked, "started", json!({}))?;
+        let opened = record_line(&self.log, &client, rpc, &dataset, &asked, "started", json!({}))?;
         let log = Arc::clone(&self.log);
-        let dataset = r.dataset.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::RowDigestBatch, Status>>(4);
         let span = tracing::info_span!("row_digests", dataset = %dataset, client = %client);
         tokio::spawn(
@@ -371,16 +337,13 @@ impl Agent for AgentService {
                         if sent.count + batch.len() as u64 > policy.max_digest_rows {
                             policy::check_digest_rows(&policy, &ds.name, u64::MAX)?;
                         }
-                        let msg = pb::RowDigestBatch {
+                        let msg = pb::RowDigestBatch::from(RowDigestBatch {
                             digests: batch
                                 .into_iter()
-                                .map(|(k, r)| pb::RowDigest {
-                                    key_hash: k,
-                                    row_hash: r,
-                                })
+                                .map(|(key_hash, row_hash)| RowDigest { key_hash, row_hash })
                                 .collect(),
                             release_log_head: opened.clone(),
-                        };
+                        });
                         let counted = msg.digests.clone();
                         // a full channel waits for the client: memory stays bounded
                         let r = txc.blocking_send_or_closed(Ok(msg));
@@ -400,10 +363,10 @@ impl Agent for AgentService {
                 let last = match (result, closed) {
                     (_, Err(status)) => Err(status),
                     (Err(e), _) => Err(Status::from(e)),
-                    (Ok(_), Ok(head)) => Ok(pb::RowDigestBatch {
+                    (Ok(_), Ok(head)) => Ok(pb::RowDigestBatch::from(RowDigestBatch {
                         digests: Vec::new(),
                         release_log_head: head,
-                    }),
+                    })),
                 };
                 if !cancelled {
                     let _ = tx.send(last).await;
@@ -435,13 +398,15 @@ impl Agent for AgentService {
         req: Request<pb::InvestigationSqlRequest>,
     ) -> Result<Response<pb::InvestigationSqlResponse>, Status> {
         let client = client_name(&req);
-        let r = req.into_inner();
-        let asked = Asked::investigation_sql(&r);
+        let wire = req.into_inner();
+        let asked = Asked::investigation_sql(&wire);
+        let dataset = wire.dataset.clone();
         let result = async {
+            let r = InvestigationSqlRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
-            let seg = segment_from(r.segment.clone(), "segment")?;
+            let seg = r.segment;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
-            let b = self.bound(&ds, r.columns.clone(), r.key_len).await?;
+            let b = ds.bind(r.columns, r.key_len).await?;
             // a dataset that serves sealed checksums only has no unsealed hash ranges
             let sealed = r.sealed || !ds.config.policy.allow_unsealed;
             Ok(ds.investigation_sql(&b, &seg, sealed))
@@ -450,15 +415,18 @@ impl Agent for AgentService {
         let head = self.record(
             &client,
             "InvestigationSql",
-            &r.dataset,
+            &dataset,
             &asked,
             &result,
             json!({"sql": true}),
         )?;
-        Ok(Response::new(pb::InvestigationSqlResponse {
-            sql: result?,
-            release_log_head: head,
-        }))
+        Ok(Response::new(
+            tally_common::wire::InvestigationSqlResponse {
+                sql: result?,
+                release_log_head: head,
+            }
+            .into(),
+        ))
     }
 }
 
@@ -469,14 +437,16 @@ impl AgentService {
         level: PrivacyLevel,
     ) -> Result<Response<pb::RevealResponse>, Status> {
         let client = client_name(&req);
-        let r = req.into_inner();
+        let wire = req.into_inner();
         let rpc = if level == PrivacyLevel::Detailed {
             "RevealRows"
         } else {
             "RevealKeys"
         };
-        let asked = Asked::reveal(rpc, &r);
+        let asked = Asked::reveal(rpc, &wire);
+        let dataset = wire.dataset.clone();
         let result = async {
+            let r = RevealRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, level, r.consent_acknowledged)?;
             if !ds.config.policy.expose_key_bounds {
@@ -486,11 +456,11 @@ impl AgentService {
                     message: "key values may not leave this zone".into(),
                 });
             }
-            let nonce = r.seal.as_ref().map(|s| s.nonce.clone());
-            let h = sealing::key_hasher(self.zone.as_deref(), r.seal, &ds.config.policy, &ds.name)?;
-            let seg = segment_from(r.segment, "segment")?;
+            let nonce = r.seal.as_ref().map(|s| s.nonce);
+            let h = sealing::key_hasher(self.zone.as_deref(), r.seal.as_ref(), &ds.config.policy, &ds.name)?;
+            let seg = r.segment;
             policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
-            let mut b = self.bound(&ds, r.columns, r.key_len).await?;
+            let mut b = ds.bind(r.columns, r.key_len).await?;
             if level != PrivacyLevel::Detailed && seg.period.is_none() {
                 // keys only: read just the key columns (an index-only range scan where
                 // the engine can); a period filter needs its column, so it keeps them all
@@ -501,9 +471,12 @@ impl AgentService {
             // the run's and the hour's budgets are reserved before the scan (two
             // concurrent calls cannot both spend the last rows) and what was not
             // released is given back
-            let budget =
-                self.reveals
-                    .reserve(&ds.config.policy, &ds.name, nonce.as_deref(), asked_for as u64)?;
+            let budget = self.reveals.reserve(
+                &ds.config.policy,
+                &ds.name,
+                nonce.as_ref().map(|n| &n[..]),
+                asked_for as u64,
+            )?;
             let limit = budget.rows() as usize;
             let scanned = ds.rows_by_key_hash(&b, &h, &seg, &wanted, limit).await;
             let released = scanned.as_ref().map_or(0, |(rows, _)| rows.len() as u64);
@@ -514,36 +487,35 @@ impl AgentService {
                 .iter()
                 .map(|c| policy::is_masked(&ds.config.policy, &c.info.name))
                 .collect();
-            let rows: Vec<pb::RevealedRow> = rows
+            let rows: Vec<RevealedRow> = rows
                 .into_iter()
-                .map(|(kh, row)| pb::RevealedRow {
-                    key_hash: kh,
-                    key: Some(tuple_to_pb(&row.key)),
+                .map(|(key_hash, row)| RevealedRow {
+                    key_hash,
+                    key: row.key,
                     values: if level == PrivacyLevel::Detailed {
                         row.fields
                             .into_iter()
                             .zip(&masked)
-                            .map(|(v, m)| pb::OptionalText {
-                                text: if *m { None } else { v },
-                            })
+                            .map(|(v, m)| if *m { None } else { v })
                             .collect()
                     } else {
                         Vec::new()
                     },
                 })
                 .collect();
-            Ok(pb::RevealResponse {
+            Ok(RevealResponse {
                 truncated: truncated || r.key_hashes.len() > limit,
                 rows,
                 release_log_head: String::new(),
             })
         }
-        .await;
+        .await
+        .map(pb::RevealResponse::from);
         let released = match &result {
             Ok(resp) => release::reveal_released(&resp.rows, level == PrivacyLevel::Detailed),
             Err(_) => json!({}),
         };
-        let head = self.record(&client, rpc, &r.dataset, &asked, &result, released)?;
+        let head = self.record(&client, rpc, &dataset, &asked, &result, released)?;
         Ok(Response::new(pb::RevealResponse {
             release_log_head: head,
             ..result?

@@ -16,6 +16,7 @@ pub mod segment;
 pub mod shortest;
 pub mod types;
 pub mod vectors;
+pub mod wire;
 
 pub use canonical::{FieldFormat, Value};
 pub use checksum::{AnyAggregate, HashMethod};

@@ -22,6 +22,8 @@ use rustls::sign::SigningKey;
 use rustls::{SignatureScheme, sign::Signer};
 use x509_parser::prelude::FromDer;
 
+use crate::segment::{WireError, wire_err};
+
 /// Bytes of a run nonce.
 pub const NONCE_LEN: usize = 16;
 
@@ -154,20 +156,23 @@ impl SignedZoneKey {
     }
 
     /// From the wire, naming the field that is malformed.
-    pub fn from_pb(z: tally_proto::v1::ZoneKey, field: &str) -> Result<SignedZoneKey, String> {
+    pub fn from_pb(z: tally_proto::v1::ZoneKey, field: &str) -> Result<SignedZoneKey, WireError> {
         let public_key: [u8; 32] = z
             .public_key
             .as_slice()
             .try_into()
-            .map_err(|_| format!("{field}.public_key: 32 bytes expected"))?;
+            .map_err(|_| wire_err(format!("{field}.public_key"), "32 bytes expected"))?;
         if z.agent.is_empty() {
-            return Err(format!("{field}.agent: empty"));
+            return Err(wire_err(format!("{field}.agent"), "empty"));
         }
         if z.certificates.is_empty() {
-            return Err(format!("{field}.certificates: the peer's certificate is missing"));
+            return Err(wire_err(
+                format!("{field}.certificates"),
+                "the peer's certificate is missing",
+            ));
         }
         if z.signature.is_empty() {
-            return Err(format!("{field}.signature: empty"));
+            return Err(wire_err(format!("{field}.signature"), "empty"));
         }
         Ok(SignedZoneKey {
             agent: z.agent,

@@ -216,12 +216,21 @@ pub struct ColumnSpec {
     pub format: FieldFormat,
 }
 
-/// A wire conversion error naming the field.
+/// A wire conversion error naming the field by its path in the message
+/// (`segments[3].split`, `seal.nonce`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid field {field}: {message}")]
+#[error("{field}: {message}")]
 pub struct WireError {
     pub field: String,
     pub message: String,
+}
+
+impl WireError {
+    /// The same error inside the field `prefix` of an enclosing message.
+    pub fn at(mut self, prefix: &str) -> WireError {
+        self.field = format!("{prefix}.{}", self.field);
+        self
+    }
 }
 
 pub fn wire_err(field: impl Into<String>, message: impl Into<String>) -> WireError {

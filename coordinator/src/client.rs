@@ -1,8 +1,15 @@
 //! A connection to one agent over mutual TLS, with retries of transient failures.
 //! The coordinator presents its client certificate and trusts only the configured CA.
+//! Requests and answers are the domain types of `tally_common::wire`; the proto
+//! messages stop here, and an answer that does not convert is a `MalformedAnswer`.
 
 use std::time::Duration;
 
+use tally_common::wire::{
+    AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
+    InvestigationSqlResponse, RevealRequest, RevealResponse, RowDigest, RowDigestBatch, RowDigestsRequest,
+    WireError,
+};
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -97,27 +104,42 @@ impl Agent {
         unreachable!("the last attempt returns")
     }
 
-    pub async fn describe(&self, dataset: &str) -> Result<pb::DescribeResponse, RunError> {
-        let req = pb::DescribeRequest {
-            dataset: dataset.to_string(),
-        };
-        self.retry("Describe", |mut c| {
-            let r = req.clone();
-            async move { c.describe(r).await }
+    /// An answer that does not convert to its domain type names the agent and field.
+    fn valid<T>(&self, rpc: &str, answer: Result<T, WireError>) -> Result<T, RunError> {
+        answer.map_err(|e| RunError::MalformedAnswer {
+            agent: self.name.clone(),
+            rpc: rpc.to_string(),
+            message: e.to_string(),
         })
-        .await
     }
 
-    pub async fn aggregate(&self, req: pb::AggregateRequest) -> Result<pb::AggregateResponse, RunError> {
-        self.retry("Aggregate", |mut c| {
-            let r = req.clone();
-            async move { c.aggregate(r).await }
-        })
-        .await
+    pub async fn describe(&self, dataset: &str) -> Result<Describe, RunError> {
+        let req = pb::DescribeRequest::from(DescribeRequest {
+            dataset: dataset.to_string(),
+        });
+        let d = self
+            .retry("Describe", |mut c| {
+                let r = req.clone();
+                async move { c.describe(r).await }
+            })
+            .await?;
+        self.valid("Describe", Describe::try_from(d))
+    }
+
+    pub async fn aggregate(&self, req: AggregateRequest) -> Result<AggregateResponse, RunError> {
+        let req = pb::AggregateRequest::from(req);
+        let a = self
+            .retry("Aggregate", |mut c| {
+                let r = req.clone();
+                async move { c.aggregate(r).await }
+            })
+            .await?;
+        self.valid("Aggregate", AggregateResponse::try_from(a))
     }
 
     /// All digests of a segment, collected (a leaf is bounded by the threshold).
-    pub async fn row_digests(&self, req: pb::RowDigestsRequest) -> Result<Vec<pb::RowDigest>, RunError> {
+    pub async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError> {
+        let req = pb::RowDigestsRequest::from(req);
         let mut stream = self
             .retry("RowDigests", |mut c| {
                 let r = req.clone();
@@ -126,33 +148,37 @@ impl Agent {
             .await?;
         let mut out = Vec::new();
         while let Some(batch) = stream.message().await.map_err(|s| self.error("RowDigests", s))? {
-            out.extend(batch.digests);
+            out.extend(RowDigestBatch::from(batch).digests);
         }
         Ok(out)
     }
 
-    pub async fn reveal(&self, req: pb::RevealRequest, rows: bool) -> Result<pb::RevealResponse, RunError> {
+    pub async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError> {
         let rpc = if rows { "RevealRows" } else { "RevealKeys" };
-        self.retry(rpc, |mut c| {
-            let r = req.clone();
-            async move {
-                if rows {
-                    c.reveal_rows(r).await
-                } else {
-                    c.reveal_keys(r).await
+        let req = pb::RevealRequest::from(req);
+        let r = self
+            .retry(rpc, |mut c| {
+                let r = req.clone();
+                async move {
+                    if rows {
+                        c.reveal_rows(r).await
+                    } else {
+                        c.reveal_keys(r).await
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await?;
+        self.valid(rpc, RevealResponse::try_from(r))
     }
 
-    pub async fn investigation_sql(&self, req: pb::InvestigationSqlRequest) -> Result<String, RunError> {
+    pub async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
+        let req = pb::InvestigationSqlRequest::from(req);
         self.retry("InvestigationSql", |mut c| {
             let r = req.clone();
             async move { c.investigation_sql(r).await }
         })
         .await
-        .map(|r| r.sql)
+        .map(|r| InvestigationSqlResponse::from(r).sql)
     }
 }
 

@@ -31,6 +31,13 @@ pub enum RunError {
         code: String,
         message: String,
     },
+    /// An agent's answer that does not parse as the protocol says (a field named).
+    #[error("agent {agent} sent a malformed {rpc} answer: {message}")]
+    MalformedAnswer {
+        agent: String,
+        rpc: String,
+        message: String,
+    },
     #[error("gate {gate} tripped: {message}")]
     Gate { gate: &'static str, message: String },
     #[error("cancelled")]
@@ -77,7 +84,7 @@ impl RunError {
             RunError::NoCanonicalForm(_) => "no_canonical_form",
             RunError::PolicyRefused { .. } => "policy_refused",
             RunError::Unreachable { .. } => "agent_unreachable",
-            RunError::Agent { .. } => "agent_error",
+            RunError::Agent { .. } | RunError::MalformedAnswer { .. } => "agent_error",
             RunError::Gate { .. } => "gate_tripped",
             RunError::Cancelled => "cancelled",
             RunError::Internal(_) => "internal",

@@ -2,11 +2,11 @@
 //! resolve each column's type class and scale, negotiate the hash method, and report
 //! schema drift before anything is scanned.
 
+use tally_common::TypeClass;
 use tally_common::canonical::{DEFAULT_FLOAT_SCALE, DEFAULT_TIME_PRECISION, FieldFormat};
 use tally_common::checksum::HashMethod;
 use tally_common::segment::ColumnSpec;
-use tally_common::{PrivacyLevel, TypeClass};
-use tally_proto::v1 as pb;
+use tally_common::wire::{Column, Describe};
 
 use crate::error::RunError;
 use crate::spec::{HashChoice, Override, Spec, Strategy};
@@ -61,12 +61,8 @@ impl Resolved {
     }
 }
 
-fn find<'a>(d: &'a pb::DescribeResponse, name: &str) -> Option<&'a pb::Column> {
-    d.columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
-}
-
-fn class(c: &pb::Column) -> TypeClass {
-    TypeClass::try_from(c.type_class).unwrap_or(TypeClass::Other)
+fn find<'a>(d: &'a Describe, name: &str) -> Option<&'a Column> {
+    d.column(name)
 }
 
 /// Why a column cannot be compared as the spec asks.
@@ -100,12 +96,12 @@ fn zone(z: &str) -> &str {
 /// in the run's warnings), or why it cannot be compared.
 fn resolve_format(
     cx: &ColumnContext<'_>,
-    s: &pb::Column,
-    t: &pb::Column,
+    s: &Column,
+    t: &Column,
 ) -> Result<(FieldFormat, Vec<String>), Refusal> {
     use TypeClass::*;
     let name = cx.name;
-    let (a, b) = (class(s), class(t));
+    let (a, b) = (s.class, t.class);
     let declared = [&s.declared_type, &t.declared_type];
     let mut notes = Vec::new();
     if a == Other || b == Other {
@@ -212,7 +208,7 @@ fn resolve_format(
         Decimal => {
             // per side: the declared scale of its decimal (an integer declares 0); the
             // float side of a decimal/float pair follows the decimal
-            let declared_scale = |c: &pb::Column, k: TypeClass| match k {
+            let declared_scale = |c: &Column, k: TypeClass| match k {
                 Integer => Some(Some(0)),
                 Decimal => Some(c.scale),
                 _ => None,
@@ -291,11 +287,7 @@ fn resolve_format(
     ))
 }
 
-pub fn resolve(
-    spec: &Spec,
-    src: &pb::DescribeResponse,
-    tgt: &pb::DescribeResponse,
-) -> Result<Resolved, RunError> {
+pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, RunError> {
     let mut drift = Vec::new();
     let mut uncomparable = Vec::new();
     let mut warnings = Vec::new();
@@ -413,10 +405,9 @@ pub fn resolve(
     if !uncomparable.is_empty() {
         return Err(RunError::NoCanonicalForm(uncomparable.join("; ")));
     }
-    let supports = |d: &pb::DescribeResponse, m: HashMethod| {
-        d.hash_methods.contains(&(pb::HashMethod::from(m) as i32)) && (!m.is_sealed() || d.zone_key.is_some())
-    };
-    let offers = |d: &pb::DescribeResponse| {
+    let supports =
+        |d: &Describe, m: HashMethod| d.hash_methods.contains(&m) && (!m.is_sealed() || d.zone_key.is_some());
+    let offers = |d: &Describe| {
         let m: Vec<&str> = HashMethod::BY_STRENGTH
             .into_iter()
             .filter(|m| supports(d, *m))
@@ -466,9 +457,9 @@ pub fn resolve(
 
 /// Checks the spec against what each agent's policy releases, before any scan, so a
 /// run that would be refused half-way is refused at once (the agents enforce it anyway).
-pub fn check_policies(spec: &Spec, sides: [(&str, &pb::DescribeResponse); 2]) -> Result<(), RunError> {
+pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), RunError> {
     for (agent, d) in sides {
-        let max = PrivacyLevel::try_from(d.max_level).unwrap_or(PrivacyLevel::CountOnly);
+        let max = d.max_level;
         if spec.reporting.level > max {
             return Err(RunError::PolicyRefused {
                 agent: agent.to_string(),
@@ -507,12 +498,14 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &pb::DescribeResponse); 2]) ->
 
 #[cfg(test)]
 mod tests {
+    use tally_common::PrivacyLevel;
+
     use super::*;
 
-    fn col(name: &str, class: TypeClass, declared: &str, scale: Option<u32>) -> pb::Column {
-        pb::Column {
+    fn col(name: &str, class: TypeClass, declared: &str, scale: Option<u32>) -> Column {
+        Column {
             name: name.into(),
-            type_class: pb::TypeClass::from(class) as i32,
+            class,
             declared_type: declared.into(),
             nullable: true,
             scale,
@@ -521,12 +514,12 @@ mod tests {
         }
     }
 
-    fn describe(dataset: &str, cols: Vec<pb::Column>) -> pb::DescribeResponse {
-        pb::DescribeResponse {
+    fn describe(dataset: &str, cols: Vec<Column>) -> Describe {
+        Describe {
             dataset: dataset.into(),
             columns: cols,
             key: vec!["id".into()],
-            hash_methods: vec![pb::HashMethod::Sha25664 as i32, pb::HashMethod::Md548 as i32],
+            hash_methods: vec![HashMethod::Sha256_64, HashMethod::Md5_48],
             xor_supported: true,
             ..Default::default()
         }
@@ -609,7 +602,7 @@ mod tests {
     fn hash_auto_takes_the_strongest_shared_method() {
         let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
         let mut t = s.clone();
-        t.hash_methods = vec![pb::HashMethod::Md548 as i32];
+        t.hash_methods = vec![HashMethod::Md5_48];
         assert_eq!(resolve(&spec(), &s, &t).unwrap().method, HashMethod::Md5_48);
         let mut sp = spec();
         sp.hash = HashChoice::Sha256_64;
@@ -618,17 +611,14 @@ mod tests {
 
     #[test]
     fn hash_auto_seals_whenever_both_agents_can() {
-        let zone = pb::ZoneKey {
+        let zone = tally_common::seal::SignedZoneKey {
             agent: "a".into(),
-            public_key: vec![9; 32],
+            public_key: [9; 32],
             signature: vec![1],
             certificates: vec![vec![1]],
         };
         let mut s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
-        s.hash_methods = HashMethod::BY_STRENGTH
-            .into_iter()
-            .map(|m| pb::HashMethod::from(m) as i32)
-            .collect();
+        s.hash_methods = HashMethod::BY_STRENGTH.to_vec();
         s.zone_key = Some(zone.clone());
         let mut t = s.clone();
         let r = resolve(&spec(), &s, &t).unwrap();
@@ -646,8 +636,8 @@ mod tests {
         );
         // sealed only on one side, unsealed refused on the other: nothing shared
         t.zone_key = Some(zone);
-        s.hash_methods = vec![pb::HashMethod::SealedSha25664 as i32];
-        t.hash_methods = vec![pb::HashMethod::Sha25664 as i32];
+        s.hash_methods = vec![HashMethod::SealedSha256_64];
+        t.hash_methods = vec![HashMethod::Sha256_64];
         let e = resolve(&spec(), &s, &t).unwrap_err().to_string();
         assert!(
             e.contains("share no hash method") && e.contains("allow_unsealed"),
@@ -655,7 +645,7 @@ mod tests {
         );
     }
 
-    fn one(class: TypeClass, declared: &str, scale: Option<u32>) -> Vec<pb::Column> {
+    fn one(class: TypeClass, declared: &str, scale: Option<u32>) -> Vec<Column> {
         vec![
             col("id", TypeClass::Integer, "bigint", None),
             col("v", class, declared, scale),
@@ -753,7 +743,7 @@ mod tests {
         );
         // drift and a column without canonical form: drift, naming both
         let mut t3 = t.clone();
-        t3.columns[3].type_class = pb::TypeClass::from(TypeClass::Date) as i32;
+        t3.columns[3].class = TypeClass::Date;
         let e = resolve(&spec(), &s, &t3).unwrap_err();
         assert_eq!(e.code(), "schema_drift");
         assert!(
@@ -1101,7 +1091,7 @@ mod tests {
             .to_string();
         assert!(e.contains("max_level") && e.contains("agent a"), "{e}");
         let mut hidden = s.clone();
-        hidden.max_level = pb::PrivacyLevel::WithKeys as i32;
+        hidden.max_level = PrivacyLevel::WithKeys;
         hidden.expose_key_bounds = false;
         let e = check_policies(&sp, [("a", &hidden), ("b", &hidden)])
             .unwrap_err()

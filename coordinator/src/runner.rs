@@ -8,11 +8,14 @@ use std::io::IsTerminal;
 use std::time::Instant;
 
 use futures::StreamExt;
-use tally_common::checksum::{AnyAggregate, HashMethod, run_false_match_bound};
+use tally_common::checksum::{AnyAggregate, run_false_match_bound};
 use tally_common::period::Granularity;
-use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb};
+use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split};
+use tally_common::wire::{
+    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, RevealRequest, RevealResponse,
+    RowDigest, RowDigestsRequest, Seal,
+};
 use tally_common::{PrivacyLevel, TypeClass};
-use tally_proto::v1 as pb;
 
 use crate::client::Agent;
 use crate::error::RunError;
@@ -24,19 +27,9 @@ use crate::result::*;
 use crate::spec::{Mode, Spec, Strategy};
 
 /// The union of both sides' integer key ranges, where both agents report one.
-fn int_range(s: &pb::DescribeResponse, t: &pb::DescribeResponse) -> Option<(i64, i64)> {
-    let one = |k: &Option<pb::KeyTuple>| match k.as_ref()?.parts.as_slice() {
-        [
-            pb::KeyValue {
-                value: Some(pb::key_value::Value::Int(i)),
-            },
-        ] => Some(*i),
-        _ => None,
-    };
-    Some((
-        one(&s.key_min)?.min(one(&t.key_min)?),
-        one(&s.key_max)?.max(one(&t.key_max)?),
-    ))
+fn int_range(s: &Describe, t: &Describe) -> Option<(i64, i64)> {
+    let (s, t) = (s.int_key_range()?, t.int_key_range()?);
+    Some((s.0.min(t.0), s.1.max(t.1)))
 }
 
 /// Revealed rows by key hash: the key and (at detailed) the canonical values.
@@ -75,8 +68,8 @@ struct Run<'a> {
 
 #[derive(Debug, Clone)]
 struct Seals {
-    source: pb::Seal,
-    target: pb::Seal,
+    source: Seal,
+    target: Seal,
 }
 
 /// Which side a request goes to.
@@ -84,10 +77,6 @@ struct Seals {
 enum Side {
     Source,
     Target,
-}
-
-fn method_pb(m: HashMethod) -> i32 {
-    pb::HashMethod::from(m) as i32
 }
 
 fn agg_out(a: &AnyAggregate) -> AggOut {
@@ -204,16 +193,21 @@ impl Run<'_> {
         let resolved = resolve(spec, &s, &t)?;
         if resolved.method.is_sealed() {
             // resolve checked that both sides offer a zone key for a sealed method
-            let nonce = tally_common::seal::run_nonce().to_vec();
+            let nonce = tally_common::seal::run_nonce();
+            let zone_key = |d: &Describe| {
+                d.zone_key.clone().ok_or_else(|| {
+                    RunError::Internal(format!("dataset {} has no zone key to seal with", d.dataset))
+                })
+            };
             self.seals = Some(Seals {
-                source: pb::Seal {
-                    nonce: nonce.clone(),
-                    peer: t.zone_key.clone(),
+                source: Seal {
+                    nonce,
+                    peer: zone_key(&t)?,
                     peer_dataset: spec.target.dataset.clone(),
                 },
-                target: pb::Seal {
+                target: Seal {
                     nonce,
-                    peer: s.zone_key.clone(),
+                    peer: zone_key(&s)?,
                     peer_dataset: spec.source.dataset.clone(),
                 },
             });
@@ -369,7 +363,7 @@ impl Run<'_> {
     }
 
     /// The seal of a request to `side`, in a sealed run.
-    fn seal(&self, side: Side) -> Option<pb::Seal> {
+    fn seal(&self, side: Side) -> Option<Seal> {
         self.seals.as_ref().map(|s| match side {
             Side::Source => s.source.clone(),
             Side::Target => s.target.clone(),
@@ -383,40 +377,31 @@ impl Run<'_> {
         dataset: &str,
         parents: &[Segment],
         splits: &[Split],
-    ) -> pb::AggregateRequest {
+    ) -> AggregateRequest {
         let r = self.resolved.as_ref().expect("resolved");
-        pb::AggregateRequest {
+        AggregateRequest {
             seal: self.seal(side),
             dataset: dataset.to_string(),
-            columns: side_cols.iter().map(pb::ColumnRef::from).collect(),
-            key_len: r.key_len as u32,
-            method: method_pb(r.method),
-            segments: parents
-                .iter()
-                .zip(splits)
-                .map(|(seg, split)| pb::SegmentSplit {
-                    segment: Some(pb::Segment::from(seg)),
-                    split: Some(split.to_pb()),
-                })
-                .collect(),
+            columns: side_cols,
+            key_len: r.key_len,
+            method: r.method,
+            parents: parents.iter().cloned().zip(splits.iter().cloned()).collect(),
             in_process: false,
         }
     }
 
-    fn buckets(&self, resp: &pb::AggregateResponse, side: &str) -> Result<Vec<BucketResult>, RunError> {
+    fn buckets(&self, resp: &AggregateResponse) -> Vec<BucketResult> {
         let r = self.resolved.as_ref().expect("resolved");
         resp.buckets
             .iter()
             .map(|b| {
-                let segment = Segment::from_pb(b.segment.clone().unwrap_or_default(), "bucket.segment")
-                    .map_err(|e| RunError::Internal(format!("{side} agent sent a bad bucket: {e}")))?;
                 let xor = if r.xor { b.xor } else { None };
-                Ok(BucketResult {
-                    parent: b.parent as usize,
-                    child: b.child as usize,
-                    segment,
+                BucketResult {
+                    parent: b.parent,
+                    child: b.child,
+                    segment: b.segment.clone(),
                     agg: AnyAggregate::new(r.method, b.count, b.sum, xor),
-                })
+                }
             })
             .collect()
     }
@@ -449,8 +434,8 @@ impl Run<'_> {
             self.res.target.rows_scanned += tgt_resp.rows_scanned;
             self.res.source.path = Some(src_resp.path.clone());
             self.res.target.path = Some(tgt_resp.path.clone());
-            let sb = self.buckets(&src_resp, "source")?;
-            let tb = self.buckets(&tgt_resp, "target")?;
+            let sb = self.buckets(&src_resp);
+            let tb = self.buckets(&tgt_resp);
             let stats = planner
                 .observe(&plan, &sb, &tb)
                 .map_err(|e| RunError::Internal(e.to_string()))?;
@@ -487,7 +472,7 @@ impl Run<'_> {
         plan: &LevelPlan,
         scols: &[ColumnSpec],
         tcols: &[ColumnSpec],
-    ) -> Result<(pb::AggregateResponse, pb::AggregateResponse), RunError> {
+    ) -> Result<(AggregateResponse, AggregateResponse), RunError> {
         let splits = plan.splits.clone();
         let sreq = self.aggregate_request(
             Side::Source,
@@ -498,7 +483,7 @@ impl Run<'_> {
         );
         if plan.target_follows_source {
             let s = self.source.aggregate(sreq).await?;
-            let sb = self.buckets(&s, "source")?;
+            let sb = self.buckets(&s);
             let tsplits = Planner::target_splits(plan, &sb);
             let treq = self.aggregate_request(
                 Side::Target,
@@ -525,11 +510,11 @@ impl Run<'_> {
     async fn leaf_sql(&mut self, leaves: &[Leaf]) -> Result<(), RunError> {
         let r = self.resolved.clone().expect("resolved");
         for (i, leaf) in leaves.iter().take(MAX_LEAVES_WITH_SQL).enumerate() {
-            let req = |cols: Vec<ColumnSpec>, dataset: &str| pb::InvestigationSqlRequest {
+            let req = |columns: Vec<ColumnSpec>, dataset: &str| InvestigationSqlRequest {
                 dataset: dataset.to_string(),
-                columns: cols.iter().map(pb::ColumnRef::from).collect(),
-                key_len: r.key_len as u32,
-                segment: Some(pb::Segment::from(&leaf.segment)),
+                columns,
+                key_len: r.key_len,
+                segment: leaf.segment.clone(),
                 sealed: r.method.is_sealed(),
             };
             let (s, t) = tokio::join!(
@@ -557,7 +542,7 @@ impl Run<'_> {
     async fn rows_phase(&mut self, leaves: &[Segment]) -> Result<(), RunError> {
         let r = self.resolved.clone().expect("resolved");
         let spec = self.spec;
-        let level = pb::PrivacyLevel::from(spec.reporting.level) as i32;
+        let level = spec.reporting.level;
         let mut counts = DiffCounts::default();
         let (mut dup_source, mut dup_target) = (0u64, 0u64);
         // (leaf, kind, key hash), in leaf order
@@ -566,12 +551,12 @@ impl Run<'_> {
         let (source, target) = (self.source, self.target);
         let (seal_s, seal_t) = (self.seal(Side::Source), self.seal(Side::Target));
         let fetch = |leaf: &Segment| {
-            let req = |cols: Vec<ColumnSpec>, dataset: &str, seal: Option<pb::Seal>| pb::RowDigestsRequest {
+            let req = |columns: Vec<ColumnSpec>, dataset: &str, seal: Option<Seal>| RowDigestsRequest {
                 dataset: dataset.to_string(),
-                columns: cols.iter().map(pb::ColumnRef::from).collect(),
-                key_len: r.key_len as u32,
-                method: method_pb(r.method),
-                segment: Some(pb::Segment::from(leaf)),
+                columns,
+                key_len: r.key_len,
+                method: r.method,
+                segment: leaf.clone(),
                 level,
                 seal,
             };
@@ -585,7 +570,7 @@ impl Run<'_> {
         let mut i = 0;
         while let Some((s, t)) = digests.next().await {
             // a key seen twice on one side is a duplicate key: reported, never folded
-            let index = |digests: Vec<pb::RowDigest>, dups: &mut u64| {
+            let index = |digests: Vec<RowDigest>, dups: &mut u64| {
                 let mut m: HashMap<u64, u64> = HashMap::with_capacity(digests.len());
                 for d in digests {
                     if m.insert(d.key_hash, d.row_hash).is_some() {
@@ -674,16 +659,16 @@ impl Run<'_> {
                 Some((i, mine, from_source, from_target))
             })
             .collect();
-        let reveal = |leaf: &Segment, side: Side, cols: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| {
-            pb::RevealRequest {
+        let reveal = |leaf: &Segment, side: Side, columns: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| {
+            RevealRequest {
                 seal: match side {
                     Side::Source => seal_s.clone(),
                     Side::Target => seal_t.clone(),
                 },
                 dataset: dataset.to_string(),
-                columns: cols.iter().map(pb::ColumnRef::from).collect(),
-                key_len: r.key_len as u32,
-                segment: Some(pb::Segment::from(leaf)),
+                columns,
+                key_len: r.key_len,
+                segment: leaf.clone(),
                 limit: hashes.len() as u32,
                 key_hashes: hashes.to_vec(),
                 level,
@@ -714,13 +699,13 @@ impl Run<'_> {
             async move {
                 let s = async {
                     match sreq {
-                        None => Ok(pb::RevealResponse::default()),
+                        None => Ok(RevealResponse::default()),
                         Some(req) => source.reveal(req, detailed).await,
                     }
                 };
                 let t = async {
                     match treq {
-                        None => Ok(pb::RevealResponse::default()),
+                        None => Ok(RevealResponse::default()),
                         Some(req) => target.reveal(req, detailed).await,
                     }
                 };
@@ -732,20 +717,13 @@ impl Run<'_> {
         let mut w = work.iter();
         while let Some((s, t)) = revealed.next().await {
             let (_, mine, _, _) = w.next().expect("one reveal per work item");
-            let by_hash = |resp: pb::RevealResponse| -> Result<Revealed, RunError> {
+            let by_hash = |resp: RevealResponse| -> Revealed {
                 resp.rows
                     .into_iter()
-                    .map(|row| {
-                        let key = tuple_from_pb(row.key.unwrap_or_default(), "key")
-                            .map_err(|e| RunError::Internal(e.to_string()))?;
-                        Ok((
-                            row.key_hash,
-                            (key, row.values.into_iter().map(|v| v.text).collect()),
-                        ))
-                    })
+                    .map(|row| (row.key_hash, (row.key, row.values)))
                     .collect()
             };
-            let (s, t) = (by_hash(s?)?, by_hash(t?)?);
+            let (s, t) = (by_hash(s?), by_hash(t?));
             for (_, kind, kh) in mine {
                 let side = if *kind == DiffKind::ExtraInTarget { &t } else { &s };
                 let Some((key, _)) = side.get(kh) else { continue };
