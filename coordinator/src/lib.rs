@@ -18,6 +18,7 @@ pub mod raft;
 pub mod redact;
 pub mod resolve;
 pub mod result;
+pub mod rows;
 pub mod runlog;
 pub mod runner;
 pub mod serve;

@@ -115,7 +115,7 @@ pub struct Difference {
     pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
 pub struct DiffCounts {
     pub missing_in_target: u64,
     pub extra_in_target: u64,

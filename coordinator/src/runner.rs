@@ -3,17 +3,16 @@
 //! level (both sides at once where the strategy allows), then, at with_keys and
 //! detailed, classifies the rows of each leaf and asks for the differing keys.
 
-use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::time::Instant;
 
 use futures::StreamExt;
 use tally_common::checksum::{AnyAggregate, run_false_match_bound};
 use tally_common::period::Granularity;
-use tally_common::segment::{ColumnSpec, KeyTuple, Segment, Split};
+use tally_common::segment::{ColumnSpec, Segment, Split};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, RevealRequest, RevealResponse,
-    RowDigest, RowDigestsRequest, Seal,
+    RowDigestsRequest, Seal,
 };
 use tally_common::{PrivacyLevel, TypeClass};
 
@@ -24,6 +23,7 @@ use crate::planner::{
 };
 use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
+use crate::rows;
 use crate::spec::{Mode, Spec, Strategy};
 
 /// The union of both sides' integer key ranges, where both agents report one.
@@ -31,9 +31,6 @@ fn int_range(s: &Describe, t: &Describe) -> Option<(i64, i64)> {
     let (s, t) = (s.int_key_range()?, t.int_key_range()?);
     Some((s.0.min(t.0), s.1.max(t.1)))
 }
-
-/// Revealed rows by key hash: the key and (at detailed) the canonical values.
-type Revealed = HashMap<u64, (KeyTuple, Vec<Option<String>>)>;
 
 /// After an early stop, rows are still classified when the differing segments hold at
 /// most this many rows (per side).
@@ -543,10 +540,6 @@ impl Run<'_> {
         let r = self.resolved.clone().expect("resolved");
         let spec = self.spec;
         let level = spec.reporting.level;
-        let mut counts = DiffCounts::default();
-        let (mut dup_source, mut dup_target) = (0u64, 0u64);
-        // (leaf, kind, key hash), in leaf order
-        let mut found: Vec<(usize, DiffKind, u64)> = Vec::new();
         // a few leaves in flight at once, processed in leaf order
         let (source, target) = (self.source, self.target);
         let (seal_s, seal_t) = (self.seal(Side::Source), self.seal(Side::Target));
@@ -567,98 +560,18 @@ impl Run<'_> {
             async move { tokio::join!(source.row_digests(sreq), target.row_digests(treq)) }
         };
         let mut digests = futures::stream::iter(leaves.iter().map(fetch)).buffered(LEAVES_IN_FLIGHT);
+        let mut classifier = rows::Classifier::default();
         let mut i = 0;
         while let Some((s, t)) = digests.next().await {
-            // a key seen twice on one side is a duplicate key: reported, never folded
-            let index = |digests: Vec<RowDigest>, dups: &mut u64| {
-                let mut m: HashMap<u64, u64> = HashMap::with_capacity(digests.len());
-                for d in digests {
-                    if m.insert(d.key_hash, d.row_hash).is_some() {
-                        *dups += 1;
-                    }
-                }
-                m
-            };
-            let s = index(s?, &mut dup_source);
-            let t = index(t?, &mut dup_target);
-            let mut here: Vec<(DiffKind, u64)> = Vec::new();
-            for (k, h) in &s {
-                match t.get(k) {
-                    None => here.push((DiffKind::MissingInTarget, *k)),
-                    Some(th) if th != h => here.push((DiffKind::Changed, *k)),
-                    _ => {}
-                }
-            }
-            here.extend(
-                t.keys()
-                    .filter(|k| !s.contains_key(k))
-                    .map(|k| (DiffKind::ExtraInTarget, *k)),
-            );
-            here.sort();
-            for (kind, kh) in here {
-                match kind {
-                    DiffKind::MissingInTarget => counts.missing_in_target += 1,
-                    DiffKind::ExtraInTarget => counts.extra_in_target += 1,
-                    DiffKind::Changed => counts.changed += 1,
-                }
-                found.push((i, kind, kh));
-            }
+            classifier.add_range(i, &s?, &t?);
             self.say(format!("rows of range {}/{} classified", i + 1, leaves.len()));
             i += 1;
         }
-        // a row whose period (the time column) differs lies in one leaf on the source and
-        // another on the target: one changed row, not a missing and an extra one
-        let extra_at: HashMap<u64, usize> = found
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.1 == DiffKind::ExtraInTarget)
-            .map(|(n, f)| (f.2, n))
-            .collect();
-        let mut merged = std::collections::HashSet::new();
-        for f in found.iter_mut() {
-            if f.1 == DiffKind::MissingInTarget
-                && let Some(&n) = extra_at.get(&f.2)
-            {
-                f.1 = DiffKind::Changed;
-                merged.insert(n);
-                counts.missing_in_target -= 1;
-                counts.extra_in_target -= 1;
-                counts.changed += 1;
-            }
-        }
-        let mut found: Vec<(usize, DiffKind, u64)> = found
-            .into_iter()
-            .enumerate()
-            .filter(|(n, _)| !merged.contains(n))
-            .map(|(_, f)| f)
-            .collect();
-        let limit = spec.reporting.sample_limit as usize;
-        self.res.truncated = found.len() > limit;
-        found.truncate(limit);
+        let classified = classifier.finish(spec.reporting.sample_limit as usize);
+        self.res.truncated = classified.truncated;
         let detailed = spec.reporting.level == PrivacyLevel::Detailed;
-        // per leaf with differences: its findings and the key hashes each side reveals
-        type Work<'a> = (usize, Vec<&'a (usize, DiffKind, u64)>, Vec<u64>, Vec<u64>);
-        let work: Vec<Work<'_>> = leaves
-            .iter()
-            .enumerate()
-            .filter_map(|(i, _)| {
-                let mine: Vec<&(usize, DiffKind, u64)> = found.iter().filter(|f| f.0 == i).collect();
-                if mine.is_empty() {
-                    return None;
-                }
-                let from_source: Vec<u64> = mine
-                    .iter()
-                    .filter(|f| f.1 != DiffKind::ExtraInTarget)
-                    .map(|f| f.2)
-                    .collect();
-                let from_target: Vec<u64> = mine
-                    .iter()
-                    .filter(|f| f.1 == DiffKind::ExtraInTarget || (detailed && f.1 == DiffKind::Changed))
-                    .map(|f| f.2)
-                    .collect();
-                Some((i, mine, from_source, from_target))
-            })
-            .collect();
+        let findings = &classified.findings;
+        let work = rows::reveal_plan(findings, leaves.len(), detailed);
         let reveal = |leaf: &Segment, side: Side, columns: Vec<ColumnSpec>, dataset: &str, hashes: &[u64]| {
             RevealRequest {
                 seal: match side {
@@ -676,24 +589,24 @@ impl Run<'_> {
             }
         };
         // a few leaves' reveals in flight at once (each scans its leaf on both sides)
-        let fetch = |(i, _, from_source, from_target): &Work<'_>| {
-            let leaf = &leaves[*i];
-            let sreq = (!from_source.is_empty()).then(|| {
+        let fetch = |w: &rows::RevealWork| {
+            let leaf = &leaves[w.leaf];
+            let sreq = (!w.from_source.is_empty()).then(|| {
                 reveal(
                     leaf,
                     Side::Source,
                     r.source_columns(),
                     &spec.source.dataset,
-                    from_source,
+                    &w.from_source,
                 )
             });
-            let treq = (!from_target.is_empty()).then(|| {
+            let treq = (!w.from_target.is_empty()).then(|| {
                 reveal(
                     leaf,
                     Side::Target,
                     r.target_columns(),
                     &spec.target.dataset,
-                    from_target,
+                    &w.from_target,
                 )
             });
             async move {
@@ -716,50 +629,20 @@ impl Run<'_> {
         let mut diffs = Vec::new();
         let mut w = work.iter();
         while let Some((s, t)) = revealed.next().await {
-            let (_, mine, _, _) = w.next().expect("one reveal per work item");
-            let by_hash = |resp: RevealResponse| -> Revealed {
+            let work = w.next().expect("one reveal per work item");
+            let by_hash = |resp: RevealResponse| -> rows::Revealed {
                 resp.rows
                     .into_iter()
                     .map(|row| (row.key_hash, (row.key, row.values)))
                     .collect()
             };
             let (s, t) = (by_hash(s?), by_hash(t?));
-            for (_, kind, kh) in mine {
-                let side = if *kind == DiffKind::ExtraInTarget { &t } else { &s };
-                let Some((key, _)) = side.get(kh) else { continue };
-                let mut d = Difference {
-                    kind: *kind,
-                    key: key.clone(),
-                    columns: None,
-                    values: None,
-                };
-                if detailed
-                    && *kind == DiffKind::Changed
-                    && let (Some((_, sv)), Some((_, tv))) = (s.get(kh), t.get(kh))
-                {
-                    let mut cols = Vec::new();
-                    let mut values = BTreeMap::new();
-                    for (j, c) in r.columns.iter().enumerate().skip(r.key_len) {
-                        let (a, b) = (sv.get(j).cloned().flatten(), tv.get(j).cloned().flatten());
-                        if c.masked {
-                            continue;
-                        }
-                        if a != b {
-                            cols.push(c.source_name.clone());
-                            values.insert(c.source_name.clone(), ValuePair { source: a, target: b });
-                        }
-                    }
-                    if cols.is_empty() && r.columns.iter().any(|c| c.masked) {
-                        cols.push("(masked column)".into());
-                    }
-                    d.columns = Some(cols);
-                    d.values = Some(values);
-                }
-                diffs.push(d);
-            }
+            let mine: Vec<rows::Finding> = work.findings.iter().map(|&n| findings[n]).collect();
+            diffs.extend(rows::differences(&mine, &s, &t, &r.columns, r.key_len, detailed));
         }
         self.res.differences = Some(diffs);
-        self.res.difference_counts = Some(counts);
+        self.res.difference_counts = Some(classified.counts.clone());
+        let (dup_source, dup_target) = classified.duplicates;
         if dup_source + dup_target > 0 {
             self.res.duplicate_keys = Some(DuplicateKeys {
                 source: dup_source,

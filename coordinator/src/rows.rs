@@ -1,0 +1,373 @@
+//! The rows phase without I/O (DESIGN §5): classifying the (key hash, row hash) pairs
+//! of each differing range, the reveal plan that asks each side only for what it must
+//! show, and the differences built from what the agents revealed. The runner feeds it
+//! agent answers; the run engine will own it as state.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use tally_common::segment::KeyTuple;
+use tally_common::wire::RowDigest;
+
+use crate::resolve::ResolvedColumn;
+use crate::result::{DiffCounts, DiffKind, Difference, ValuePair};
+
+/// One differing row: the range (leaf) it was found in, how it differs, its key hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    pub leaf: usize,
+    pub kind: DiffKind,
+    pub key_hash: u64,
+}
+
+/// Accumulates findings range by range, in range order.
+#[derive(Debug, Default)]
+pub struct Classifier {
+    counts: DiffCounts,
+    dup_source: u64,
+    dup_target: u64,
+    found: Vec<Finding>,
+}
+
+/// What the rows phase found, before any reveal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub counts: DiffCounts,
+    /// Keys seen twice within one range, per side: reported, never folded.
+    pub duplicates: (u64, u64),
+    /// In range order, at most the sample limit.
+    pub findings: Vec<Finding>,
+    /// More findings than the sample limit.
+    pub truncated: bool,
+}
+
+/// key hash → row hash of one side's range, counting keys seen twice.
+fn index(digests: &[RowDigest], dups: &mut u64) -> HashMap<u64, u64> {
+    let mut m = HashMap::with_capacity(digests.len());
+    for d in digests {
+        if m.insert(d.key_hash, d.row_hash).is_some() {
+            *dups += 1;
+        }
+    }
+    m
+}
+
+impl Classifier {
+    /// Classifies range `leaf` from both sides' digests: a key only on the source is
+    /// missing in the target, only on the target extra, on both with other row hashes
+    /// changed. Within a range, findings are ordered by kind, then key hash.
+    pub fn add_range(&mut self, leaf: usize, source: &[RowDigest], target: &[RowDigest]) {
+        let s = index(source, &mut self.dup_source);
+        let t = index(target, &mut self.dup_target);
+        let mut here: Vec<(DiffKind, u64)> = Vec::new();
+        for (k, h) in &s {
+            match t.get(k) {
+                None => here.push((DiffKind::MissingInTarget, *k)),
+                Some(th) if th != h => here.push((DiffKind::Changed, *k)),
+                _ => {}
+            }
+        }
+        here.extend(
+            t.keys()
+                .filter(|k| !s.contains_key(k))
+                .map(|k| (DiffKind::ExtraInTarget, *k)),
+        );
+        here.sort();
+        for (kind, key_hash) in here {
+            match kind {
+                DiffKind::MissingInTarget => self.counts.missing_in_target += 1,
+                DiffKind::ExtraInTarget => self.counts.extra_in_target += 1,
+                DiffKind::Changed => self.counts.changed += 1,
+            }
+            self.found.push(Finding { leaf, kind, key_hash });
+        }
+    }
+
+    /// Ends the classification: a key missing in one range and extra in another (its
+    /// row moved between periods, the time column differing) is one changed row, found
+    /// where the source has it; then at most `sample_limit` findings are kept.
+    pub fn finish(self, sample_limit: usize) -> Classified {
+        let Classifier {
+            mut counts,
+            dup_source,
+            dup_target,
+            mut found,
+        } = self;
+        let extra_at: HashMap<u64, usize> = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.kind == DiffKind::ExtraInTarget)
+            .map(|(n, f)| (f.key_hash, n))
+            .collect();
+        let mut merged = HashSet::new();
+        for f in found.iter_mut() {
+            if f.kind == DiffKind::MissingInTarget
+                && let Some(&n) = extra_at.get(&f.key_hash)
+            {
+                f.kind = DiffKind::Changed;
+                merged.insert(n);
+                counts.missing_in_target -= 1;
+                counts.extra_in_target -= 1;
+                counts.changed += 1;
+            }
+        }
+        let mut findings: Vec<Finding> = found
+            .into_iter()
+            .enumerate()
+            .filter(|(n, _)| !merged.contains(n))
+            .map(|(_, f)| f)
+            .collect();
+        let truncated = findings.len() > sample_limit;
+        findings.truncate(sample_limit);
+        Classified {
+            counts,
+            duplicates: (dup_source, dup_target),
+            findings,
+            truncated,
+        }
+    }
+}
+
+/// What one range's reveals ask of each side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevealWork {
+    pub leaf: usize,
+    /// Indexes into the findings this range holds.
+    pub findings: Vec<usize>,
+    /// Key hashes the source reveals: its missing and changed rows.
+    pub from_source: Vec<u64>,
+    /// Key hashes the target reveals: its extra rows, and at detailed the changed ones
+    /// too (their values on both sides).
+    pub from_target: Vec<u64>,
+}
+
+/// The reveals of the ranges that hold findings, in range order.
+pub fn reveal_plan(findings: &[Finding], ranges: usize, detailed: bool) -> Vec<RevealWork> {
+    (0..ranges)
+        .filter_map(|leaf| {
+            let mine: Vec<usize> = (0..findings.len())
+                .filter(|&n| findings[n].leaf == leaf)
+                .collect();
+            if mine.is_empty() {
+                return None;
+            }
+            let pick = |keep: &dyn Fn(DiffKind) -> bool| -> Vec<u64> {
+                mine.iter()
+                    .map(|&n| findings[n])
+                    .filter(|f| keep(f.kind))
+                    .map(|f| f.key_hash)
+                    .collect()
+            };
+            Some(RevealWork {
+                leaf,
+                from_source: pick(&|k| k != DiffKind::ExtraInTarget),
+                from_target: pick(&|k| k == DiffKind::ExtraInTarget || (detailed && k == DiffKind::Changed)),
+                findings: mine,
+            })
+        })
+        .collect()
+}
+
+/// A revealed row: its key and (at detailed) its canonical values, by column position.
+pub type Revealed = HashMap<u64, (KeyTuple, Vec<Option<String>>)>;
+
+/// The differences of one range from what each side revealed. A finding whose row a
+/// side did not reveal (its policy's budget ran out) is left out. At detailed, a
+/// changed row names the columns whose values differ, never a masked column's values;
+/// a changed row that differs only in masked columns says `(masked column)`.
+pub fn differences(
+    findings: &[Finding],
+    source: &Revealed,
+    target: &Revealed,
+    columns: &[ResolvedColumn],
+    key_len: usize,
+    detailed: bool,
+) -> Vec<Difference> {
+    let mut diffs = Vec::new();
+    for f in findings {
+        let side = if f.kind == DiffKind::ExtraInTarget {
+            target
+        } else {
+            source
+        };
+        let Some((key, _)) = side.get(&f.key_hash) else {
+            continue;
+        };
+        let mut d = Difference {
+            kind: f.kind,
+            key: key.clone(),
+            columns: None,
+            values: None,
+        };
+        if detailed
+            && f.kind == DiffKind::Changed
+            && let (Some((_, sv)), Some((_, tv))) = (source.get(&f.key_hash), target.get(&f.key_hash))
+        {
+            let mut cols = Vec::new();
+            let mut values = BTreeMap::new();
+            for (j, c) in columns.iter().enumerate().skip(key_len) {
+                if c.masked {
+                    continue;
+                }
+                let (a, b) = (sv.get(j).cloned().flatten(), tv.get(j).cloned().flatten());
+                if a != b {
+                    cols.push(c.source_name.clone());
+                    values.insert(c.source_name.clone(), ValuePair { source: a, target: b });
+                }
+            }
+            if cols.is_empty() && columns.iter().any(|c| c.masked) {
+                cols.push("(masked column)".into());
+            }
+            d.columns = Some(cols);
+            d.values = Some(values);
+        }
+        diffs.push(d);
+    }
+    diffs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::FieldFormat;
+    use tally_common::TypeClass;
+    use tally_common::segment::KeyPart;
+
+    fn d(key_hash: u64, row_hash: u64) -> RowDigest {
+        RowDigest { key_hash, row_hash }
+    }
+
+    fn f(leaf: usize, kind: DiffKind, key_hash: u64) -> Finding {
+        Finding { leaf, kind, key_hash }
+    }
+
+    #[test]
+    fn a_range_classifies_missing_extra_and_changed_rows_and_counts_duplicates() {
+        let mut c = Classifier::default();
+        // source: 1, 2, 3 (3 twice); target: 2 (other row hash), 3, 4
+        c.add_range(
+            0,
+            &[d(1, 10), d(2, 20), d(3, 30), d(3, 30)],
+            &[d(2, 21), d(3, 30), d(4, 40)],
+        );
+        c.add_range(1, &[d(7, 70)], &[d(7, 70)]);
+        let out = c.finish(100);
+        assert_eq!(
+            out.findings,
+            vec![
+                f(0, DiffKind::MissingInTarget, 1),
+                f(0, DiffKind::ExtraInTarget, 4),
+                f(0, DiffKind::Changed, 2),
+            ]
+        );
+        assert_eq!(
+            out.counts,
+            DiffCounts {
+                missing_in_target: 1,
+                extra_in_target: 1,
+                changed: 1
+            }
+        );
+        assert_eq!(out.duplicates, (1, 0));
+        assert!(!out.truncated);
+    }
+
+    #[test]
+    fn a_row_that_moved_between_ranges_is_one_changed_row_where_the_source_has_it() {
+        let mut c = Classifier::default();
+        c.add_range(0, &[d(5, 50), d(6, 60)], &[d(6, 60)]);
+        c.add_range(1, &[], &[d(5, 51), d(8, 80)]);
+        let out = c.finish(100);
+        assert_eq!(
+            out.findings,
+            vec![f(0, DiffKind::Changed, 5), f(1, DiffKind::ExtraInTarget, 8)]
+        );
+        assert_eq!(
+            out.counts,
+            DiffCounts {
+                missing_in_target: 0,
+                extra_in_target: 1,
+                changed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn findings_beyond_the_sample_limit_are_cut_after_merging_and_counted_in_full() {
+        let mut c = Classifier::default();
+        c.add_range(0, &[d(1, 1), d(2, 2), d(3, 3)], &[]);
+        c.add_range(1, &[], &[d(9, 9)]);
+        let out = c.finish(2);
+        assert!(out.truncated);
+        assert_eq!(out.findings.len(), 2);
+        assert_eq!(out.counts.missing_in_target + out.counts.extra_in_target, 4);
+        assert!(!Classifier::default().finish(0).truncated);
+    }
+
+    #[test]
+    fn the_reveal_plan_asks_each_side_only_for_its_rows() {
+        let findings = [
+            f(0, DiffKind::MissingInTarget, 1),
+            f(0, DiffKind::ExtraInTarget, 4),
+            f(0, DiffKind::Changed, 2),
+            f(2, DiffKind::ExtraInTarget, 9),
+        ];
+        let plan = reveal_plan(&findings, 3, false);
+        assert_eq!(plan.len(), 2, "range 1 holds nothing: no reveal");
+        assert_eq!(plan[0].findings, vec![0, 1, 2]);
+        assert_eq!(plan[0].from_source, vec![1, 2]);
+        assert_eq!(plan[0].from_target, vec![4]);
+        assert_eq!((plan[1].leaf, plan[1].from_source.len()), (2, 0));
+        // detailed: a changed row's values come from both sides
+        let plan = reveal_plan(&findings, 3, true);
+        assert_eq!(plan[0].from_target, vec![4, 2]);
+    }
+
+    fn col(name: &str, masked: bool) -> ResolvedColumn {
+        ResolvedColumn {
+            source_name: name.into(),
+            target_name: name.into(),
+            format: FieldFormat::new(TypeClass::Text),
+            masked,
+        }
+    }
+
+    #[test]
+    fn differences_name_differing_columns_and_never_masked_values() {
+        let cols = [col("id", false), col("name", false), col("salary", true)];
+        let key = |i: i64| vec![KeyPart::Int(i)];
+        let v = |s: &[Option<&str>]| s.iter().map(|x| x.map(str::to_string)).collect::<Vec<_>>();
+        let mut source: Revealed = HashMap::new();
+        let mut target: Revealed = HashMap::new();
+        source.insert(2, (key(2), v(&[Some("2"), Some("ann"), Some("100")])));
+        target.insert(2, (key(2), v(&[Some("2"), Some("anne"), Some("200")])));
+        source.insert(3, (key(3), v(&[Some("3"), Some("bo"), Some("1")])));
+        target.insert(3, (key(3), v(&[Some("3"), Some("bo"), Some("2")])));
+        target.insert(4, (key(4), vec![]));
+        let findings = [
+            f(0, DiffKind::Changed, 2),
+            f(0, DiffKind::Changed, 3),
+            f(0, DiffKind::ExtraInTarget, 4),
+            // not revealed (a budget ran out): left out
+            f(0, DiffKind::MissingInTarget, 5),
+        ];
+        let out = differences(&findings, &source, &target, &cols, 1, true);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].columns.as_deref(), Some(&["name".to_string()][..]));
+        let values = out[0].values.as_ref().unwrap();
+        assert_eq!(values["name"].target.as_deref(), Some("anne"));
+        assert!(!values.contains_key("salary"), "a masked value was revealed");
+        assert_eq!(
+            out[1].columns.as_deref(),
+            Some(&["(masked column)".to_string()][..])
+        );
+        assert!(out[1].values.as_ref().unwrap().is_empty());
+        assert_eq!(
+            (out[2].kind, out[2].key.clone()),
+            (DiffKind::ExtraInTarget, key(4))
+        );
+        assert!(out[2].columns.is_none());
+        // with_keys: keys only
+        let out = differences(&findings, &source, &target, &cols, 1, false);
+        assert!(out.iter().all(|d| d.columns.is_none() && d.values.is_none()));
+    }
+}
