@@ -65,12 +65,13 @@ impl std::fmt::Debug for Bound {
     }
 }
 
-/// Binds the listener (port 0 picks a free port) and prepares the service.
-pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentError> {
+/// The agent's service as `tally-agent` builds it from its config (datasets, release
+/// log, zone key), without a listener: what [`bind`] serves, and what tests call in
+/// this process.
+pub fn service(cfg: &AgentConfig, config_path: &Path) -> Result<AgentService, AgentError> {
     let datasets = open_datasets(cfg, config_path)?;
     let log = ReleaseLog::open(cfg.release_log.as_deref())
         .map_err(|e| AgentError::Config(format!("release_log: {e}")))?;
-    let tls = tls::server_tls(&cfg.tls)?;
     let zone = crate::sealing::Zone::load(&cfg.tls)?.map(Arc::new);
     if let Some(z) = &zone {
         tracing::info!(name = %z.name, "zone key loaded: checksums are sealed");
@@ -88,6 +89,18 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
             );
         }
     }
+    Ok(AgentService {
+        datasets,
+        log: Arc::new(log),
+        reveals: Default::default(),
+        zone,
+    })
+}
+
+/// Binds the listener (port 0 picks a free port) and prepares the service.
+pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentError> {
+    let tls = tls::server_tls(&cfg.tls)?;
+    let service = service(cfg, config_path)?;
     if cfg.tls.allowed_clients == crate::config::AllowedClients::Any {
         tracing::warn!(
             "tls.allowed_clients is any: every client certificate of the CA may call this agent; list the coordinator's name to close it"
@@ -102,12 +115,7 @@ pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentE
     Ok(Bound {
         addr,
         listener,
-        service: AgentService {
-            datasets,
-            log: Arc::new(log),
-            reveals: Default::default(),
-            zone,
-        },
+        service,
         tls,
         allowed: cfg.tls.allowed_clients.clone(),
     })

@@ -187,3 +187,41 @@ fn is_transient(s: &Status) -> bool {
         // tonic reports a failed connection as Unknown with a transport source
         || (s.code() == Code::Unknown && s.message().contains("transport"))
 }
+
+/// What the runner needs of an agent: the five calls of `tally.agent.v1` on domain
+/// types. [`Agent`] speaks gRPC over mutual TLS; `in_process::InProcessAgent` calls an
+/// agent service in this process (tests, without TLS or processes).
+#[tonic::async_trait]
+pub trait AgentApi: Send + Sync {
+    /// The agent's name in the coordinator config (for errors and policy checks).
+    fn name(&self) -> &str;
+    async fn describe(&self, dataset: &str) -> Result<Describe, RunError>;
+    async fn aggregate(&self, req: AggregateRequest) -> Result<AggregateResponse, RunError>;
+    /// All digests of a segment, collected.
+    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError>;
+    /// RevealRows when `rows`, else RevealKeys.
+    async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError>;
+    async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError>;
+}
+
+#[tonic::async_trait]
+impl AgentApi for Agent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn describe(&self, dataset: &str) -> Result<Describe, RunError> {
+        Agent::describe(self, dataset).await
+    }
+    async fn aggregate(&self, req: AggregateRequest) -> Result<AggregateResponse, RunError> {
+        Agent::aggregate(self, req).await
+    }
+    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError> {
+        Agent::row_digests(self, req).await
+    }
+    async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError> {
+        Agent::reveal(self, req, rows).await
+    }
+    async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
+        Agent::investigation_sql(self, req).await
+    }
+}

@@ -13,6 +13,7 @@ pub mod chain;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod in_process;
 pub mod planner;
 pub mod raft;
 pub mod redact;

@@ -16,7 +16,7 @@ use tally_common::wire::{
 };
 use tally_common::{PrivacyLevel, TypeClass};
 
-use crate::client::Agent;
+use crate::client::AgentApi;
 use crate::error::RunError;
 use crate::planner::{
     BucketResult, Leaf, LevelPlan, PlanParams, Planner, Stop, first_level_factor, rows_batches,
@@ -51,8 +51,8 @@ pub struct RunOptions {
 
 struct Run<'a> {
     spec: &'a Spec,
-    source: &'a Agent,
-    target: &'a Agent,
+    source: &'a dyn AgentApi,
+    target: &'a dyn AgentApi,
     started: Instant,
     progress: bool,
     resolved: Option<Resolved>,
@@ -129,7 +129,7 @@ pub fn cancelled_result(spec: &Spec, message: String) -> RunResult {
 }
 
 /// Runs `spec` between two agents; never fails: errors become verdict `error`.
-pub async fn run(spec: &Spec, source: &Agent, target: &Agent, opts: &RunOptions) -> RunResult {
+pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
     let mut r = Run {
         spec,
         source,
@@ -186,7 +186,7 @@ impl Run<'_> {
         let (s, t) = (s?, t?);
         self.res.source.engine = Some(format!("{} {}", s.engine, s.engine_version));
         self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
-        check_policies(spec, [(&self.source.name, &s), (&self.target.name, &t)])?;
+        check_policies(spec, [(self.source.name(), &s), (self.target.name(), &t)])?;
         let resolved = resolve(spec, &s, &t)?;
         if resolved.method.is_sealed() {
             // resolve checked that both sides offer a zone key for a sealed method
