@@ -346,7 +346,7 @@ impl<M: Method> Aggregate<M> {
 
 /// An aggregate whose method is known only at run time (from the wire). Aggregates
 /// of two methods (sealed and unsealed included) never combine or compare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnyAggregate {
     method: HashMethod,
     count: u64,

@@ -195,7 +195,8 @@ impl Segment {
 }
 
 /// How the agent divides one segment into child buckets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Split {
     Whole,
     /// NTILE-style over the key order, chosen by the agent that is asked.

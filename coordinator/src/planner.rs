@@ -28,7 +28,7 @@ const EARLY_STOP_SHARE: f64 = 0.5;
 /// …and only once a level has at least this many differing segments.
 const EARLY_STOP_MIN: usize = 16;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PlanParams {
     pub strategy: Strategy,
     pub factor: u32,
@@ -98,7 +98,7 @@ pub struct BucketResult {
 }
 
 /// What to ask at one level.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LevelPlan {
     pub level: u32,
     pub parents: Vec<Segment>,
@@ -111,7 +111,7 @@ pub struct LevelPlan {
     pub target_follows_source: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Leaf {
     pub level: u32,
     pub segment: Segment,
@@ -125,14 +125,14 @@ pub struct Leaf {
 
 /// A differing segment waiting for the next level, with both sides' aggregates from
 /// the level that produced it (absent for level 1's parent, the whole dataset).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Parent {
     level: u32,
     segment: Segment,
     aggs: Option<(AnyAggregate, AnyAggregate)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LevelStats {
     pub level: u32,
     pub segments: usize,
@@ -145,7 +145,7 @@ pub struct LevelStats {
     pub inconsistent: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stop {
     /// Most segments of a level differ.
     MostSegmentsDiffer {
@@ -178,7 +178,7 @@ pub enum PlanError {
     Method(#[from] tally_common::checksum::MethodMismatch),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Planner {
     params: PlanParams,
     level: u32,
@@ -700,6 +700,40 @@ mod tests {
         (0..n)
             .map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15)))
             .collect()
+    }
+
+    /// A planner serialised after every level (as the run log will hold it) and
+    /// restored from the bytes drills on to exactly the leaves of an uninterrupted run.
+    #[test]
+    fn a_planner_restored_between_levels_reaches_the_same_leaves() {
+        let src = Fake { rows: data(2000) };
+        let mut t = data(2000);
+        t[123].1 ^= 1;
+        t.remove(1700);
+        t.push((9000, 7));
+        let tgt = Fake { rows: t };
+        for strategy in [Strategy::Quantile, Strategy::Hash] {
+            let (whole, _) = run(params(strategy), &src, &tgt);
+            let mut planner = Planner::new(params(strategy));
+            let mut restored = 0;
+            while let Some(plan) = planner.next_level() {
+                let s = src.answer(&plan.parents, &plan.splits);
+                let tsplits = if plan.target_follows_source {
+                    Planner::target_splits(&plan, &s)
+                } else {
+                    plan.splits.clone()
+                };
+                let t = tgt.answer(&plan.parents, &tsplits);
+                planner.observe(&plan, &s, &t).unwrap();
+                let bytes = serde_json::to_vec(&planner).unwrap();
+                planner = serde_json::from_slice(&bytes).unwrap();
+                restored += 1;
+            }
+            assert!(restored >= 2, "{strategy:?}: the drill went past level 1");
+            assert_eq!(planner.leaves, whole.leaves, "{strategy:?}");
+            assert_eq!(planner.levels, whole.levels, "{strategy:?}");
+            assert!(!planner.leaves.is_empty());
+        }
     }
 
     #[test]
