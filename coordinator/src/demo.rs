@@ -133,6 +133,7 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         &Agent::new("vpc2", &ep2, &tls)?,
         &RunOptions {
             progress: Some(!opts.json),
+            record: None,
         },
     )
     .await;

@@ -252,6 +252,7 @@ async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> 
     };
     let opts = RunOptions {
         progress: progress.then_some(true),
+        record: None,
     };
     tokio::select! {
         result = run(&spec, &source, &target, &opts) => {

@@ -31,13 +31,13 @@ pub struct SideStats {
     pub engine: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LevelOut {
     pub level: u32,
     pub segments: usize,
     pub differing: usize,
     /// Parents of this level whose children did not account for them.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero", default)]
     pub inconsistent: usize,
     pub elapsed_ms: u64,
 }

@@ -16,6 +16,10 @@ use tally_common::wire::{
 };
 use tally_common::{PrivacyLevel, TypeClass};
 
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
 use crate::client::AgentApi;
 use crate::error::RunError;
 use crate::planner::{
@@ -24,6 +28,7 @@ use crate::planner::{
 use crate::resolve::{Resolved, check_policies, resolve};
 use crate::result::*;
 use crate::rows;
+use crate::runlog::RunLog;
 use crate::spec::{Mode, Spec, Strategy};
 
 /// The union of both sides' integer key ranges, where both agents report one.
@@ -47,10 +52,42 @@ const MAX_LEAVES_WITH_SQL: usize = 100;
 pub struct RunOptions {
     /// Progress lines on stderr (default: when stderr is a terminal).
     pub progress: Option<bool>,
+    /// Where the run records its events, and what it resumes from.
+    pub record: Option<RunRecord>,
+}
+
+/// A run's record in the run log (DESIGN §9): the run appends `resolved` (the run
+/// nonce, so a resumed run keeps its seals) and one `level` event per level, each with
+/// the drill's whole state, before it asks for the next level. A run given its earlier
+/// events resumes: the committed levels are not asked again, an unfinished level is.
+/// (The rows phase and investigation SQL still run again in full: the run engine will
+/// record those too.)
+#[derive(Clone)]
+pub struct RunRecord {
+    pub log: Arc<dyn RunLog>,
+    pub run_id: String,
+    /// The run's events so far, as loaded (empty for a new run).
+    pub resume: Vec<Value>,
+}
+
+impl std::fmt::Debug for RunRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRecord")
+            .field("run_id", &self.run_id)
+            .field("resume", &self.resume.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The events of kind `kind` among `events`.
+fn events_of<'e>(events: &'e [Value], kind: &str) -> impl Iterator<Item = &'e Value> + use<'e> {
+    let kind = kind.to_string();
+    events.iter().filter(move |e| e["event"] == kind.as_str())
 }
 
 struct Run<'a> {
     spec: &'a Spec,
+    record: Option<&'a RunRecord>,
     source: &'a dyn AgentApi,
     target: &'a dyn AgentApi,
     started: Instant,
@@ -132,6 +169,7 @@ pub fn cancelled_result(spec: &Spec, message: String) -> RunResult {
 pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
     let mut r = Run {
         spec,
+        record: opts.record.as_ref(),
         source,
         target,
         started: Instant::now(),
@@ -167,6 +205,20 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
 }
 
 impl Run<'_> {
+    /// Appends an event to the run's record, if it has one; a run whose record cannot
+    /// be written stops (nothing it did would be resumable).
+    async fn append(&self, event: Value) -> Result<(), RunError> {
+        let Some(r) = self.record else { return Ok(()) };
+        let Value::Object(fields) = event else {
+            return Err(RunError::Internal("run log events are objects".into()));
+        };
+        r.log
+            .append(&r.run_id, fields)
+            .await
+            .map(|_| ())
+            .map_err(|e| RunError::Internal(format!("the run log cannot be written: {e}")))
+    }
+
     fn say(&self, msg: impl AsRef<str>) {
         if self.progress {
             eprintln!(
@@ -188,9 +240,22 @@ impl Run<'_> {
         self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
         check_policies(spec, [(self.source.name(), &s), (self.target.name(), &t)])?;
         let resolved = resolve(spec, &s, &t)?;
+        let recorded = self
+            .record
+            .and_then(|r| events_of(&r.resume, "resolved").next())
+            .cloned();
         if resolved.method.is_sealed() {
-            // resolve checked that both sides offer a zone key for a sealed method
-            let nonce = tally_common::seal::run_nonce();
+            // resolve checked that both sides offer a zone key for a sealed method; a
+            // resumed run keeps its nonce, so its key hashes and sums stay comparable
+            let nonce = match recorded.as_ref().and_then(|e| e["nonce"].as_str()) {
+                Some(hex_nonce) => hex::decode(hex_nonce)
+                    .ok()
+                    .and_then(|n| n.try_into().ok())
+                    .ok_or_else(|| {
+                        RunError::Internal("run log: the recorded run nonce is malformed".into())
+                    })?,
+                None => tally_common::seal::run_nonce(),
+            };
             let zone_key = |d: &Describe| {
                 d.zone_key.clone().ok_or_else(|| {
                     RunError::Internal(format!("dataset {} has no zone key to seal with", d.dataset))
@@ -229,6 +294,11 @@ impl Run<'_> {
                 message: format!("the first level would read about {estimate} rows, the gate allows {max}"),
             });
         }
+        if recorded.is_none() {
+            let nonce = self.seals.as_ref().map(|s| hex::encode(s.source.nonce));
+            self.append(json!({"event": "resolved", "hash_method": resolved.method.name(), "nonce": nonce}))
+                .await?;
+        }
         self.resolved = Some(resolved);
         let mut planner = Planner::new(PlanParams {
             strategy: spec.bisection.strategy,
@@ -245,6 +315,24 @@ impl Run<'_> {
                 spec.bisection.factor,
             ),
         });
+        if let Some(last) = self.record.and_then(|r| events_of(&r.resume, "level").last()) {
+            planner = serde_json::from_value(last["planner"].clone())
+                .map_err(|e| RunError::Internal(format!("run log: the recorded drill does not load: {e}")))?;
+            for e in events_of(&self.record.expect("resuming").resume, "level") {
+                if let Ok(l) = serde_json::from_value::<LevelOut>(e["level_out"].clone()) {
+                    self.res.levels.push(l);
+                }
+            }
+            let n = |k: &str, i: usize| last[k][i].as_u64().unwrap_or(0);
+            (self.res.source.queries, self.res.target.queries) = (n("queries", 0), n("queries", 1));
+            (self.res.source.rows_scanned, self.res.target.rows_scanned) =
+                (n("rows_scanned", 0), n("rows_scanned", 1));
+            self.segments_compared = last["segments_compared"].as_u64().unwrap_or(0);
+            self.say(format!(
+                "resumed after level {} from the run log: those levels are not asked again",
+                self.res.levels.len()
+            ));
+        }
         let drill = self.drill(&mut planner).await;
         // what was found so far is reported even when a gate or an agent stops the run
         self.record_planner(&planner);
@@ -449,6 +537,17 @@ impl Run<'_> {
                 "level {}: {} segments, {} differing, {} + {} rows covered",
                 stats.level, stats.segments, stats.differing, stats.source_rows, stats.target_rows
             ));
+            // the level is committed to the run log before the next one is asked
+            let level_out = self.res.levels.last().expect("pushed above");
+            self.append(json!({
+                "event": "level",
+                "level_out": level_out,
+                "planner": &*planner,
+                "queries": [self.res.source.queries, self.res.target.queries],
+                "rows_scanned": [self.res.source.rows_scanned, self.res.target.rows_scanned],
+                "segments_compared": self.segments_compared,
+            }))
+            .await?;
             if let Some(max) = self.spec.gates.max_rows_scanned {
                 let scanned = self.res.source.rows_scanned + self.res.target.rows_scanned;
                 if scanned > max && planner.next_level().is_some() {

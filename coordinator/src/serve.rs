@@ -357,6 +357,7 @@ async fn start_run(
         let (source, target) = (&st.agents[&spec.source.agent], &st.agents[&spec.target.agent]);
         let opts = RunOptions {
             progress: Some(false),
+            record: None,
         };
         // dropping the run future on cancel drops its in-flight calls; agents abandon
         // the queries

@@ -28,12 +28,16 @@ fn agent_yaml(dir: &Path, name: &str) -> std::path::PathBuf {
 }
 
 fn spec(dir: &Path, level: &str) -> Spec {
+    spec_with(dir, level, "factor: 8, threshold: 256")
+}
+
+fn spec_with(dir: &Path, level: &str, bisection: &str) -> Spec {
     let path = dir.join("spec.yaml");
     std::fs::write(
         &path,
         format!(
             "name: in-process\nsource: {{ agent: dc1, dataset: orders }}\ntarget: {{ agent: vpc2, dataset: orders }}\n\
-             bisection: {{ strategy: quantile, factor: 8, threshold: 256 }}\nreporting: {{ level: {level}, sample_limit: 100 }}\n"
+             bisection: {{ strategy: quantile, {bisection} }}\nreporting: {{ level: {level}, sample_limit: 100 }}\n"
         ),
     )
     .unwrap();
@@ -63,6 +67,7 @@ async fn a_sealed_run_through_in_process_agents_finds_exactly_the_planted_rows()
     let (a, b, planted) = deploy(dir.path(), true).await;
     let opts = RunOptions {
         progress: Some(false),
+        record: None,
     };
     let r = run(&spec(dir.path(), "with_keys"), &a, &b, &opts).await;
     assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
@@ -100,6 +105,7 @@ async fn identical_datasets_match_and_count_only_reveals_nothing() {
     let (a, b, _) = deploy(dir.path(), false).await;
     let opts = RunOptions {
         progress: Some(false),
+        record: None,
     };
     let r = run(&spec(dir.path(), "with_keys"), &a, &b, &opts).await;
     assert_eq!(r.verdict, Verdict::Match, "{:?}", r.error);
@@ -109,4 +115,88 @@ async fn identical_datasets_match_and_count_only_reveals_nothing() {
     let r = run(&spec(dir2.path(), "count_only"), &a, &b, &opts).await;
     assert_eq!(r.verdict, Verdict::Differ);
     assert!(r.differences.is_none(), "count_only revealed rows");
+}
+
+/// Aggregate calls in an agent's release log.
+fn aggregates_logged(dir: &Path, agent: &str) -> usize {
+    std::fs::read_to_string(dir.join(format!("{agent}-release.jsonl")))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"rpc\":\"Aggregate\""))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_resumed_from_its_log_does_not_ask_committed_levels_again() {
+    use std::sync::Arc;
+    use tally_coordinator::runlog::{MemoryRunLog, RunLog};
+    use tally_coordinator::runner::RunRecord;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, planted) = deploy(dir.path(), true).await;
+    // a deep drill: level 1 cuts 1024 ways, then halves down to 4 rows
+    let spec = spec_with(dir.path(), "with_keys", "factor: 2, threshold: 4");
+    let log = Arc::new(MemoryRunLog::default());
+    let record = |log: Arc<MemoryRunLog>, resume: Vec<serde_json::Value>| RunOptions {
+        progress: Some(false),
+        record: Some(RunRecord {
+            log,
+            run_id: "r1".into(),
+            resume,
+        }),
+    };
+    let whole = run(&spec, &a, &b, &record(log.clone(), vec![])).await;
+    assert_eq!(whole.verdict, Verdict::Differ, "{:?}", whole.error);
+    let levels = whole.levels.len();
+    assert!(levels >= 3, "{levels} levels");
+    let events = log.load("r1").await.unwrap();
+    assert_eq!(events[0]["event"], "resolved");
+    assert_eq!(events.iter().filter(|e| e["event"] == "level").count(), levels);
+    // the coordinator stops after level 2 was committed: its log holds resolved, level
+    // 1 and level 2; a new process resumes from them
+    let cut = 3;
+    let log2 = Arc::new(MemoryRunLog::default());
+    for e in &events[..cut] {
+        let mut e = e.as_object().unwrap().clone();
+        e.remove("seq");
+        e.remove("prev");
+        log2.append("r1", e).await.unwrap();
+    }
+    let before = (
+        aggregates_logged(dir.path(), "dc1"),
+        aggregates_logged(dir.path(), "vpc2"),
+    );
+    let resumed = run(&spec, &a, &b, &record(log2.clone(), events[..cut].to_vec())).await;
+    let after = (
+        aggregates_logged(dir.path(), "dc1"),
+        aggregates_logged(dir.path(), "vpc2"),
+    );
+    assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
+    // levels 1 and 2 were not asked again; every later level was, once per side
+    assert_eq!(after.0 - before.0, levels - 2, "source aggregates after resuming");
+    assert_eq!(after.1 - before.1, levels - 2, "target aggregates after resuming");
+    // the same run: same levels, leaves, queries and differences (the nonce was kept, so
+    // the resumed levels' sealed sums add up to the recorded parents')
+    assert_eq!(resumed.levels.len(), levels);
+    assert_eq!(resumed.source.queries, whole.source.queries);
+    assert!(resumed.leaves.iter().all(|l| !l.inconsistent));
+    let bounds = |r: &tally_coordinator::result::RunResult| -> Vec<String> {
+        r.leaves.iter().map(|l| format!("{:?}", l.bounds)).collect()
+    };
+    assert_eq!(bounds(&resumed), bounds(&whole));
+    let changed = |r: &tally_coordinator::result::RunResult| {
+        r.difference_counts
+            .as_ref()
+            .map(|c| (c.changed, c.missing_in_target, c.extra_in_target))
+    };
+    assert_eq!(changed(&resumed), changed(&whole));
+    assert_eq!(
+        changed(&whole),
+        Some((
+            planted.changed.len() as u64,
+            planted.missing_in_target.len() as u64,
+            planted.extra_in_target.len() as u64
+        ))
+    );
+    // and the resumed run went on appending to the same chain
+    assert_eq!(log2.load("r1").await.unwrap().len(), events.len());
 }
