@@ -44,7 +44,8 @@ use crate::audit::{AuditLog, Event};
 use crate::client::{Agent, TlsMaterial};
 use crate::config::{CoordinatorConfig, Role};
 use crate::redact::document_for_viewer;
-use crate::runner::{RunOptions, cancelled_result, run};
+use crate::runlog::{RunLog, SqliteRunLog};
+use crate::runner::{RunOptions, RunRecord, cancelled_result, run};
 use crate::spec::Spec;
 use crate::store::RunStore;
 
@@ -68,6 +69,9 @@ struct Running {
 struct ServeState {
     agents: BTreeMap<String, Agent>,
     store: RunStore,
+    /// Every run's events (DESIGN §9): a run the service did not finish is resumed
+    /// from them when it starts again.
+    runlog: Arc<SqliteRunLog>,
     audit: AuditLog,
     credentials: Credentials,
     running: Mutex<BTreeMap<String, Running>>,
@@ -122,6 +126,11 @@ pub async fn serve(
     };
     let store = RunStore::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
     let audit = AuditLog::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
+    let runlog = Arc::new(
+        SqliteRunLog::open(&data_dir.join("runlog.sqlite"))
+            .await
+            .map_err(|e| format!("data_dir: {e}"))?,
+    );
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let mut agents = BTreeMap::new();
     for (name, a) in &cfg.agents {
@@ -133,12 +142,14 @@ pub async fn serve(
     let state = Arc::new(ServeState {
         agents,
         store,
+        runlog,
         audit,
         credentials: Credentials::from_config(&cfg.api),
         running: Mutex::new(BTreeMap::new()),
         permits: Semaphore::new(CONCURRENT_RUNS),
         counter: AtomicU64::new(0),
     });
+    resume_unfinished(&state).await?;
     let need = |role: Role| middleware::from_fn_with_state((state.clone(), role), require);
     let api = Router::new()
         .route("/v1/runs", get(list_runs).layer(need(Role::Viewer)))
@@ -342,8 +353,41 @@ async fn start_run(
         );
     }
     let started = now();
+    // the run's record starts before the run: a run the service stops during is
+    // resumed from it when the service starts again
+    let event = json!({"event": "started", "name": spec.name, "started": started, "spec": spec});
+    if let Err(e) = state.runlog.append(&id, object(event)).await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the run was not started: cannot write the run log: {e}"),
+        );
+    }
+    spawn_run(state.clone(), id.clone(), spec, started, Vec::new()).await;
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({ "id": id, "state": "running" })),
+    )
+        .into_response()
+}
+
+fn object(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// Runs `spec` as run `id` in the background, recording it in the run log (resuming
+/// from `resume`, its earlier events), then stores the result and closes the record.
+async fn spawn_run(
+    st: Arc<ServeState>,
+    id: String,
+    spec: Spec,
+    started: String,
+    resume: Vec<serde_json::Value>,
+) {
     let (cancel, cancelled) = oneshot::channel::<String>();
-    state.running.lock().await.insert(
+    st.running.lock().await.insert(
         id.clone(),
         Running {
             name: spec.name.clone(),
@@ -351,13 +395,16 @@ async fn start_run(
             cancel: Some(cancel),
         },
     );
-    let st = state.clone();
-    let run_id = id.clone();
+    let run_id = id;
     tokio::spawn(async move {
         let (source, target) = (&st.agents[&spec.source.agent], &st.agents[&spec.target.agent]);
         let opts = RunOptions {
             progress: Some(false),
-            record: None,
+            record: Some(RunRecord {
+                log: st.runlog.clone(),
+                run_id: run_id.clone(),
+                resume,
+            }),
         };
         // dropping the run future on cancel drops its in-flight calls; agents abandon
         // the queries
@@ -369,21 +416,65 @@ async fn start_run(
             Ok(who) = cancelled => cancelled_result(&spec, format!("cancelled by {who}")),
         };
         let verdict = serde_json::to_value(&result.verdict).unwrap_or_default();
+        let verdict = verdict.as_str().unwrap_or("error").to_string();
         let doc =
             json!({ "id": run_id, "started": started, "finished": now(), "spec": spec, "result": result });
-        if let Err(e) = st
-            .store
-            .append(&run_id, &spec.name, verdict.as_str().unwrap_or("error"), &doc)
-        {
-            tracing::error!(run = %run_id, error = %e, "cannot store the run");
+        match st.store.append(&run_id, &spec.name, &verdict, &doc) {
+            Ok(_) => {
+                let event = json!({"event": "finished", "verdict": verdict});
+                if let Err(e) = st.runlog.append(&run_id, object(event)).await {
+                    tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
+                }
+            }
+            Err(e) => tracing::error!(run = %run_id, error = %e, "cannot store the run"),
         }
         st.running.lock().await.remove(&run_id);
     });
-    (
-        StatusCode::ACCEPTED,
-        Json(json!({ "id": id, "state": "running" })),
-    )
-        .into_response()
+}
+
+/// Resumes every run the run log holds unfinished: started, without a `finished`
+/// event, and not in the run store (a run stored before its record was closed is
+/// closed now).
+async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
+    let runs = state.runlog.runs().await.map_err(|e| e.to_string())?;
+    let stored = state.store.entries().map_err(|e| e.to_string())?;
+    for r in runs {
+        let events = state.runlog.load(&r.run_id).await.map_err(|e| e.to_string())?;
+        if events.iter().any(|e| e["event"] == "finished") {
+            continue;
+        }
+        if let Some(entry) = stored.iter().find(|e| e.id == r.run_id) {
+            let event = json!({"event": "finished", "verdict": entry.verdict});
+            state
+                .runlog
+                .append(&r.run_id, object(event))
+                .await
+                .map_err(|e| e.to_string())?;
+            continue;
+        }
+        let Some(start) = events.iter().find(|e| e["event"] == "started") else {
+            continue;
+        };
+        let spec: Spec = match serde_json::from_value(start["spec"].clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(run = %r.run_id, error = %e, "an unfinished run's spec does not load; not resumed");
+                continue;
+            }
+        };
+        if [&spec.source.agent, &spec.target.agent]
+            .iter()
+            .any(|a| !state.agents.contains_key(*a))
+        {
+            tracing::error!(run = %r.run_id, "an unfinished run names an agent no longer configured; not resumed");
+            continue;
+        }
+        let levels = events.iter().filter(|e| e["event"] == "level").count();
+        tracing::warn!(run = %r.run_id, levels, "resuming a run the service did not finish");
+        let started = start["started"].as_str().unwrap_or_default().to_string();
+        spawn_run(state.clone(), r.run_id.clone(), spec, started, events).await;
+    }
+    Ok(())
 }
 
 async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {

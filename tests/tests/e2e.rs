@@ -927,3 +927,122 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Level events in a serve's run log (read with Python's sqlite3, beside the writer:
+/// the log is in WAL mode).
+fn levels_logged(runlog: &std::path::Path) -> u64 {
+    if !runlog.exists() {
+        return 0;
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\n\
+             c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
+             print(c.execute(\"SELECT count(*) FROM events WHERE line LIKE '%\\\"event\\\":\\\"level\\\"%'\").fetchone()[0])",
+        ])
+        .arg(runlog)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn tally_serve_killed_mid_run_resumes_it_without_asking_committed_levels_again() {
+    use tally_e2e::https::request;
+    let p = plant();
+    let mut d = deploy("e2e_resume", Some(&p), OPEN, OPEN);
+    let port = tally_e2e::proc::free_port();
+    let text = std::fs::read_to_string(d.coordinator_config()).unwrap();
+    let serve_cfg = d.path().join("serve.yaml");
+    std::fs::write(
+        &serve_cfg,
+        format!(
+            "listen: 127.0.0.1:{port}\ndata_dir: store\n{text}api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n",
+            sha256_hex(OPERATOR_TOKEN)
+        ),
+    )
+    .unwrap();
+    let start = || {
+        let mut c = std::process::Command::new(tally_e2e::bins::tally());
+        c.args(["serve", "--insecure-loopback", "-c"]).arg(&serve_cfg);
+        let g = tally_e2e::proc::ChildGuard::spawn("serve", &mut c).unwrap();
+        assert!(
+            tally_e2e::proc::wait_for_port(port, Duration::from_secs(20)),
+            "tally serve did not listen"
+        );
+        g
+    };
+    // a deep drill: level 1 cuts 1024 ways, then halves segments down to 4 rows
+    let spec = "name: resume\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+                bisection: { strategy: quantile, factor: 2, threshold: 4 }\nreporting: { level: with_keys }\n";
+    let runlog = d.path().join("store/runlog.sqlite");
+    let aggregates = |d: &mut Deployment, agent: &str| {
+        std::fs::read_to_string(&d.agent(agent).release_log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"rpc\":\"Aggregate\""))
+            .count()
+    };
+    let mut serve = start();
+    let (code, body) = request(port, None, "POST", "/v1/runs", Some(OPERATOR_TOKEN), spec).unwrap();
+    assert_eq!(code, 202, "{body}");
+    let id = body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // kill -9 once two levels are committed
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while levels_logged(&runlog) < 2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "no level committed within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serve.kill();
+    let committed = levels_logged(&runlog);
+    let asked_before = (aggregates(&mut d, "dc1"), aggregates(&mut d, "vpc2"));
+    // a new process resumes the run from its log
+    let _serve = start();
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    let doc = loop {
+        let (code, body) = request(
+            port,
+            None,
+            "GET",
+            &format!("/v1/runs/{id}"),
+            Some(OPERATOR_TOKEN),
+            "",
+        )
+        .unwrap();
+        if code == 200 {
+            break body;
+        }
+        assert!(code == 202 || code == 404, "{code}: {body}");
+        assert!(
+            std::time::Instant::now() < until,
+            "the resumed run did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let j = &doc["result"];
+    assert_eq!(j["verdict"], "differ", "{j}");
+    assert_eq!(differences(j), expected(&p));
+    let levels = j["levels"].as_array().unwrap().len();
+    if committed as usize >= levels {
+        // the kill came after the drill had ended: the resumed run only ran the rows phase
+        assert_eq!(aggregates(&mut d, "dc1"), asked_before.0);
+        return;
+    }
+    // every level was asked once per side, plus at most the one in flight at the kill;
+    // asking the committed levels again would have added at least two more
+    for (agent, before) in [("dc1", asked_before.0), ("vpc2", asked_before.1)] {
+        let total = aggregates(&mut d, agent);
+        assert!(
+            total <= levels + 1 && total > before,
+            "{agent}: {total} aggregates for {levels} levels ({committed} committed before the kill, {before} asked by then)"
+        );
+    }
+    assert_eq!(j["source"]["queries"].as_u64(), Some(levels as u64));
+}
