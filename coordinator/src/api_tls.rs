@@ -4,6 +4,7 @@
 //! serve --insecure-loopback` allows it. Each connection carries a [`Peer`]: its
 //! address and the names of its verified client certificate.
 
+use std::future::Future as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,153 @@ use crate::config::ApiTls;
 
 /// A handshake that takes longer is dropped, so slow clients cannot hold the listener.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections the API holds at once, and from one address: beyond them new ones are
+/// closed at accept, so one client cannot take every socket.
+const MAX_CONNECTIONS: usize = 1024;
+const MAX_CONNECTIONS_PER_ADDRESS: usize = 32;
+/// A connection that moves no byte either way for this long is closed (an idle
+/// keep-alive, or a client that stopped sending its request).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The connection budgets: one global, one per remote address.
+#[derive(Debug, Clone)]
+struct Budgets {
+    all: Arc<tokio::sync::Semaphore>,
+    per_address: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+/// What a connection holds of the budgets; given back when it closes.
+#[derive(Debug)]
+struct Slot {
+    _all: tokio::sync::OwnedSemaphorePermit,
+    ip: std::net::IpAddr,
+    per_address: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut m = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Budgets {
+    fn new() -> Budgets {
+        Budgets {
+            all: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+            per_address: Default::default(),
+        }
+    }
+
+    /// A slot for a connection from `ip`, or `None` when a budget is spent.
+    fn take(&self, ip: std::net::IpAddr) -> Option<Slot> {
+        let all = self.all.clone().try_acquire_owned().ok()?;
+        let mut m = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            _all: all,
+            ip,
+            per_address: self.per_address.clone(),
+        })
+    }
+}
+
+/// A served connection: its budget slot, and the idle deadline.
+pub struct Guarded<S> {
+    inner: S,
+    _slot: Slot,
+    idle: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> std::fmt::Debug for Guarded<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guarded")
+    }
+}
+
+impl<S> Guarded<S> {
+    fn new(inner: S, slot: Slot) -> Guarded<S> {
+        Guarded {
+            inner,
+            _slot: slot,
+            idle: Box::pin(tokio::time::sleep(IDLE_TIMEOUT)),
+        }
+    }
+
+    fn progressed(&mut self) {
+        self.idle
+            .as_mut()
+            .reset(tokio::time::Instant::now() + IDLE_TIMEOUT);
+    }
+
+    /// While the stream waits, the idle deadline may end the connection.
+    fn idle_expired(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        self.idle.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "api: connection idle")
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Guarded<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut self.inner).poll_read(cx, buf) {
+            std::task::Poll::Pending if self.idle_expired(cx) => std::task::Poll::Ready(Err(timed_out())),
+            std::task::Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.progressed();
+                std::task::Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Guarded<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write(cx, buf) {
+            std::task::Poll::Pending if self.idle_expired(cx) => std::task::Poll::Ready(Err(timed_out())),
+            std::task::Poll::Ready(Ok(n)) => {
+                self.progressed();
+                std::task::Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
 
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone)]
@@ -78,7 +226,7 @@ pub fn server_config(tls: &ApiTls) -> Result<Arc<rustls::ServerConfig>, String> 
 #[derive(Debug)]
 pub struct TlsListener {
     local: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, Peer)>,
+    ready: mpsc::Receiver<(Guarded<TlsStream<TcpStream>>, Peer)>,
     accept_task: tokio::task::JoinHandle<()>,
 }
 
@@ -87,6 +235,7 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
         let acceptor = TlsAcceptor::from(cfg);
+        let budgets = Budgets::new();
         let accept_task = tokio::spawn(async move {
             loop {
                 let (tcp, addr) = match listener.accept().await {
@@ -96,6 +245,11 @@ impl TlsListener {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
+                };
+                let Some(slot) = budgets.take(addr.ip()) else {
+                    tracing::warn!(remote = %addr, "api: connection refused: too many open connections");
+                    drop(tcp);
+                    continue;
                 };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
@@ -107,7 +261,9 @@ impl TlsListener {
                                 .peer_certificates()
                                 .and_then(|c| c.first())
                                 .map(|c| tally_common::pki::cert_names(c.as_ref()));
-                            let _ = tx.send((tls, Peer { addr, cert_names })).await;
+                            let _ = tx
+                                .send((Guarded::new(tls, slot), Peer { addr, cert_names }))
+                                .await;
                         }
                         Ok(Err(e)) => tracing::info!(remote = %addr, error = %e, "api: TLS handshake failed"),
                         Err(_) => tracing::info!(remote = %addr, "api: TLS handshake timed out"),
@@ -130,7 +286,7 @@ impl Drop for TlsListener {
 }
 
 impl Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Guarded<TlsStream<TcpStream>>;
     type Addr = Peer;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -185,5 +341,25 @@ impl Connected<IncomingStream<'_, TlsListener>> for Peer {
 impl Connected<IncomingStream<'_, PlainListener>> for Peer {
     fn connect_info(stream: IncomingStream<'_, PlainListener>) -> Self {
         stream.remote_addr().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_cannot_take_every_connection_and_closed_ones_are_given_back() {
+        let b = Budgets::new();
+        let (a, c): (std::net::IpAddr, std::net::IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let held: Vec<Slot> = (0..MAX_CONNECTIONS_PER_ADDRESS)
+            .map(|_| b.take(a).unwrap())
+            .collect();
+        assert!(b.take(a).is_none(), "the address's budget is spent");
+        assert!(b.take(c).is_some(), "another address still connects");
+        drop(held);
+        assert!(b.take(a).is_some(), "closed connections give their slots back");
+        assert!(b.per_address.lock().unwrap().len() <= 1);
     }
 }

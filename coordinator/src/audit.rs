@@ -67,11 +67,16 @@ impl AuditLog {
         })
     }
 
+    /// Appends one event (fields a caller chose, such as the path, are cut to
+    /// [`MAX_FIELD`] characters).
     pub fn record(&self, e: Event) -> Result<AuditEvent, String> {
         let outcome = if e.status < 400 { "accepted" } else { "refused" };
         let time = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
+        // what a caller sends is cut to a bounded length: an anonymous request cannot
+        // make the log grow by more than a line of this size
+        let cut = |s: String| bounded(s, MAX_FIELD);
         self.file.append(|seq, prev| AuditEvent {
             seq,
             time,
@@ -79,10 +84,10 @@ impl AuditLog {
             via: e.via,
             role: e.role,
             remote: e.remote,
-            method: e.method,
-            path: e.path,
+            method: cut(e.method),
+            path: cut(e.path),
             action: e.action,
-            run: e.run,
+            run: e.run.map(cut),
             outcome: outcome.into(),
             status: e.status,
             reason: e.reason,
@@ -98,6 +103,18 @@ impl AuditLog {
     pub fn head(&self) -> (u64, String) {
         self.file.head()
     }
+}
+
+/// The longest a caller-chosen field is recorded.
+pub const MAX_FIELD: usize = 200;
+
+fn bounded(s: String, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut cut: String = s.chars().take(max).collect();
+    cut.push('…');
+    cut
 }
 
 #[cfg(test)]

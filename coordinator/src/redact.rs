@@ -1,7 +1,8 @@
 //! A stored run as a `viewer` sees it (DESIGN §12: results without keys or values).
 //! The result document (docs/results.md) is rebuilt from an allow-list, so a field added
 //! later stays hidden until someone decides it is safe: kept are the verdict, totals,
-//! levels, counts and checksums; removed are `differences` (keys, and at detailed the
+//! levels and counts; removed are leaf checksums (a one-row leaf of an unsealed run is
+//! that row's hash),  `differences` (keys, and at detailed the
 //! values), each leaf's `bounds` (key values, a period label taken from a row's time,
 //! or a hash range) and `sql` (investigation SQL spells the bounds out).
 
@@ -29,12 +30,14 @@ const RESULT_FIELDS: &[&str] = &[
     "elapsed_ms",
 ];
 
-/// Leaf fields kept: counts, checksums and why a leaf is inconsistent (counts and sums).
-const LEAF_FIELDS: &[&str] = &["level", "source", "target", "inconsistent", "reason"];
+/// Leaf fields kept: the level and whether the leaf is inconsistent. Its per-side
+/// counts are rebuilt below; checksums are not kept (a one-row leaf of an unsealed run
+/// would be that row's hash), nor the reason, which quotes them.
+const LEAF_FIELDS: &[&str] = &["level", "inconsistent"];
 
 /// What the viewer is told was taken out.
 pub const REDACTED: &str =
-    "viewer: differences (keys and values), leaf bounds and investigation SQL are removed";
+    "viewer: differences (keys and values), leaf bounds, checksums and investigation SQL are removed";
 
 fn pick(v: &Value, fields: &[&str]) -> Value {
     let mut out = Map::new();
@@ -53,7 +56,17 @@ pub fn result_for_viewer(result: &Value) -> Value {
     let mut out = pick(result, RESULT_FIELDS);
     let leaves: Vec<Value> = result["leaves"]
         .as_array()
-        .map(|l| l.iter().map(|leaf| pick(leaf, LEAF_FIELDS)).collect())
+        .map(|l| {
+            l.iter()
+                .map(|leaf| {
+                    let mut out = pick(leaf, LEAF_FIELDS);
+                    for side in ["source", "target"] {
+                        out[side] = pick(&leaf[side], &["count"]);
+                    }
+                    out
+                })
+                .collect()
+        })
         .unwrap_or_default();
     if let Some(o) = out.as_object_mut() {
         o.insert("leaves".into(), Value::Array(leaves));
@@ -117,6 +130,13 @@ mod tests {
         assert_eq!(v["result"]["verdict"], "differ");
         assert_eq!(v["result"]["difference_counts"]["changed"], 1);
         assert_eq!(v["result"]["leaves"][0]["source"]["count"], 1);
+        // no checksum: a one-row leaf of an unsealed run would be that row's hash
+        for leaf in v["result"]["leaves"].as_array().unwrap() {
+            for side in ["source", "target"] {
+                assert_eq!(leaf[side].as_object().unwrap().len(), 1, "{leaf}");
+            }
+            assert!(leaf.get("reason").is_none(), "{leaf}");
+        }
         assert_eq!(v["result"]["leaves"].as_array().unwrap().len(), 2);
         assert_eq!(v["spec"]["name"], "orders");
         assert_eq!(v["result"]["redacted"], REDACTED);

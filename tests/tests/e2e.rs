@@ -663,7 +663,9 @@ fn client_cert(
     let ca = match ca {
         Some(c) => c,
         None => {
-            own = Ca::from_pem(&read("ca.pem"), &read("ca-key.pem")).unwrap();
+            // API client certificates come from the API's CA, never the agents': an
+            // agent with `allowed_clients: any` would accept one from its own CA
+            own = Ca::from_pem(&read("api-ca.pem"), &read("api-ca-key.pem")).unwrap();
             &own
         }
     };
@@ -685,7 +687,7 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
     let cfg = d.coordinator_config();
     let text = std::fs::read_to_string(&cfg).unwrap();
     let api = format!(
-        "api:\n  tls: {{ cert: certs/coordinator-api.pem, key: certs/coordinator-api-key.pem, ca: certs/ca.pem }}\n  \
+        "api:\n  tls: {{ cert: certs/coordinator-api.pem, key: certs/coordinator-api-key.pem, ca: certs/api-ca.pem }}\n  \
          clients: [{{ name: alice, role: auditor }}]\n  tokens:\n    \
          - {{ name: dash, sha256: {}, role: viewer }}\n    \
          - {{ name: ci, sha256: {}, role: operator }}\n    \
@@ -757,7 +759,7 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
     let (bob_cert, bob_key) = client_cert(d.path(), "bob", None);
     let bob = client_config(&certs.join("api-ca.pem"), Some((&bob_cert, &bob_key)));
     let other_ca = tally_common::pki::Ca::generate("other-ca").unwrap();
-    let (mallory_cert, mallory_key) = client_cert(d.path(), "alice-elsewhere", Some(&other_ca));
+    let (mallory_cert, mallory_key) = client_cert(d.path(), "alice", Some(&other_ca));
     let mallory = client_config(&certs.join("api-ca.pem"), Some((&mallory_cert, &mallory_key)));
     let http = |tls: &std::sync::Arc<_>, method: &str, path: &str, token: Option<&str>, body: &str| {
         request(port, Some(tls), method, path, token, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
@@ -973,9 +975,9 @@ fn tally_serve_killed_mid_run_resumes_it_without_asking_committed_levels_again()
         );
         g
     };
-    // a deep drill: level 1 cuts 1024 ways, then halves segments down to 4 rows
+    // a deep drill: level 1 cuts 1024 ways, then halves segments down to 2 rows
     let spec = "name: resume\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
-                bisection: { strategy: quantile, factor: 2, threshold: 4 }\nreporting: { level: with_keys }\n";
+                bisection: { strategy: quantile, factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n";
     let runlog = d.path().join("store/runlog.sqlite");
     let aggregates = |d: &mut Deployment, agent: &str| {
         std::fs::read_to_string(&d.agent(agent).release_log)
@@ -987,10 +989,7 @@ fn tally_serve_killed_mid_run_resumes_it_without_asking_committed_levels_again()
     let mut serve = start();
     let (code, body) = request(port, None, "POST", "/v1/runs", Some(OPERATOR_TOKEN), spec).unwrap();
     assert_eq!(code, 202, "{body}");
-    let id = body["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = body["id"].as_str().unwrap().to_string();
     // kill -9 once two levels are committed
     let until = std::time::Instant::now() + Duration::from_secs(60);
     while levels_logged(&runlog) < 2 {
