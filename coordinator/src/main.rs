@@ -38,6 +38,14 @@ enum Command {
         /// Progress on stderr even when it is not a terminal.
         #[arg(long)]
         progress: bool,
+        /// Record the run in DIR/runlog.sqlite (every level before the next), so an
+        /// interrupted run can be resumed with --resume.
+        #[arg(long = "data-dir", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Resume the interrupted run RUN_ID recorded under --data-dir: the committed
+        /// levels are not asked again.
+        #[arg(long, value_name = "RUN_ID", requires = "data_dir")]
+        resume: Option<String>,
     },
     /// The coordinator service: an HTTPS API (`api` in the config) that starts runs and
     /// keeps their results in a hash-chained run store under `data_dir`.
@@ -136,7 +144,9 @@ fn main() -> ExitCode {
             config,
             json,
             progress,
-        } => rt.block_on(cmd_run(spec, config, json, progress)),
+            data_dir,
+            resume,
+        } => rt.block_on(cmd_run(spec, config, json, progress, data_dir, resume)),
         Command::Serve {
             config,
             insecure_loopback,
@@ -216,7 +226,14 @@ fn main() -> ExitCode {
     }
 }
 
-async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> ExitCode {
+async fn cmd_run(
+    spec: PathBuf,
+    config: PathBuf,
+    json: bool,
+    progress: bool,
+    data_dir: Option<PathBuf>,
+    resume: Option<String>,
+) -> ExitCode {
     let fail = |m: String| {
         eprintln!("tally run: {m}");
         ExitCode::from(2)
@@ -250,12 +267,28 @@ async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> 
         (Ok(s), Ok(t)) => (s, t),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
+    let record = match &data_dir {
+        None => None,
+        Some(dir) => match record_run(dir, &spec, resume.as_deref()).await {
+            Ok(r) => Some(r),
+            Err(e) => return fail(e),
+        },
+    };
     let opts = RunOptions {
         progress: progress.then_some(true),
-        record: None,
+        record: record.clone(),
     };
     tokio::select! {
         result = run(&spec, &source, &target, &opts) => {
+            if let Some(r) = &record {
+                let verdict = serde_json::to_value(&result.verdict).unwrap_or_default();
+                let event = serde_json::json!({"event": "finished", "verdict": verdict});
+                if let serde_json::Value::Object(e) = event
+                    && let Err(e) = r.log.append(&r.run_id, e).await
+                {
+                    eprintln!("tally run: cannot close the run's record: {e}");
+                }
+            }
             if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }
             ExitCode::from(result.exit_code())
         }
@@ -265,4 +298,61 @@ async fn cmd_run(spec: PathBuf, config: PathBuf, json: bool, progress: bool) -> 
             ExitCode::from(2)
         }
     }
+}
+
+/// The run's record under `dir`: a new run (its id printed on stderr), or the
+/// interrupted run `resume`, whose spec must be the one given.
+async fn record_run(
+    dir: &std::path::Path,
+    spec: &Spec,
+    resume: Option<&str>,
+) -> Result<tally_coordinator::runner::RunRecord, String> {
+    use tally_coordinator::runlog::{RunLog, SqliteRunLog};
+    std::fs::create_dir_all(dir).map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+    let log = std::sync::Arc::new(
+        SqliteRunLog::open(&dir.join("runlog.sqlite"))
+            .await
+            .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?,
+    );
+    let spec_json = serde_json::to_value(spec).map_err(|e| e.to_string())?;
+    let (run_id, events) = match resume {
+        Some(id) => {
+            let events = log.load(id).await.map_err(|e| e.to_string())?;
+            let Some(start) = events.iter().find(|e| e["event"] == "started") else {
+                return Err(format!("--resume {id}: no such run in {}", dir.display()));
+            };
+            if events.iter().any(|e| e["event"] == "finished") {
+                return Err(format!("--resume {id}: the run finished already"));
+            }
+            if start["spec"] != spec_json {
+                return Err(format!(
+                    "--resume {id}: the spec differs from the one the run started with; resume with that spec"
+                ));
+            }
+            eprintln!(
+                "tally run: resuming run {id} ({} levels committed)",
+                events.iter().filter(|e| e["event"] == "level").count()
+            );
+            (id.to_string(), events)
+        }
+        None => {
+            let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+            let id = format!("{millis:x}-{}", std::process::id());
+            let event = serde_json::json!({"event": "started", "name": spec.name, "spec": spec_json});
+            if let serde_json::Value::Object(e) = event {
+                log.append(&id, e).await.map_err(|e| e.to_string())?;
+            }
+            eprintln!(
+                "tally run: recording run {id} in {}; if it is interrupted, resume it with --data-dir {} --resume {id}",
+                dir.display(),
+                dir.display()
+            );
+            (id, Vec::new())
+        }
+    };
+    Ok(tally_coordinator::runner::RunRecord {
+        log,
+        run_id,
+        resume: events,
+    })
 }

@@ -1045,3 +1045,58 @@ fn tally_serve_killed_mid_run_resumes_it_without_asking_committed_levels_again()
     }
     assert_eq!(j["source"]["queries"].as_u64(), Some(levels as u64));
 }
+
+#[test]
+fn tally_run_with_a_data_dir_resumes_after_a_kill_and_refuses_a_finished_or_other_run() {
+    let p = plant();
+    let d = deploy("e2e_cli_resume", Some(&p), OPEN, OPEN);
+    let spec = "name: cli-resume\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+                bisection: { strategy: quantile, factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n";
+    let spec_path = d.path().join("cli-spec.yaml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let data = d.path().join("cli-data");
+    let tally = |extra: &[&str]| {
+        let mut c = std::process::Command::new(tally_e2e::bins::tally());
+        c.arg("run")
+            .arg(&spec_path)
+            .arg("-c")
+            .arg(d.coordinator_config())
+            .arg("--json")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let mut first = tally(&[]).spawn().unwrap();
+    let runlog = data.join("runlog.sqlite");
+    let until = Instant::now() + Duration::from_secs(60);
+    while levels_logged(&runlog) < 2 {
+        assert!(Instant::now() < until, "no level committed within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    let out = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let id = stderr
+        .split("--resume ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id on stderr: {stderr}"))
+        .to_string();
+    let resumed = parse_run(tally(&["--resume", &id]).output().unwrap());
+    assert_eq!(resumed.code, 1, "{}\n{}", resumed.stderr, resumed.stdout);
+    assert!(
+        resumed.stderr.contains(&format!("resuming run {id}")),
+        "{}",
+        resumed.stderr
+    );
+    assert_eq!(differences(&resumed.json), expected(&p));
+    // a finished run is not resumed again; an unknown one, or another spec, is refused
+    let again = tally(&["--resume", &id]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("finished already"));
+    let unknown = tally(&["--resume", "nothing"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no such run"));
+}

@@ -213,9 +213,13 @@ impl PgConnector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let db = |e| AgentError::from_db(dataset, e);
-        let mut conn = self.pool.acquire().await.map_err(db)?;
+        // a COPY stopped early leaves the rest of its rows on the connection, so unless
+        // it completes the connection is closed, never returned to the pool: also when
+        // the call is cancelled (the coordinator went away) and this future is dropped
+        let mut conn = CloseUnlessDone(Some(self.pool.acquire().await.map_err(db)?));
         let result = async {
             let mut stream = conn
+                .get()
                 .copy_out_raw(&format!("COPY ({select}) TO STDOUT"))
                 .await
                 .map_err(db)?;
@@ -237,9 +241,13 @@ impl PgConnector {
             }
         }
         .await;
-        if result.is_err() {
-            // a COPY stopped early leaves the rest of its rows on the connection
-            let _ = conn.close().await;
+        match result {
+            Ok(()) => conn.done(),
+            Err(_) => {
+                if let Some(c) = conn.0.take() {
+                    let _ = c.close().await;
+                }
+            }
         }
         result
     }
@@ -280,6 +288,30 @@ impl PgConnector {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))
+    }
+}
+
+/// A pooled connection that is closed when dropped unless [`CloseUnlessDone::done`]
+/// returned it: a dropped future (a cancelled call) cannot leave a half-read COPY on a
+/// connection the pool hands out again.
+struct CloseUnlessDone(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
+impl CloseUnlessDone {
+    fn get(&mut self) -> &mut sqlx::pool::PoolConnection<sqlx::Postgres> {
+        self.0.as_mut().expect("the connection is held until done")
+    }
+
+    /// The COPY completed: the connection goes back to the pool.
+    fn done(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for CloseUnlessDone {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            c.close_on_drop();
+        }
     }
 }
 
