@@ -75,7 +75,7 @@ mod tests {
     }
 
     #[test]
-    fn the_common_name_counts_only_without_dns_sans() {
+    fn the_common_name_counts_only_without_any_san() {
         assert_eq!(
             cert_names(&der("coordinator", &["other"])),
             vec!["other".to_string()]
@@ -84,5 +84,7 @@ mod tests {
             cert_names(&der("coordinator", &[])),
             vec!["coordinator".to_string()]
         );
+        // SANs that name no DNS name still name the subject: the CN does not count
+        assert!(cert_names(&der("coordinator", &["127.0.0.1"])).is_empty());
     }
 }

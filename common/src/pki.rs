@@ -276,7 +276,8 @@ pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, Pk
 }
 
 /// The names a certificate is known by: its DNS SANs, or its common name when it has
-/// no DNS SAN (RFC 6125: the CN is ignored where SANs name the subject). The agent
+/// no subject alternative name at all (RFC 6125: the CN is ignored where SANs name the
+/// subject, also when they are IP addresses or e-mail addresses only). The agent
 /// matches `allowed_clients` and the coordinator's API matches `api.clients` with it.
 pub fn cert_names(der: &[u8]) -> Vec<String> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
@@ -284,15 +285,18 @@ pub fn cert_names(der: &[u8]) -> Vec<String> {
         return Vec::new();
     };
     let mut names = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let GeneralName::DNSName(d) = n {
-                names.push(d.to_string());
+    match cert.subject_alternative_name() {
+        Ok(Some(san)) => {
+            for n in &san.value.general_names {
+                if let GeneralName::DNSName(d) = n {
+                    names.push(d.to_string());
+                }
             }
+            return names;
         }
-    }
-    if !names.is_empty() {
-        return names;
+        Ok(None) => {}
+        // an unreadable SAN extension names nothing
+        Err(_) => return names,
     }
     for cn in cert.subject().iter_common_name() {
         if let Ok(s) = cn.as_str() {
