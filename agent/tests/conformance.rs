@@ -407,6 +407,20 @@ async fn agent_row(l: &Live, table: &str, cols: &[BoundColumn]) -> String {
     rows[0].row_string()
 }
 
+/// An expression over the single row of `table`, as text, computed by the engine.
+async fn select_text(l: &Live, table: &str, expr: String) -> String {
+    let sql = format!(
+        "SELECT {} FROM {}",
+        as_text(l.engine, &expr),
+        l.connector.dialect().quote(table)
+    );
+    l.connector
+        .query_text("t", &sql)
+        .await
+        .unwrap()
+        .unwrap_or_default()
+}
+
 /// The engine's row string and checksums of the single row in `table`.
 async fn engine_row(l: &Live, table: &str, cols: &[BoundColumn]) -> (String, String, String) {
     let d = l.connector.dialect();
@@ -419,18 +433,8 @@ async fn engine_row(l: &Live, table: &str, cols: &[BoundColumn]) -> (String, Str
             format!("{:016x}", sha256_64(rs.as_bytes())),
         );
     }
-    let rel = d.quote(table);
     let row = dialect::row_string_expr(d, cols).expect("checked above");
-    let get = |expr: String| {
-        let sql = format!("SELECT {} FROM {rel}", as_text(l.engine, &expr));
-        async move {
-            l.connector
-                .query_text("t", &sql)
-                .await
-                .unwrap()
-                .unwrap_or_default()
-        }
-    };
+    let get = |expr: String| select_text(l, table, expr);
     let rs = get(row.clone()).await;
     let md5 = get(d.row_hash_expr(&row, HashMethod::Md5_48, None).unwrap()).await;
     let sha_signed = get(d.row_hash_expr(&row, HashMethod::Sha256_64, None).unwrap()).await;
@@ -448,17 +452,7 @@ async fn engine_sealed(
 ) -> Option<(String, String)> {
     let d = l.connector.dialect();
     let row = dialect::row_string_expr(d, cols)?;
-    let rel = d.quote(table);
-    let get = |expr: String| {
-        let sql = format!("SELECT {} FROM {rel}", as_text(l.engine, &expr));
-        async move {
-            l.connector
-                .query_text("t", &sql)
-                .await
-                .unwrap()
-                .unwrap_or_default()
-        }
-    };
+    let get = |expr: String| select_text(l, table, expr);
     let md5 = get(d.row_hash_expr(&row, HashMethod::SealedMd5_48, Some(&keys.k_row))?).await;
     let sha = get(d.row_hash_expr(&row, HashMethod::SealedSha256_64, Some(&keys.k_row))?).await;
     Some((md5, format!("{:016x}", wrap_decimal_sum(&sha).unwrap())))

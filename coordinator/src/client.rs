@@ -106,11 +106,7 @@ impl Agent {
 
     /// An answer that does not convert to its domain type names the agent and field.
     fn valid<T>(&self, rpc: &str, answer: Result<T, WireError>) -> Result<T, RunError> {
-        answer.map_err(|e| RunError::MalformedAnswer {
-            agent: self.name.clone(),
-            rpc: rpc.to_string(),
-            message: e.to_string(),
-        })
+        answer.map_err(|e| RunError::malformed(&self.name, rpc, e))
     }
 
     pub async fn describe(&self, dataset: &str) -> Result<Describe, RunError> {

@@ -47,6 +47,15 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// An agent's answer that failed its domain conversion, naming the agent and field.
+    pub fn malformed(agent: &str, rpc: &str, e: tally_common::segment::WireError) -> RunError {
+        RunError::MalformedAnswer {
+            agent: agent.to_string(),
+            rpc: rpc.to_string(),
+            message: e.to_string(),
+        }
+    }
+
     pub fn from_status(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError {
         let message = s.message().to_string();
         match s.code() {

@@ -65,11 +65,7 @@ impl InProcessAgent {
         rpc: &str,
         answer: Result<T, tally_common::segment::WireError>,
     ) -> Result<T, RunError> {
-        answer.map_err(|e| RunError::MalformedAnswer {
-            agent: self.name.clone(),
-            rpc: rpc.to_string(),
-            message: e.to_string(),
-        })
+        answer.map_err(|e| RunError::malformed(&self.name, rpc, e))
     }
 }
 

@@ -680,6 +680,16 @@ mod tests {
     }
 
     fn run(p: PlanParams, src: &impl Answers, tgt: &impl Answers) -> (Planner, usize) {
+        run_with(p, src, tgt, |_| {})
+    }
+
+    /// [`run`], with `after` given the planner after every level.
+    fn run_with(
+        p: PlanParams,
+        src: &impl Answers,
+        tgt: &impl Answers,
+        mut after: impl FnMut(&mut Planner),
+    ) -> (Planner, usize) {
         let mut planner = Planner::new(p);
         let mut queries = 0;
         while let Some(plan) = planner.next_level() {
@@ -691,6 +701,7 @@ mod tests {
             };
             let t = tgt.answer(&plan.parents, &tsplits);
             planner.observe(&plan, &s, &t).unwrap();
+            after(&mut planner);
             queries += 1;
         }
         (planner, queries)
@@ -714,21 +725,10 @@ mod tests {
         let tgt = Fake { rows: t };
         for strategy in [Strategy::Quantile, Strategy::Hash] {
             let (whole, _) = run(params(strategy), &src, &tgt);
-            let mut planner = Planner::new(params(strategy));
-            let mut restored = 0;
-            while let Some(plan) = planner.next_level() {
-                let s = src.answer(&plan.parents, &plan.splits);
-                let tsplits = if plan.target_follows_source {
-                    Planner::target_splits(&plan, &s)
-                } else {
-                    plan.splits.clone()
-                };
-                let t = tgt.answer(&plan.parents, &tsplits);
-                planner.observe(&plan, &s, &t).unwrap();
-                let bytes = serde_json::to_vec(&planner).unwrap();
-                planner = serde_json::from_slice(&bytes).unwrap();
-                restored += 1;
-            }
+            let (planner, restored) = run_with(params(strategy), &src, &tgt, |planner| {
+                let bytes = serde_json::to_vec(&*planner).unwrap();
+                *planner = serde_json::from_slice(&bytes).unwrap();
+            });
             assert!(restored >= 2, "{strategy:?}: the drill went past level 1");
             assert_eq!(planner.leaves, whole.leaves, "{strategy:?}");
             assert_eq!(planner.levels, whole.levels, "{strategy:?}");
