@@ -8,6 +8,7 @@ pub mod chain;
 pub mod checksum;
 pub mod civil;
 pub mod config_file;
+pub mod dsse;
 pub mod jcs;
 pub mod period;
 pub mod pki;
