@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{OPEN, OPERATOR_TOKEN, VIEWER_TOKEN, deploy, differences, expected, plant, sha256_hex};
+use super::{
+    OPEN, OPERATOR_TOKEN, VIEWER_TOKEN, client_cert, deploy, differences, expected, plant, sha256_hex,
+};
 
 /// A run's printed result without what differs between two runs of one spec: timings
 /// (`(N ms)` and `elapsed: N ms` in the text, every `elapsed_ms` in JSON) and, in JSON,
@@ -83,6 +85,7 @@ fn serve(d: &tally_e2e::zones::Deployment) -> Serve {
         format!(
             "listen: 127.0.0.1:{port}\ndata_dir: remote-store\n{text}api:\n  \
              tls: {{ cert: certs/coordinator-api.pem, key: certs/coordinator-api-key.pem, ca: certs/api-ca.pem }}\n  \
+             clients: [{{ name: carol, role: operator }}]\n  \
              tokens:\n    - {{ name: dash, sha256: {}, role: viewer }}\n    - {{ name: ci, sha256: {}, role: operator }}\n",
             sha256_hex(VIEWER_TOKEN),
             sha256_hex(OPERATOR_TOKEN)
@@ -202,6 +205,16 @@ fn tally_run_on_a_server_prints_what_a_local_run_prints_and_refuses_clearly() {
         "{stderr}"
     );
     assert!(stdout.is_empty(), "{stdout}");
+    // a client certificate from the API's CA logs in as well (the spec is what is refused)
+    let (cert, key) = client_cert(d.path(), "carol", None);
+    let mut c = s.run(&bad, &["--cert"]);
+    c.arg(&cert).arg("--key").arg(&key);
+    let (code, _, stderr) = output(c);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("400") && stderr.contains("bisection.factor"),
+        "{stderr}"
+    );
     // a server certificate the given CA did not issue (the agents' CA)
     let mut c = Command::new(tally_e2e::bins::tally());
     c.arg("run")
