@@ -27,7 +27,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one reconciliation against remote agents (exit 0 match, 1 differ, 2 error).
+    /// Run one reconciliation against remote agents, here or on `tally serve` with
+    /// --server (exit 0 match, 1 differ, 2 error).
     Run {
         /// The reconciliation spec (YAML).
         spec: PathBuf,
