@@ -2,6 +2,7 @@
 
 usage: check_rendered.py CHART RENDERED.yaml OUTDIR  (writes each ConfigMap file to OUTDIR)
 """
+import os
 import pathlib
 import re
 import sys
@@ -72,6 +73,68 @@ if chart == "tally-agent":
     c = specs[0]["containers"][0]
     if not (c.get("readinessProbe") and c.get("livenessProbe")):
         fail("agent probes missing")
+def check_replicas(coord, sts):
+    """tally serve's replicas: a Raft group of 3 or 5 (or one node), spread over nodes."""
+    spec, pod = sts["spec"], sts["spec"]["template"]["spec"]
+    n = spec["replicas"]
+    if n not in (1, 3, 5):
+        fail(f"StatefulSet replicas {n}: only 1, 3 or 5")
+    want = os.environ.get("EXPECT_REPLICAS")
+    if want and n != int(want):
+        fail(f"StatefulSet replicas {n}, expected {want}")
+    if spec.get("podManagementPolicy") != "Parallel":
+        fail("replicas must start in parallel: a Raft group needs a quorum before any is ready")
+    selector = spec["selector"]["matchLabels"]
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    if len(pdbs) != 1 or pdbs[0]["spec"].get("maxUnavailable") != 1 \
+            or pdbs[0]["spec"]["selector"]["matchLabels"] != selector:
+        fail("tally serve needs one PodDisruptionBudget, maxUnavailable 1, on its pods")
+    peers = [s for s in by_kind.get("Service", []) if s["metadata"]["name"] == spec["serviceName"]]
+    if not peers:
+        fail(f"no Service {spec['serviceName']} (the StatefulSet's serviceName)")
+    ps = peers[0]["spec"]
+    if ps.get("clusterIP") != "None" or ps.get("publishNotReadyAddresses") is not True \
+            or ps["selector"] != selector or [p["port"] for p in ps["ports"]] != [7443]:
+        fail("the peers Service must be headless, publish not-ready addresses, select the pods, port 7443")
+    if not spec["serviceName"].endswith("-peers"):
+        fail("the peers Service is <fullname>-peers")
+    anti = pod.get("affinity", {}).get("podAntiAffinity", {})
+    required = anti.get("requiredDuringSchedulingIgnoredDuringExecution")
+    preferred = anti.get("preferredDuringSchedulingIgnoredDuringExecution")
+    terms = required or [p["podAffinityTerm"] for p in preferred or []]
+    if not terms or any(t["topologyKey"] != "kubernetes.io/hostname"
+                        or t["labelSelector"]["matchLabels"] != selector for t in terms):
+        fail("replicas need a pod anti-affinity across nodes (kubernetes.io/hostname) on their own labels")
+    want = os.environ.get("EXPECT_ANTI_AFFINITY")
+    if want and (want == "required") != bool(required):
+        fail(f"pod anti-affinity is not {want}")
+    c = pod["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])]
+    if claims != ["data"] or mounts.get("data") != coord["data_dir"]:
+        fail("each replica needs its own volume (volumeClaimTemplate data) at data_dir")
+    cluster = coord.get("cluster")
+    if n == 1:
+        if cluster is not None:
+            fail("a single replica has no cluster section")
+        return
+    if cluster is None:
+        fail(f"{n} replicas need a cluster section")
+    if set(cluster) != {"listen", "advertise", "tls", "initial_members"}:
+        fail(f"cluster keys {sorted(cluster)}: listen, advertise, tls, initial_members (node_id from the ordinal)")
+    ns = os.environ.get("NAMESPACE", "tally")
+    domain = f"{spec['serviceName']}.{ns}.svc.cluster.local"
+    if cluster["listen"] != "0.0.0.0:7443" or cluster["advertise"] != f"{{hostname}}.{domain}:7443":
+        fail(f"cluster.listen / advertise: {cluster['listen']}, {cluster['advertise']}")
+    members = [f"{sts['metadata']['name']}-{i}.{domain}:7443" for i in range(n)]
+    if cluster["initial_members"] != members:
+        fail(f"cluster.initial_members {cluster['initial_members']}, expected one per replica: {members}")
+    if cluster["tls"] != {"cert": "/etc/tally/peer/tls.crt", "key": "/etc/tally/peer/tls.key",
+                          "ca": "/etc/tally/peer/ca.crt"} or mounts.get("peer-tls") != "/etc/tally/peer":
+        fail("cluster.tls must name the mounted peer Secret")
+    if 7443 not in [p["containerPort"] for p in c["ports"]]:
+        fail("the container does not expose the peer port")
+
 if chart == "tally-coordinator":
     coord = yaml.safe_load((outdir / "coordinator.yaml").read_text())
     for sts in by_kind.get("StatefulSet", []):
@@ -93,6 +156,8 @@ if chart == "tally-coordinator":
         mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
         if "/etc/tally/api" not in mounts:
             fail("the API's TLS Secret is not mounted")
+    for sts in by_kind.get("StatefulSet", []):
+        check_replicas(coord, sts)
     for name, a in coord["agents"].items():
         if not a["endpoint"].startswith("https://"):
             fail(f"agent {name}: endpoint must be https")

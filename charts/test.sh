@@ -56,6 +56,19 @@ for chart in charts/tally-agent charts/tally-coordinator; do
   done
 done
 
+echo "-- tally serve replicas and anti-affinity"
+C=charts/tally-coordinator; CX=$C/examples/two-zones.yaml
+render_check() {  # name, env for check_rendered.py, helm args...
+  local name=$1 env=$2; shift 2
+  "$HELM" template hub "$C" --namespace tally "$@" > "$out/$name.yaml"
+  "$VENV/bin/kubernetes-validate" --strict --quiet "$out/$name.yaml"
+  env $env "$VENV/bin/python" charts/check_rendered.py tally-coordinator "$out/$name.yaml" "$out/$name"
+}
+render_check default "EXPECT_REPLICAS=3 EXPECT_ANTI_AFFINITY=preferred" -f $CX
+for n in 1 3 5; do render_check "replicas-$n" EXPECT_REPLICAS=$n -f $CX --set replicas=$n; done
+render_check required "EXPECT_REPLICAS=3 EXPECT_ANTI_AFFINITY=required" -f $CX --set antiAffinity=required
+# the rendered configs are parsed by the real tally serve once config.rs knows `cluster`
+
 echo "-- bad values are refused"
 refuse() {  # chart, message, helm args...
   local chart=$1 want=$2; shift 2
@@ -80,7 +93,13 @@ refuse $A "allowedClients" -f $EX --set-json 'agent.allowedClients=[]'
 refuse $A "zoneKey.existingSecret" -f $A/examples/zone-vpc2-certmanager.yaml --set tls.zoneKey.existingSecret=
 refuse $A "agent.name" -f $A/examples/zone-vpc2-certmanager.yaml --set agent.name=
 refuse $A "peers" -f $EX --set-json 'datasets.orders.policy.peers=[]'
-C=charts/tally-coordinator; CX=$C/examples/two-zones.yaml
+refuse $C "replicas" -f $CX --set replicas=2
+refuse $C "replicas" -f $CX --set replicas=0
+refuse $C "replicas" -f $CX --set replicas=7
+refuse $C "replicas" -f $CX --set-string replicas=three
+refuse $C "antiAffinity" -f $CX --set antiAffinity=sometimes
+refuse $C "cluster.tls.existingSecret" -f $CX --set cluster.tls.existingSecret=
+refuse $C "issuerRef.name" -f $C/examples/five-replicas-certmanager.yaml --set cluster.tls.certManager.issuerRef.name=
 refuse $C "endpoint" -f $CX --set agents.dc1.endpoint=http://plain:7401
 refuse $C "password" -f $CX --set agents.dc1.password=x
 refuse $C "tls.existingSecret" -f $CX --set tls.existingSecret=

@@ -7,6 +7,7 @@
 //! command in the binary is the one place that starts agents in-process).
 
 pub mod api_auth;
+pub mod api_client;
 pub mod api_tls;
 pub mod audit;
 pub mod chain;

@@ -1,6 +1,7 @@
 //! `tally`: the coordinator's command line.
 
 mod demo;
+mod remote;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use clap::{Parser, Subcommand};
 use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::CoordinatorConfig;
+use tally_coordinator::result::RunResult;
 use tally_coordinator::runner::{RunOptions, run};
 use tally_coordinator::spec::Spec;
 
@@ -25,7 +27,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one reconciliation against remote agents (exit 0 match, 1 differ, 2 error).
+    /// Run one reconciliation against remote agents, here or on `tally serve` with
+    /// --server (exit 0 match, 1 differ, 2 error).
     Run {
         /// The reconciliation spec (YAML).
         spec: PathBuf,
@@ -46,6 +49,13 @@ enum Command {
         /// levels are not asked again.
         #[arg(long, value_name = "RUN_ID", requires = "data_dir")]
         resume: Option<String>,
+        /// Run on `tally serve` at URL (https://HOST:PORT) instead of here: the spec is
+        /// submitted, its levels followed, its result printed as a local run prints it.
+        /// Ctrl-C cancels the run on the server.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["config", "data_dir", "resume"])]
+        server: Option<String>,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
     /// The coordinator service: an HTTPS API (`api` in the config) that starts runs and
     /// keeps their results in a hash-chained run store under `data_dir`.
@@ -75,6 +85,23 @@ enum Command {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
+}
+
+/// How `tally run --server` trusts and logs in to the API.
+#[derive(clap::Args, Debug)]
+struct RemoteArgs {
+    /// The CA of the API's server certificate (api-ca.pem from `tally certs init`).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    ca: Option<PathBuf>,
+    /// A file holding the bearer token (else the environment variable TALLY_TOKEN).
+    #[arg(long = "token-file", value_name = "FILE", requires = "server")]
+    token_file: Option<PathBuf>,
+    /// A client certificate from the API's CA (PEM), with --key.
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"])]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -141,11 +168,21 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run {
             spec,
+            json,
+            progress,
+            server: Some(server),
+            remote,
+            ..
+        } => rt.block_on(remote::cmd_run_server(spec, &server, remote, json, progress)),
+        Command::Run {
+            spec,
             config,
             json,
             progress,
             data_dir,
             resume,
+            server: None,
+            ..
         } => rt.block_on(cmd_run(spec, config, json, progress, data_dir, resume)),
         Command::Serve {
             config,
@@ -208,10 +245,7 @@ fn main() -> ExitCode {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });
             tokio::select! {
                 r = run => match r {
-                    Ok((result, _)) => {
-                        if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }
-                        ExitCode::from(result.exit_code())
-                    }
+                    Ok((result, _)) => print_result(&result, json),
                     Err(e) => {
                         eprintln!("tally demo: {e:#}");
                         ExitCode::from(2)
@@ -224,6 +258,17 @@ fn main() -> ExitCode {
             }
         }),
     }
+}
+
+/// A run's result on stdout, the summary or `--json`; its exit code (0 match, 1
+/// differ, 2 error). The same for a local run and one on `tally serve`.
+fn print_result(result: &RunResult, json: bool) -> ExitCode {
+    if json {
+        println!("{}", result.to_json())
+    } else {
+        print!("{}", result.render())
+    }
+    ExitCode::from(result.exit_code())
 }
 
 async fn cmd_run(
@@ -289,8 +334,7 @@ async fn cmd_run(
                     eprintln!("tally run: cannot close the run's record: {e}");
                 }
             }
-            if json { println!("{}", result.to_json()) } else { print!("{}", result.render()) }
-            ExitCode::from(result.exit_code())
+            print_result(&result, json)
         }
         _ = tokio::signal::ctrl_c() => {
             // dropping the run cancels its in-flight calls; agents abandon the queries

@@ -6,9 +6,10 @@
 //! ```text
 //! GET  /healthz               open      liveness and readiness
 //! GET  /v1/runs               viewer    every run: running ones, then the stored ones, newest first
-//! GET  /v1/runs/{id}          viewer    202 while running, then the stored document (spec and
-//!                                       result); below operator without keys, values, leaf
-//!                                       bounds or investigation SQL (redact.rs)
+//! GET  /v1/runs/{id}          viewer    202 while running, with the levels done so far
+//!                                       (`levels`: counts only), then the stored document
+//!                                       (spec and result); below operator without keys,
+//!                                       values, leaf bounds or investigation SQL (redact.rs)
 //! POST /v1/runs               operator  body: a spec (YAML or JSON) → 202 {"id": …}
 //! POST /v1/runs/{id}/cancel   operator  stops a running run: it is stored with verdict error,
 //!                                       code cancelled
@@ -499,10 +500,25 @@ async fn get_run(
     Extension(caller): Extension<Caller>,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    if let Some(r) = state.running.lock().await.get(&id) {
+    let running = state
+        .running
+        .lock()
+        .await
+        .get(&id)
+        .map(|r| (r.name.clone(), r.started.clone()));
+    if let Some((name, started)) = running {
+        // progress: the levels committed so far (counts only, no keys: viewers see them)
+        let levels: Vec<serde_json::Value> = match state.runlog.load(&id).await {
+            Ok(events) => events
+                .into_iter()
+                .filter(|e| e["event"] == "level")
+                .map(|e| e["level_out"].clone())
+                .collect(),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
         return (
             StatusCode::ACCEPTED,
-            Json(json!({ "id": id, "name": r.name, "state": "running", "started": r.started })),
+            Json(json!({ "id": id, "name": name, "state": "running", "started": started, "levels": levels })),
         )
             .into_response();
     }

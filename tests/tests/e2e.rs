@@ -10,6 +10,10 @@ use serde_json::Value;
 use tally_e2e::db;
 use tally_e2e::zones::{Deployment, parse_run};
 
+/// `tally run --server`: in tests/tests/e2e/remote.rs.
+#[path = "e2e/remote.rs"]
+mod remote;
+
 const N: i64 = 20_000;
 
 /// Keys 1..: gaps at multiples of 7.

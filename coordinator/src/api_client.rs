@@ -1,0 +1,401 @@
+//! The client of `tally serve`'s API for `tally run SPEC --server URL`: submits a spec,
+//! follows the run's levels by polling `GET /v1/runs/{id}`, and reads back its result,
+//! which the command prints exactly as a local run prints its own.
+//!
+//! HTTPS trusts only the CA given (`--ca`, the API's `api-ca.pem`), never the system's
+//! roots; the caller logs in with a bearer token, a client certificate from the API's
+//! CA, or both. Plain `http://` is accepted for a loopback host only (a server started
+//! with `--insecure-loopback`). One request per connection: polls are seconds apart.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, header};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::result::{LevelOut, RunResult};
+
+/// A connection that is not up by then is reported unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// An answer that takes longer than this is a failed request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Between two polls of a running run.
+const POLL_EVERY: Duration = Duration::from_millis(300);
+/// How long a run is followed through a server that cannot be reached (a restarted
+/// service resumes its runs from the run log).
+const REACH_GRACE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("--server {0}: {1}")]
+    Url(String, String),
+    #[error("{0}")]
+    Credentials(String),
+    #[error("{server}: cannot connect: {reason}")]
+    Unreachable { server: String, reason: String },
+    #[error("{server}: the server's certificate is not trusted by --ca {ca}: {reason}")]
+    Untrusted {
+        server: String,
+        ca: String,
+        reason: String,
+    },
+    #[error("{server}: the TLS handshake failed: {reason}")]
+    Handshake { server: String, reason: String },
+    #[error("{server}: {reason}")]
+    Protocol { server: String, reason: String },
+    /// The server answered with an error: its status and its message.
+    #[error("{server}: {status}: {message}")]
+    Refused {
+        server: String,
+        status: u16,
+        message: String,
+    },
+}
+
+/// How the client reaches and logs in to the API.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// The API's CA (PEM); required for https.
+    pub ca: Option<PathBuf>,
+    /// A bearer token.
+    pub token: Option<String>,
+    /// A client certificate and its key (PEM), from the API's CA.
+    pub cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// The API of one `tally serve`.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    server: String,
+    host: String,
+    port: u16,
+    tls: Option<(Arc<rustls::ClientConfig>, String)>,
+    token: Option<String>,
+}
+
+/// What a poll of a run found.
+#[derive(Debug)]
+pub enum RunState {
+    /// Still running; the levels committed so far.
+    Running(Vec<LevelOut>),
+    /// Finished: its stored result.
+    Done(Box<RunResult>),
+}
+
+fn pem_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, ApiError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ApiError::Credentials(format!("{what} {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(ApiError::Credentials(format!(
+            "{what} {}: no PEM certificate in it",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+impl ApiClient {
+    /// A client for `server` (`https://host:port`, or `http://` on loopback).
+    pub fn new(server: &str, opts: ClientOptions) -> Result<ApiClient, ApiError> {
+        let bad = |m: &str| ApiError::Url(server.to_string(), m.to_string());
+        let (https, rest) = if let Some(r) = server.strip_prefix("https://") {
+            (true, r)
+        } else if let Some(r) = server.strip_prefix("http://") {
+            (false, r)
+        } else {
+            return Err(bad("must start with https://"));
+        };
+        let authority = rest.trim_end_matches('/');
+        if authority.contains('/') {
+            return Err(bad("must be https://HOST:PORT without a path"));
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() => (
+                h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                p.parse::<u16>().map_err(|_| bad("the port is not a number"))?,
+            ),
+            _ => (authority.to_string(), if https { 443 } else { 80 }),
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let tls = if https {
+            let ca = opts.ca.as_ref().ok_or_else(|| {
+                ApiError::Credentials(
+                    "--ca FILE is required with an https:// server: the CA of the API's certificate (api-ca.pem)"
+                        .into(),
+                )
+            })?;
+            let mut roots = rustls::RootCertStore::empty();
+            for c in pem_certs(ca, "--ca")? {
+                roots
+                    .add(c)
+                    .map_err(|e| ApiError::Credentials(format!("--ca {}: {e}", ca.display())))?;
+            }
+            let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ApiError::Credentials(e.to_string()))?
+            .with_root_certificates(roots);
+            let cfg = match &opts.cert {
+                None => builder.with_no_client_auth(),
+                Some((cert, key)) => {
+                    let chain = pem_certs(cert, "--cert")?;
+                    let key = PrivateKeyDer::from_pem_file(key)
+                        .map_err(|e| ApiError::Credentials(format!("--key {}: {e}", key.display())))?;
+                    builder
+                        .with_client_auth_cert(chain, key)
+                        .map_err(|e| ApiError::Credentials(format!("--cert/--key: {e}")))?
+                }
+            };
+            Some((Arc::new(cfg), ca.display().to_string()))
+        } else {
+            if !is_loopback(&host) {
+                return Err(bad(
+                    "plain http:// only to a loopback address (tally serve --insecure-loopback); use https://",
+                ));
+            }
+            if opts.cert.is_some() {
+                return Err(bad("--cert needs an https:// server"));
+            }
+            None
+        };
+        Ok(ApiClient {
+            server: format!("{}://{authority}", if https { "https" } else { "http" }),
+            host,
+            port,
+            tls,
+            token: opts.token,
+        })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    fn unreachable(&self, reason: impl std::fmt::Display) -> ApiError {
+        ApiError::Unreachable {
+            server: self.server.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// One request; the status and the body (JSON, or the text as a JSON string).
+    pub async fn request(&self, method: Method, path: &str, body: &str) -> Result<(u16, Value), ApiError> {
+        let tcp = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        .map_err(|_| self.unreachable("timed out"))?
+        .map_err(|e| self.unreachable(e))?;
+        let Some((cfg, ca)) = &self.tls else {
+            return self.exchange(tcp, method, path, body).await;
+        };
+        let name = ServerName::try_from(self.host.clone())
+            .map_err(|e| ApiError::Url(self.server.clone(), format!("host: {e}")))?;
+        let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| self.handshake_error(e, ca))?;
+        self.exchange(tls, method, path, body).await
+    }
+
+    fn handshake_error(&self, e: std::io::Error, ca: &str) -> ApiError {
+        let reason = e.to_string();
+        match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(rustls::Error::InvalidCertificate(_)) => ApiError::Untrusted {
+                server: self.server.clone(),
+                ca: ca.to_string(),
+                reason,
+            },
+            Some(rustls::Error::AlertReceived(_)) => ApiError::Handshake {
+                server: self.server.clone(),
+                reason: format!("{reason} (the server refused the connection: is --cert from the API's CA?)"),
+            },
+            Some(_) => ApiError::Handshake {
+                server: self.server.clone(),
+                reason,
+            },
+            None => self.unreachable(reason),
+        }
+    }
+
+    async fn exchange<S>(
+        &self,
+        io: S,
+        method: Method,
+        path: &str,
+        body: &str,
+    ) -> Result<(u16, Value), ApiError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let proto = |e: &dyn std::fmt::Display| ApiError::Protocol {
+            server: self.server.clone(),
+            reason: e.to_string(),
+        };
+        let run = async {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+                .await
+                .map_err(|e| proto(&e))?;
+            // drives the connection; ends when the answer is read and the connection closes
+            tokio::spawn(conn);
+            let mut req = Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::HOST, format!("{}:{}", self.host, self.port))
+                .header(header::CONTENT_TYPE, "application/yaml");
+            if let Some(t) = &self.token {
+                req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+            }
+            let req = req
+                .body(Full::new(Bytes::from(body.to_string())))
+                .map_err(|e| proto(&e))?;
+            let resp = sender.send_request(req).await.map_err(|e| proto(&e))?;
+            let status = resp.status().as_u16();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| proto(&e))?
+                .to_bytes();
+            let text = String::from_utf8_lossy(&bytes);
+            let value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
+            Ok((status, value))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, run)
+            .await
+            .map_err(|_| proto(&"no answer within 60 s"))?
+    }
+
+    /// An error answer as an error: the server's own message.
+    fn refused(&self, status: u16, body: &Value) -> ApiError {
+        let message = body["error"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| body.as_str().map(str::to_string))
+            .unwrap_or_else(|| body.to_string());
+        let status_text = match status {
+            400 => "400 bad request".to_string(),
+            401 => "401 not logged in (give --token-file, TALLY_TOKEN or --cert/--key)".to_string(),
+            403 => "403 forbidden".to_string(),
+            404 => "404 not found".to_string(),
+            s => s.to_string(),
+        };
+        ApiError::Refused {
+            server: self.server.clone(),
+            status,
+            message: format!("{status_text}: {message}"),
+        }
+    }
+
+    /// Starts a run of the spec text `spec` (YAML or JSON): its id.
+    pub async fn start(&self, spec: &str) -> Result<String, ApiError> {
+        let (status, body) = self.request(Method::POST, "/v1/runs", spec).await?;
+        if status != 202 {
+            return Err(self.refused(status, &body));
+        }
+        body["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::Protocol {
+                server: self.server.clone(),
+                reason: format!("no run id in the answer: {body}"),
+            })
+    }
+
+    /// The run's state: running with its levels so far, or finished with its result.
+    pub async fn poll(&self, id: &str) -> Result<RunState, ApiError> {
+        let (status, body) = self.request(Method::GET, &format!("/v1/runs/{id}"), "").await?;
+        let malformed = |e: serde_json::Error| ApiError::Protocol {
+            server: self.server.clone(),
+            reason: format!("run {id}: the answer does not read: {e}"),
+        };
+        match status {
+            202 => {
+                let levels = match body.get("levels") {
+                    Some(l) => serde_json::from_value(l.clone()).map_err(malformed)?,
+                    None => Vec::new(),
+                };
+                Ok(RunState::Running(levels))
+            }
+            200 => Ok(RunState::Done(Box::new(
+                serde_json::from_value(body["result"].clone()).map_err(malformed)?,
+            ))),
+            s => Err(self.refused(s, &body)),
+        }
+    }
+
+    /// Asks the server to cancel run `id`.
+    pub async fn cancel(&self, id: &str) -> Result<(), ApiError> {
+        let (status, body) = self
+            .request(Method::POST, &format!("/v1/runs/{id}/cancel"), "")
+            .await?;
+        match status {
+            202 => Ok(()),
+            s => Err(self.refused(s, &body)),
+        }
+    }
+
+    /// Polls run `id` until it finishes, calling `level` once for each new level. A
+    /// server that cannot be reached is polled again for up to a minute.
+    pub async fn follow(&self, id: &str, mut level: impl FnMut(&LevelOut)) -> Result<RunResult, ApiError> {
+        let mut seen = 0;
+        let mut unreachable_since: Option<std::time::Instant> = None;
+        loop {
+            match self.poll(id).await {
+                Ok(RunState::Done(result)) => {
+                    // the levels finished between the last poll and the end
+                    result.levels.iter().skip(seen).for_each(&mut level);
+                    return Ok(*result);
+                }
+                Ok(RunState::Running(levels)) => {
+                    unreachable_since = None;
+                    levels.iter().skip(seen).for_each(&mut level);
+                    seen = seen.max(levels.len());
+                }
+                Err(e @ ApiError::Unreachable { .. }) => {
+                    let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > REACH_GRACE {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_are_checked_before_any_connection() {
+        let no = |url: &str, opts: ClientOptions| ApiClient::new(url, opts).unwrap_err().to_string();
+        assert!(no("ftp://x:1", ClientOptions::default()).contains("https://"));
+        assert!(no("https://x:1/v1", ClientOptions::default()).contains("without a path"));
+        assert!(no("https://x:port", ClientOptions::default()).contains("port"));
+        assert!(no("https://x:1", ClientOptions::default()).contains("--ca"));
+        assert!(no("http://10.1.2.3:7400", ClientOptions::default()).contains("loopback"));
+        let ok = ApiClient::new("http://127.0.0.1:7400/", ClientOptions::default()).unwrap();
+        assert_eq!(ok.server(), "http://127.0.0.1:7400");
+        assert_eq!(ok.port, 7400);
+    }
+}

@@ -1,0 +1,107 @@
+//! `tally run SPEC --server URL`: the run happens on `tally serve`; this process
+//! submits the spec, prints each level as it is committed (the progress lines of a
+//! local run) and the result as a local run prints it, with the same exit codes.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tally_coordinator::api_client::{ApiClient, ClientOptions};
+use tally_coordinator::result::LevelOut;
+
+use crate::{RemoteArgs, print_result};
+
+/// The exit code of a run cancelled with Ctrl-C (128 + SIGINT, as shells report it).
+const CANCELLED: u8 = 130;
+
+fn token(args: &RemoteArgs) -> Result<Option<String>, String> {
+    let token = match &args.token_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| format!("--token-file {}: {e}", f.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var("TALLY_TOKEN").ok().map(|t| t.trim().to_string()),
+    };
+    match token {
+        Some(t) if t.is_empty() => Err(match &args.token_file {
+            Some(f) => format!("--token-file {}: the file is empty", f.display()),
+            None => "TALLY_TOKEN is set but empty".into(),
+        }),
+        t => Ok(t),
+    }
+}
+
+/// The line a local run prints for a level (runner.rs), from what the service recorded.
+fn level_line(started: Instant, l: &LevelOut) -> String {
+    let inconsistent = if l.inconsistent > 0 {
+        format!(", {} inconsistent parents", l.inconsistent)
+    } else {
+        String::new()
+    };
+    format!(
+        "[{:>7.2}s] level {}: {} segments, {} differing{inconsistent} ({} ms)",
+        started.elapsed().as_secs_f64(),
+        l.level,
+        l.segments,
+        l.differing,
+        l.elapsed_ms
+    )
+}
+
+pub async fn cmd_run_server(
+    spec: PathBuf,
+    server: &str,
+    args: RemoteArgs,
+    json: bool,
+    progress: bool,
+) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("tally run: {m}");
+        ExitCode::from(2)
+    };
+    let text = match std::fs::read_to_string(&spec) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("{}: {e}", spec.display())),
+    };
+    let token = match token(&args) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let opts = ClientOptions {
+        ca: args.ca,
+        token,
+        cert: args.cert.zip(args.key),
+    };
+    let client = match ApiClient::new(server, opts) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string()),
+    };
+    let progress = progress || std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let id = match client.start(&text).await {
+        Ok(id) => id,
+        Err(e) => return fail(e.to_string()),
+    };
+    eprintln!("tally run: run {id} started on {}", client.server());
+    let follow = client.follow(&id, |l| {
+        if progress {
+            eprintln!("{}", level_line(started, l));
+        }
+    });
+    tokio::select! {
+        r = follow => match r {
+            Ok(result) => print_result(&result, json),
+            Err(e) => fail(format!("run {id}: {e}")),
+        },
+        _ = tokio::signal::ctrl_c() => {
+            match client.cancel(&id).await {
+                Ok(()) => eprintln!("tally run: cancelled: run {id} on {} was cancelled", client.server()),
+                Err(e) => eprintln!("tally run: cancelled here, but run {id} may go on: the cancel request failed: {e}"),
+            }
+            ExitCode::from(CANCELLED)
+        }
+    }
+}
