@@ -3,10 +3,10 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tally_common::segment::{KeyTuple, Segment};
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Match,
@@ -14,7 +14,7 @@ pub enum Verdict {
     Error,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct SideStats {
     pub agent: String,
     pub dataset: String,
@@ -31,7 +31,7 @@ pub struct SideStats {
     pub engine: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LevelOut {
     pub level: u32,
     pub segments: usize,
@@ -46,7 +46,7 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AggOut {
     pub count: u64,
     /// SUM of row checksums mod 2^64, 16 hex digits.
@@ -55,13 +55,13 @@ pub struct AggOut {
     pub xor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SqlPair {
     pub source: String,
     pub target: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LeafOut {
     pub level: u32,
     pub bounds: Segment,
@@ -70,7 +70,7 @@ pub struct LeafOut {
     /// The segment differed but the drill could not go on below it: its children did
     /// not add up to it on a side, or none of them differed (data changed between
     /// levels, or a predicate lost rows). DESIGN §5 step 3.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub inconsistent: bool,
     /// Why it is inconsistent (only when it is).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +79,7 @@ pub struct LeafOut {
     pub sql: Option<SqlPair>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum DiffKind {
     MissingInTarget,
@@ -97,13 +97,13 @@ impl DiffKind {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ValuePair {
     pub source: Option<String>,
     pub target: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Difference {
     pub kind: DiffKind,
     pub key: KeyTuple,
@@ -115,26 +115,26 @@ pub struct Difference {
     pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
 }
 
-#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct DiffCounts {
     pub missing_in_target: u64,
     pub extra_in_target: u64,
     pub changed: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DuplicateKeys {
     pub source: u64,
     pub target: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorOut {
     pub code: String,
     pub message: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunResult {
     pub name: String,
     pub verdict: Verdict,
@@ -159,9 +159,9 @@ pub struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_keys: Option<DuplicateKeys>,
     /// More differences exist than `sample_limit` let through.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub truncated: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice: Option<String>,
