@@ -13,10 +13,14 @@ use tally_common::{PrivacyLevel, TypeClass};
 use super::*;
 use crate::result::{DiffKind, RunResult, Verdict};
 
+mod rows;
+
 /// One side's rows: key → row hash (a key listed twice is a duplicate).
 #[derive(Clone)]
 struct Fake {
     rows: Vec<(i64, u64)>,
+    /// Offers a sealed method, with a zone key.
+    sealed: bool,
 }
 
 fn key_hash(k: i64) -> u64 {
@@ -31,6 +35,7 @@ impl Fake {
     fn new(n: i64) -> Fake {
         Fake {
             rows: (0..n).map(|k| (k, 1000 + k as u64 * 7)).collect(),
+            sealed: false,
         }
     }
 
@@ -131,7 +136,13 @@ impl Fake {
             columns: vec![col("id"), col("amount")],
             key: vec!["id".into()],
             row_estimate: self.rows.len() as u64,
-            hash_methods: vec![HashMethod::Sha256_64],
+            hash_methods: vec![HashMethod::Sha256_64, HashMethod::SealedSha256_64],
+            zone_key: self.sealed.then(|| tally_common::seal::SignedZoneKey {
+                agent: dataset.into(),
+                public_key: [3; 32],
+                signature: vec![1],
+                certificates: vec![vec![2]],
+            }),
             xor_supported: true,
             max_level: PrivacyLevel::Detailed,
             expose_key_bounds: true,
@@ -141,10 +152,14 @@ impl Fake {
 }
 
 fn spec(extra: &str) -> Spec {
+    spec_hashed("sha256_64", extra)
+}
+
+fn spec_hashed(hash: &str, extra: &str) -> Spec {
     tally_common::config_file::parse_yaml(
         std::path::Path::new("s.yaml"),
         &format!(
-            "name: t\nsource: {{ agent: a, dataset: x }}\ntarget: {{ agent: b, dataset: y }}\nhash: sha256_64\n{extra}"
+            "name: t\nsource: {{ agent: a, dataset: x }}\ntarget: {{ agent: b, dataset: y }}\nhash: {hash}\n{extra}"
         ),
     )
     .unwrap()
@@ -489,4 +504,54 @@ fn a_recorded_event_out_of_place_or_unreadable_fails_the_replay_naming_it() {
     // a run started with another spec
     let other = serde_json::json!({"event": "started", "spec": self::spec("")});
     assert!(replay(vec![other]).contains("started with another spec"));
+}
+
+#[test]
+fn a_sealed_run_draws_its_nonce_once_and_a_replay_keeps_it() {
+    let (mut s, mut t) = planted();
+    (s.sealed, t.sealed) = (true, true);
+    let spec = spec_hashed(
+        "sealed_sha256_64",
+        "bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n",
+    );
+    let whole = drive(&spec, &s, &t);
+    assert_eq!(
+        whole.result.hash_method, "sealed_sha256_64",
+        "{:?}",
+        whole.result.error
+    );
+    assert_eq!(calls(&whole, |c| matches!(c, Command::DrawNonce)), 1);
+    assert_eq!(whole.events[1]["event"], "nonce_drawn");
+    assert_eq!(whole.events[1]["nonce"], hex::encode([7u8; 16]));
+    // every request is sealed with that nonce, naming the peer
+    let seal = |c: &Command| match c {
+        Command::Aggregate { request, .. } => request.seal.clone(),
+        Command::RowDigests { request, .. } => request.seal.clone(),
+        Command::Reveal { request, .. } => request.seal.clone(),
+        _ => None,
+    };
+    let seals: Vec<_> = whole.commands.iter().filter_map(seal).collect();
+    assert!(seals.len() > 4);
+    assert!(
+        seals
+            .iter()
+            .all(|s| s.nonce == [7; 16] && s.peer.public_key == [3; 32])
+    );
+    // a replay after level 1 asks level 2 with the recorded nonce, not a new one
+    let cut = whole
+        .events
+        .iter()
+        .position(|e| e["event"] == "aggregated" && e["level"] == 2)
+        .unwrap();
+    let mut e = Engine::new(spec.clone(), "a", "b");
+    let _ = e.start();
+    e.replay(&whole.events[..cut]).unwrap();
+    let pending = e.pending();
+    assert!(
+        !pending.is_empty()
+            && pending
+                .iter()
+                .all(|c| seal(c).is_some_and(|s| s.nonce == [7; 16]))
+    );
+    assert!(!pending.iter().any(|c| matches!(c, Command::DrawNonce)));
 }
