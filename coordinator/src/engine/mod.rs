@@ -95,7 +95,7 @@ pub fn empty_result(spec: &Spec) -> RunResult {
     }
 }
 
-/// Commands of one step, with the step's outcome: `Err` ends the run with that error.
+/// The commands a step collects.
 type Out = Vec<Command>;
 
 impl Engine {
@@ -290,7 +290,7 @@ fn error_out(e: &RunError) -> ErrorOut {
     }
 }
 
-/// A step's failure as the result reports it.
+/// A step's outcome: `Err` ends the run with that error (as the result reports it).
 type Step = Result<(), ErrorOut>;
 
 impl From<RunError> for ErrorOut {
