@@ -35,7 +35,7 @@ fn invalid(class: &'static str, value: &str, reason: &'static str) -> CanonicalE
 }
 
 /// How one column is rendered: its class and the resolved scale or precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldFormat {
     pub class: TypeClass,
     /// Resolved scale (decimal, float) or fractional-second precision (timestamp, timestamptz, time).

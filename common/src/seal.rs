@@ -136,7 +136,7 @@ pub fn zone_key_message(agent: &str, public_key: &[u8; 32]) -> Vec<u8> {
 }
 
 /// An agent's public zone key, signed with its TLS key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SignedZoneKey {
     pub agent: String,
     pub public_key: [u8; 32],

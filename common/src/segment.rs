@@ -211,7 +211,7 @@ pub enum Split {
 }
 
 /// A compared column in the resolved order, with its canonical format.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnSpec {
     pub name: String,
     pub format: FieldFormat,

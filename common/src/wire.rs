@@ -11,6 +11,7 @@
 //! absent segment is the whole dataset and an absent split is `whole`, as before these
 //! types existed.
 
+use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 
 use crate::checksum::HashMethod;
@@ -72,7 +73,7 @@ fn key_len(k: u32) -> usize {
 /// What makes a request sealed: the run nonce, the peer agent's signed zone key and
 /// the peer's dataset (DESIGN §4.1). Whether a request must or must not carry one is
 /// the agent's policy, not the wire's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seal {
     pub nonce: [u8; NONCE_LEN],
     pub peer: SignedZoneKey,
@@ -118,7 +119,7 @@ impl From<Seal> for pb::Seal {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DescribeRequest {
     pub dataset: String,
 }
@@ -136,7 +137,7 @@ impl From<DescribeRequest> for pb::DescribeRequest {
 }
 
 /// One column of a described dataset.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Column {
     pub name: String,
     pub class: TypeClass,
@@ -192,7 +193,7 @@ impl From<Column> for pb::Column {
 }
 
 /// An agent's description of one dataset (the `DescribeResponse`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Describe {
     pub dataset: String,
     pub columns: Vec<Column>,
@@ -304,7 +305,7 @@ impl From<Describe> for pb::DescribeResponse {
 }
 
 /// Count and checksum aggregates per child bucket of each parent segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregateRequest {
     pub dataset: String,
     /// Key columns first, then compared columns: the order of the row string.
@@ -375,7 +376,7 @@ impl From<AggregateRequest> for pb::AggregateRequest {
 }
 
 /// One child bucket of a parent segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {
     /// The index of the parent in the request.
     pub parent: usize,
@@ -387,7 +388,7 @@ pub struct Bucket {
     pub xor: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AggregateResponse {
     pub buckets: Vec<Bucket>,
     /// How the agent computed it: "pushdown" or "in_process".
@@ -448,7 +449,7 @@ impl From<AggregateResponse> for pb::AggregateResponse {
 }
 
 /// (key hash, row hash) of every row of a leaf segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowDigestsRequest {
     pub dataset: String,
     pub columns: Vec<ColumnSpec>,
@@ -488,14 +489,14 @@ impl From<RowDigestsRequest> for pb::RowDigestsRequest {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RowDigest {
     pub key_hash: u64,
     pub row_hash: u64,
 }
 
 /// One batch of a RowDigests stream (see the proto for the release-log heads).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RowDigestBatch {
     pub digests: Vec<RowDigest>,
     pub release_log_head: String,
@@ -535,7 +536,7 @@ impl From<RowDigestBatch> for pb::RowDigestBatch {
 
 /// Key (and at detailed, column) values of rows named by key hash: the request of
 /// both RevealKeys and RevealRows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevealRequest {
     pub dataset: String,
     pub columns: Vec<ColumnSpec>,
@@ -581,7 +582,7 @@ impl From<RevealRequest> for pb::RevealRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevealedRow {
     pub key_hash: u64,
     pub key: KeyTuple,
@@ -589,7 +590,7 @@ pub struct RevealedRow {
     pub values: Vec<Option<String>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RevealResponse {
     pub rows: Vec<RevealedRow>,
     pub truncated: bool,
@@ -644,7 +645,7 @@ impl From<RevealResponse> for pb::RevealResponse {
 }
 
 /// Ready-to-run SQL for a segment, in the agent's dialect.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvestigationSqlRequest {
     pub dataset: String,
     pub columns: Vec<ColumnSpec>,
@@ -679,7 +680,7 @@ impl From<InvestigationSqlRequest> for pb::InvestigationSqlRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct InvestigationSqlResponse {
     pub sql: String,
     pub release_log_head: String,

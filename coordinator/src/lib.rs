@@ -13,6 +13,7 @@ pub mod audit;
 pub mod chain;
 pub mod client;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod in_process;
 pub mod planner;

@@ -11,7 +11,7 @@ use tally_common::wire::{Column, Describe};
 use crate::error::RunError;
 use crate::spec::{HashChoice, Override, Spec, Strategy};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ResolvedColumn {
     pub source_name: String,
     pub target_name: String,
@@ -19,7 +19,7 @@ pub struct ResolvedColumn {
     pub masked: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Resolved {
     /// Key columns first, then compared columns.
     pub columns: Vec<ResolvedColumn>,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tally_common::segment::{KeyTuple, Segment};
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Match,
@@ -14,7 +14,7 @@ pub enum Verdict {
     Error,
 }
 
-#[derive(Debug, Clone, Serialize, Default, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct SideStats {
     pub agent: String,
     pub dataset: String,
@@ -31,7 +31,7 @@ pub struct SideStats {
     pub engine: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LevelOut {
     pub level: u32,
     pub segments: usize,
@@ -46,7 +46,7 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AggOut {
     pub count: u64,
     /// SUM of row checksums mod 2^64, 16 hex digits.
@@ -55,13 +55,13 @@ pub struct AggOut {
     pub xor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SqlPair {
     pub source: String,
     pub target: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LeafOut {
     pub level: u32,
     pub bounds: Segment,
@@ -79,7 +79,7 @@ pub struct LeafOut {
     pub sql: Option<SqlPair>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum DiffKind {
     MissingInTarget,
@@ -97,13 +97,13 @@ impl DiffKind {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ValuePair {
     pub source: Option<String>,
     pub target: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Difference {
     pub kind: DiffKind,
     pub key: KeyTuple,
@@ -115,26 +115,26 @@ pub struct Difference {
     pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
 }
 
-#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct DiffCounts {
     pub missing_in_target: u64,
     pub extra_in_target: u64,
     pub changed: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DuplicateKeys {
     pub source: u64,
     pub target: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorOut {
     pub code: String,
     pub message: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunResult {
     pub name: String,
     pub verdict: Verdict,

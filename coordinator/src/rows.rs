@@ -1,10 +1,11 @@
 //! The rows phase without I/O (DESIGN §5): classifying the (key hash, row hash) pairs
 //! of each differing range, the reveal plan that asks each side only for what it must
 //! show, and the differences built from what the agents revealed. The runner feeds it
-//! agent answers; the run engine will own it as state.
+//! agent answers; the run engine (`engine/rows_phase.rs`) owns it as state.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
 use tally_common::segment::KeyTuple;
 use tally_common::wire::RowDigest;
 
@@ -12,7 +13,7 @@ use crate::resolve::ResolvedColumn;
 use crate::result::{DiffCounts, DiffKind, Difference, ValuePair};
 
 /// One differing row: the range (leaf) it was found in, how it differs, its key hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Finding {
     pub leaf: usize,
     pub kind: DiffKind,
@@ -20,7 +21,7 @@ pub struct Finding {
 }
 
 /// Accumulates findings range by range, in range order.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Classifier {
     counts: DiffCounts,
     dup_source: u64,
@@ -29,7 +30,7 @@ pub struct Classifier {
 }
 
 /// What the rows phase found, before any reveal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Classified {
     pub counts: DiffCounts,
     /// Keys seen twice within one range, per side: reported, never folded.
@@ -128,7 +129,7 @@ impl Classifier {
 }
 
 /// What one range's reveals ask of each side.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevealWork {
     pub leaf: usize,
     /// Indexes into the findings this range holds.

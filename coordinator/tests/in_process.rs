@@ -1,14 +1,17 @@
 //! Runs through real agent services in this process (SQLite datasets, sealed by default,
-//! no TLS or processes): the runner and the rows phase end to end, as the run engine's
-//! tests will drive them.
+//! no TLS or processes): the run engine and its runtime end to end, the rows phase and
+//! resume by replay included.
 
 use std::path::Path;
 
+use std::sync::Arc;
 use tally_agent::sample_data::write_orders;
 use tally_common::pki;
 use tally_coordinator::in_process::InProcessAgent;
-use tally_coordinator::result::{DiffKind, Verdict};
-use tally_coordinator::runner::{RunOptions, run};
+
+use tally_coordinator::result::{DiffKind, RunResult, Verdict};
+use tally_coordinator::runlog::{MemoryRunLog, RunLog};
+use tally_coordinator::runner::{RunOptions, RunRecord, run};
 use tally_coordinator::spec::Spec;
 
 fn agent_yaml(dir: &Path, name: &str) -> std::path::PathBuf {
@@ -117,86 +120,179 @@ async fn identical_datasets_match_and_count_only_reveals_nothing() {
     assert!(r.differences.is_none(), "count_only revealed rows");
 }
 
-/// Aggregate calls in an agent's release log.
-fn aggregates_logged(dir: &Path, agent: &str) -> usize {
+/// Calls of `rpc` in an agent's release log.
+fn logged(dir: &Path, agent: &str, rpc: &str) -> usize {
+    let needle = format!("\"rpc\":\"{rpc}\"");
     std::fs::read_to_string(dir.join(format!("{agent}-release.jsonl")))
         .unwrap()
         .lines()
-        .filter(|l| l.contains("\"rpc\":\"Aggregate\""))
+        .filter(|l| l.contains(&needle))
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_run_resumed_from_its_log_does_not_ask_committed_levels_again() {
-    use std::sync::Arc;
-    use tally_coordinator::runlog::{MemoryRunLog, RunLog};
-    use tally_coordinator::runner::RunRecord;
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b, planted) = deploy(dir.path(), true).await;
-    // a deep drill: level 1 cuts 1024 ways, then halves down to 4 rows
-    let spec = spec_with(dir.path(), "with_keys", "factor: 2, threshold: 4");
-    let log = Arc::new(MemoryRunLog::default());
-    let record = |log: Arc<MemoryRunLog>, resume: Vec<serde_json::Value>| RunOptions {
+fn aggregates_logged(dir: &Path, agent: &str) -> usize {
+    logged(dir, agent, "Aggregate")
+}
+
+fn recording(log: Arc<MemoryRunLog>, resume: Vec<serde_json::Value>) -> RunOptions {
+    RunOptions {
         progress: Some(false),
         record: Some(RunRecord {
             log,
             run_id: "r1".into(),
             resume,
         }),
-    };
-    let whole = run(&spec, &a, &b, &record(log.clone(), vec![])).await;
+    }
+}
+
+/// A run log holding `events` (as a coordinator that stopped after them left it).
+async fn log_of(events: &[serde_json::Value]) -> Arc<MemoryRunLog> {
+    let log = Arc::new(MemoryRunLog::default());
+    for e in events {
+        let mut e = e.as_object().unwrap().clone();
+        e.remove("seq");
+        e.remove("prev");
+        log.append("r1", e).await.unwrap();
+    }
+    log
+}
+
+/// The index just past the `n`-th event of kind `kind`.
+fn after(events: &[serde_json::Value], kind: &str, n: usize) -> usize {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["event"] == kind)
+        .nth(n - 1)
+        .map(|(i, _)| i + 1)
+        .unwrap_or_else(|| panic!("fewer than {n} {kind} events"))
+}
+
+fn counts(r: &RunResult) -> Option<(u64, u64, u64)> {
+    r.difference_counts
+        .as_ref()
+        .map(|c| (c.changed, c.missing_in_target, c.extra_in_target))
+}
+
+fn bounds(r: &RunResult) -> Vec<String> {
+    r.leaves.iter().map(|l| format!("{:?}", l.bounds)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_resumed_from_its_log_does_not_ask_committed_levels_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, planted) = deploy(dir.path(), true).await;
+    // a deep drill: level 1 cuts 1024 ways, then halves down to 4 rows
+    let spec = spec_with(dir.path(), "with_keys", "factor: 2, threshold: 4");
+    let log = Arc::new(MemoryRunLog::default());
+    let whole = run(&spec, &a, &b, &recording(log.clone(), vec![])).await;
     assert_eq!(whole.verdict, Verdict::Differ, "{:?}", whole.error);
     let levels = whole.levels.len();
     assert!(levels >= 3, "{levels} levels");
     let events = log.load("r1").await.unwrap();
-    assert_eq!(events[0]["event"], "resolved");
-    assert_eq!(events.iter().filter(|e| e["event"] == "level").count(), levels);
-    // the coordinator stops after level 2 was committed: its log holds resolved, level
-    // 1 and level 2; a new process resumes from them
-    let cut = 3;
-    let log2 = Arc::new(MemoryRunLog::default());
-    for e in &events[..cut] {
-        let mut e = e.as_object().unwrap().clone();
-        e.remove("seq");
-        e.remove("prev");
-        log2.append("r1", e).await.unwrap();
-    }
+    assert_eq!(events[0]["event"], "described");
+    assert_eq!(events[1]["event"], "nonce_drawn");
+    // the progress readers' contract: one `level` event per level, with its LevelOut
+    let level_events: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "level").collect();
+    assert_eq!(level_events.len(), levels);
+    assert_eq!(
+        level_events[0]["level_out"],
+        serde_json::to_value(&whole.levels[0]).unwrap()
+    );
+    // the coordinator stops after level 2 was committed; a new process resumes from
+    // the events it left
+    let cut = after(&events, "level", 2);
+    let log2 = log_of(&events[..cut]).await;
     let before = (
         aggregates_logged(dir.path(), "dc1"),
         aggregates_logged(dir.path(), "vpc2"),
     );
-    let resumed = run(&spec, &a, &b, &record(log2.clone(), events[..cut].to_vec())).await;
-    let after = (
+    let resumed = run(&spec, &a, &b, &recording(log2.clone(), events[..cut].to_vec())).await;
+    let after_resume = (
         aggregates_logged(dir.path(), "dc1"),
         aggregates_logged(dir.path(), "vpc2"),
     );
     assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
     // levels 1 and 2 were not asked again; every later level was, once per side
-    assert_eq!(after.0 - before.0, levels - 2, "source aggregates after resuming");
-    assert_eq!(after.1 - before.1, levels - 2, "target aggregates after resuming");
+    assert_eq!(
+        after_resume.0 - before.0,
+        levels - 2,
+        "source aggregates after resuming"
+    );
+    assert_eq!(
+        after_resume.1 - before.1,
+        levels - 2,
+        "target aggregates after resuming"
+    );
     // the same run: same levels, leaves, queries and differences (the nonce was kept, so
     // the resumed levels' sealed sums add up to the recorded parents')
     assert_eq!(resumed.levels.len(), levels);
     assert_eq!(resumed.source.queries, whole.source.queries);
     assert!(resumed.leaves.iter().all(|l| !l.inconsistent));
-    let bounds = |r: &tally_coordinator::result::RunResult| -> Vec<String> {
-        r.leaves.iter().map(|l| format!("{:?}", l.bounds)).collect()
-    };
     assert_eq!(bounds(&resumed), bounds(&whole));
-    let changed = |r: &tally_coordinator::result::RunResult| {
-        r.difference_counts
-            .as_ref()
-            .map(|c| (c.changed, c.missing_in_target, c.extra_in_target))
-    };
-    assert_eq!(changed(&resumed), changed(&whole));
+    assert_eq!(counts(&resumed), counts(&whole));
     assert_eq!(
-        changed(&whole),
+        counts(&whole),
         Some((
             planted.changed.len() as u64,
             planted.missing_in_target.len() as u64,
             planted.extra_in_target.len() as u64
         ))
     );
-    // and the resumed run went on appending to the same chain
+    // and the resumed run went on appending to the same chain, each answer once
     assert_eq!(log2.load("r1").await.unwrap().len(), events.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_in_the_rows_phase_resumes_without_asking_recorded_digests_or_sql_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _) = deploy(dir.path(), true).await;
+    let spec = spec_with(dir.path(), "with_keys", "factor: 2, threshold: 4");
+    let log = Arc::new(MemoryRunLog::default());
+    let asked = |rpc: &str| logged(dir.path(), "dc1", rpc) + logged(dir.path(), "vpc2", rpc);
+    let whole = run(&spec, &a, &b, &recording(log.clone(), vec![])).await;
+    assert_eq!(whole.verdict, Verdict::Differ, "{:?}", whole.error);
+    let events = log.load("r1").await.unwrap();
+    let digests = events.iter().filter(|e| e["event"] == "digests").count();
+    // the release log's lines per RowDigests call (the request, and what it released)
+    let lines_per_call = asked("RowDigests") / digests;
+    assert_eq!(asked("RowDigests"), lines_per_call * digests);
+    let sql = events
+        .iter()
+        .filter(|e| e["event"] == "investigation_sql")
+        .count();
+    assert!(digests >= 6, "{digests} digests events");
+    // killed after three ranges' digests (some of them one side only) were recorded
+    let cut = after(&events, "digests", 3);
+    let before = (asked("Aggregate"), asked("RowDigests"), asked("InvestigationSql"));
+    let resumed = run(
+        &spec,
+        &a,
+        &b,
+        &recording(log_of(&events[..cut]).await, events[..cut].to_vec()),
+    )
+    .await;
+    assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
+    // no level and no investigation SQL again; only the digests not recorded
+    assert_eq!(asked("Aggregate"), before.0, "aggregates asked again");
+    assert_eq!(
+        asked("InvestigationSql"),
+        before.2,
+        "{sql} sql answers were recorded"
+    );
+    assert_eq!(
+        asked("RowDigests") - before.1,
+        lines_per_call * (digests - 3),
+        "digests after resuming"
+    );
+    // the same result, field for field (but the time taken)
+    let mut x = serde_json::to_value(&resumed).unwrap();
+    let mut y = serde_json::to_value(&whole).unwrap();
+    for v in [&mut x, &mut y] {
+        v["elapsed_ms"] = 0.into();
+        for l in v["levels"].as_array_mut().unwrap() {
+            l["elapsed_ms"] = 0.into();
+        }
+    }
+    assert_eq!(x, y);
 }

@@ -1,0 +1,229 @@
+//! What the engine is told (events: agents' answers and what the runtime measured or
+//! drew) and what it asks for (commands). Events are what the run log records, as
+//! JSON objects tagged `"event"`; replaying them rebuilds the engine.
+
+use serde::{Deserialize, Serialize};
+use tally_common::seal::NONCE_LEN;
+use tally_common::wire::{
+    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, RevealRequest, RevealResponse,
+    RowDigest, RowDigestsRequest,
+};
+
+use crate::result::{LevelOut, RunResult};
+
+/// Which side a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Source,
+    Target,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Target => "target",
+        }
+    }
+}
+
+/// An answer the engine steps on. Every event is appended to the run log before the
+/// engine sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// Both sides' descriptions of their datasets.
+    Described {
+        source: Box<Describe>,
+        target: Box<Describe>,
+    },
+    /// The run nonce of a sealed run, drawn by the runtime (a resumed run keeps it).
+    NonceDrawn {
+        #[serde(with = "hex_nonce")]
+        nonce: [u8; NONCE_LEN],
+    },
+    /// One side's aggregate of drill level `level`.
+    Aggregated {
+        level: u32,
+        side: Side,
+        response: AggregateResponse,
+        elapsed_ms: u64,
+    },
+    /// One side's (key hash, row hash) pairs of rows-phase range `range`.
+    Digests {
+        range: usize,
+        side: Side,
+        #[serde(with = "packed_digests")]
+        digests: Vec<RowDigest>,
+    },
+    /// One side's revealed rows of rows-phase range `range`.
+    Revealed {
+        range: usize,
+        side: Side,
+        response: RevealResponse,
+    },
+    /// One side's investigation SQL of leaf `leaf`.
+    InvestigationSql { leaf: usize, side: Side, sql: String },
+    /// A call failed (or a gate the runtime enforces tripped): the run ends with this
+    /// error (`RunError::code` and its message).
+    Failed { code: String, message: String },
+}
+
+impl Event {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Described { .. } => "described",
+            Event::NonceDrawn { .. } => "nonce_drawn",
+            Event::Aggregated { .. } => "aggregated",
+            Event::Digests { .. } => "digests",
+            Event::Revealed { .. } => "revealed",
+            Event::InvestigationSql { .. } => "investigation_sql",
+            Event::Failed { .. } => "failed",
+        }
+    }
+
+    /// The call this event answers (`None` for `failed`, which ends the run whatever
+    /// was asked).
+    pub fn answers(&self) -> Option<Call> {
+        Some(match self {
+            Event::Described { .. } => Call::Describe,
+            Event::NonceDrawn { .. } => Call::Nonce,
+            Event::Aggregated { level, side, .. } => Call::Aggregate(*level, *side),
+            Event::Digests { range, side, .. } => Call::Digests(*range, *side),
+            Event::Revealed { range, side, .. } => Call::Reveal(*range, *side),
+            Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
+            Event::Failed { .. } => return None,
+        })
+    }
+}
+
+/// What the engine asks the runtime to do. Calls that come out of one step may run
+/// concurrently; the others are done in order, at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    /// Describe both datasets; answered by one `described` event.
+    Describe { source: String, target: String },
+    /// Draw a run nonce; answered by `nonce_drawn`.
+    DrawNonce,
+    Aggregate {
+        level: u32,
+        side: Side,
+        request: AggregateRequest,
+    },
+    RowDigests {
+        range: usize,
+        side: Side,
+        request: RowDigestsRequest,
+    },
+    /// RevealRows when `rows`, else RevealKeys.
+    Reveal {
+        range: usize,
+        side: Side,
+        request: RevealRequest,
+        rows: bool,
+    },
+    InvestigationSql {
+        leaf: usize,
+        side: Side,
+        request: InvestigationSqlRequest,
+    },
+    /// A level completed: the runtime records `{"event": "level", "level_out": ..}`
+    /// (for progress readers; replay skips it).
+    LevelDone { level_out: LevelOut },
+    /// A progress line for humans.
+    Progress { line: String },
+    /// The run is over.
+    Finish { result: Box<RunResult> },
+}
+
+impl Command {
+    /// The call this command makes, if it is one (the others need no answer).
+    pub fn call(&self) -> Option<Call> {
+        Some(match self {
+            Command::Describe { .. } => Call::Describe,
+            Command::DrawNonce => Call::Nonce,
+            Command::Aggregate { level, side, .. } => Call::Aggregate(*level, *side),
+            Command::RowDigests { range, side, .. } => Call::Digests(*range, *side),
+            Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
+            Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
+            Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
+        })
+    }
+}
+
+/// A call's identity: what an answer must match to be in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Call {
+    Describe,
+    Nonce,
+    Aggregate(u32, Side),
+    Digests(usize, Side),
+    Reveal(usize, Side),
+    Sql(usize, Side),
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::Describe => write!(f, "describe"),
+            Call::Nonce => write!(f, "the run nonce"),
+            Call::Aggregate(l, s) => write!(f, "the {} aggregate of level {l}", s.name()),
+            Call::Digests(r, s) => write!(f, "the {} digests of range {r}", s.name()),
+            Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
+            Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
+        }
+    }
+}
+
+/// The nonce as hex, as the run log has always shown it.
+mod hex_nonce {
+    use super::NONCE_LEN;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(n: &[u8; NONCE_LEN], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(n))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; NONCE_LEN], D::Error> {
+        let text = String::deserialize(d)?;
+        hex::decode(&text)
+            .ok()
+            .and_then(|n| n.try_into().ok())
+            .ok_or_else(|| D::Error::custom(format!("nonce: {} hex digits expected", 2 * NONCE_LEN)))
+    }
+}
+
+/// Digests as one hex string, 32 digits per row (key hash, then row hash): a range
+/// holds up to `threshold` rows per side, and JSON objects would triple the log.
+mod packed_digests {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use tally_common::wire::RowDigest;
+
+    pub fn serialize<S: Serializer>(d: &[RowDigest], s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(d.len() * 32);
+        for r in d {
+            out.push_str(&format!("{:016x}{:016x}", r.key_hash, r.row_hash));
+        }
+        s.serialize_str(&out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RowDigest>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.len() % 32 != 0 || !text.is_ascii() {
+            return Err(D::Error::custom("digests: 32 hex digits per row expected"));
+        }
+        let word =
+            |s: &str| u64::from_str_radix(s, 16).map_err(|e| D::Error::custom(format!("digests: {e}")));
+        (0..text.len() / 32)
+            .map(|i| {
+                let row = &text[i * 32..(i + 1) * 32];
+                Ok(RowDigest {
+                    key_hash: word(&row[..16])?,
+                    row_hash: word(&row[16..])?,
+                })
+            })
+            .collect()
+    }
+}

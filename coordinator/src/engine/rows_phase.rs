@@ -1,0 +1,294 @@
+//! The engine's rows phase (DESIGN §5 step 5): row digests of each merged leaf range,
+//! classified in range order as they arrive (a few ranges in flight), then reveals of
+//! the differing rows only, range by range, and the differences. The classification
+//! and reveal logic itself is [`crate::rows`]; this is its bookkeeping.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tally_common::PrivacyLevel;
+use tally_common::segment::Segment;
+use tally_common::wire::{RevealRequest, RevealResponse, RowDigest, RowDigestsRequest};
+
+use super::drill::LEAVES_IN_FLIGHT;
+use super::{Command, Engine, Out, Side, Step};
+use crate::planner::rows_batches;
+use crate::result::{Difference, DuplicateKeys};
+use crate::rows::{self, Classified, Classifier, RevealWork};
+
+/// After an early stop, rows are still classified when the differing segments hold at
+/// most this many rows (per side).
+const ROWS_PHASE_AFTER_STOP: u64 = 1_000_000;
+
+type Pair<T> = (Option<T>, Option<T>);
+
+fn put<T>(slot: &mut Pair<T>, side: Side, v: T) {
+    match side {
+        Side::Source => slot.0 = Some(v),
+        Side::Target => slot.1 = Some(v),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct RowsPhase {
+    ranges: Vec<Segment>,
+    /// Ranges asked for their digests; ranges before `classified` are classified.
+    asked: usize,
+    classified: usize,
+    digests: BTreeMap<usize, Pair<Vec<RowDigest>>>,
+    classifier: Classifier,
+    /// After the last range: the findings and the reveals they need.
+    found: Option<Classified>,
+    work: Vec<RevealWork>,
+    /// Work items asked for their reveals; items before `revealed` are done.
+    reveals_asked: usize,
+    revealed: usize,
+    reveals: BTreeMap<usize, Pair<RevealResponse>>,
+    differences: Vec<Difference>,
+}
+
+impl RowsPhase {
+    pub(super) fn new(ranges: Vec<Segment>) -> RowsPhase {
+        RowsPhase {
+            ranges,
+            asked: 0,
+            classified: 0,
+            digests: BTreeMap::new(),
+            classifier: Classifier::default(),
+            found: None,
+            work: Vec::new(),
+            reveals_asked: 0,
+            revealed: 0,
+            reveals: BTreeMap::new(),
+            differences: Vec::new(),
+        }
+    }
+}
+
+impl Engine {
+    fn detailed(&self) -> bool {
+        self.spec.reporting.level == PrivacyLevel::Detailed
+    }
+
+    /// After the drill and its SQL: classify the leaves' rows, or finish.
+    pub(super) fn begin_rows(&mut self, out: &mut Out) -> Step {
+        let planner = self.planner.as_ref().expect("drilled");
+        if self.spec.reporting.level < PrivacyLevel::WithKeys || planner.leaves.is_empty() {
+            out.extend(self.finish());
+            return Ok(());
+        }
+        // after an early stop the leaves are not small: classify their rows only while
+        // that stays bounded
+        let leaf_rows: u64 = planner
+            .leaves
+            .iter()
+            .map(|l| l.source.count().max(l.target.count()))
+            .sum();
+        if planner.stop.is_some() && leaf_rows > ROWS_PHASE_AFTER_STOP {
+            self.res.warnings.push(format!(
+                "rows were not classified: the drill stopped early with {leaf_rows} rows in differing segments \
+                 (more than {ROWS_PHASE_AFTER_STOP})"
+            ));
+            out.extend(self.finish());
+            return Ok(());
+        }
+        let ranges = rows_batches(&planner.leaves, self.spec.bisection.threshold)
+            .into_iter()
+            .map(|(segment, _)| segment)
+            .collect();
+        self.rows = Some(RowsPhase::new(ranges));
+        self.advance_rows(out)
+    }
+
+    fn rows(&mut self) -> &mut RowsPhase {
+        self.rows.as_mut().expect("in the rows phase")
+    }
+
+    pub(super) fn on_digests(&mut self, out: &mut Out, range: usize, side: Side, d: Vec<RowDigest>) -> Step {
+        put(self.rows().digests.entry(range).or_default(), side, d);
+        self.advance_rows(out)
+    }
+
+    pub(super) fn on_revealed(&mut self, out: &mut Out, range: usize, side: Side, r: RevealResponse) -> Step {
+        let rows = self.rows();
+        let n = rows
+            .work
+            .iter()
+            .position(|w| w.leaf == range)
+            .expect("a reveal was asked for this range");
+        put(rows.reveals.entry(n).or_default(), side, r);
+        self.advance_rows(out)
+    }
+
+    /// Takes in what has arrived, in range order, and asks for what the window allows.
+    fn advance_rows(&mut self, out: &mut Out) -> Step {
+        let total = self.rows().ranges.len();
+        // classify every range, in order, whose two sides have arrived
+        loop {
+            let rows = self.rows();
+            let i = rows.classified;
+            if !matches!(rows.digests.get(&i), Some((Some(_), Some(_)))) {
+                break;
+            }
+            let (Some(s), Some(t)) = rows.digests.remove(&i).expect("present") else {
+                unreachable!("both present")
+            };
+            rows.classifier.add_range(i, &s, &t);
+            rows.classified += 1;
+            self.say(out, format!("rows of range {}/{total} classified", i + 1));
+        }
+        if self.rows().classified < total {
+            self.ask_digests(out);
+            return Ok(());
+        }
+        if self.rows().found.is_none() {
+            let sample_limit = self.spec.reporting.sample_limit as usize;
+            let detailed = self.detailed();
+            let rows = self.rows();
+            let found = std::mem::take(&mut rows.classifier).finish(sample_limit);
+            rows.work = rows::reveal_plan(&found.findings, total, detailed);
+            rows.found = Some(found);
+        }
+        loop {
+            self.take_reveals();
+            let rows = self.rows();
+            if rows.revealed == rows.work.len() {
+                self.rows_done(out);
+                return Ok(());
+            }
+            let asked = rows.reveals_asked;
+            self.ask_reveals(out);
+            if self.rows().reveals_asked == asked {
+                // the window is full: wait for answers
+                return Ok(());
+            }
+        }
+    }
+
+    /// Digests of the next ranges while fewer than [`LEAVES_IN_FLIGHT`] wait to be
+    /// classified (the ranges are classified in order).
+    fn ask_digests(&mut self, out: &mut Out) {
+        let r = self.resolved.as_ref().expect("resolved");
+        let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
+        let rows = self.rows.as_ref().expect("rows phase");
+        let (from, to) = (
+            rows.asked,
+            rows.ranges.len().min(rows.classified + LEAVES_IN_FLIGHT),
+        );
+        for range in from..to.max(from) {
+            let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
+            for side in [Side::Source, Side::Target] {
+                let request = RowDigestsRequest {
+                    dataset: self.dataset(side),
+                    columns: self.columns(side),
+                    key_len,
+                    method,
+                    segment: segment.clone(),
+                    level,
+                    seal: self.seal(side),
+                };
+                self.ask(out, Command::RowDigests { range, side, request });
+            }
+        }
+        let rows = self.rows();
+        rows.asked = rows.asked.max(to);
+    }
+
+    /// Differences of every work item, in order, whose reveals have arrived.
+    fn take_reveals(&mut self) {
+        let detailed = self.detailed();
+        let r = self.resolved.clone().expect("resolved");
+        let rows = self.rows();
+        while matches!(rows.reveals.get(&rows.revealed), Some((Some(_), Some(_)))) {
+            let n = rows.revealed;
+            let (Some(s), Some(t)) = rows.reveals.remove(&n).expect("present") else {
+                unreachable!("both present")
+            };
+            let by_hash = |resp: RevealResponse| -> rows::Revealed {
+                resp.rows
+                    .into_iter()
+                    .map(|row| (row.key_hash, (row.key, row.values)))
+                    .collect()
+            };
+            let found = rows.found.as_ref().expect("classified");
+            let mine: Vec<rows::Finding> = rows.work[n].findings.iter().map(|&i| found.findings[i]).collect();
+            let diffs = rows::differences(&mine, &by_hash(s), &by_hash(t), &r.columns, r.key_len, detailed);
+            rows.differences.extend(diffs);
+            rows.revealed += 1;
+        }
+    }
+
+    /// Reveals of the next work items while fewer than [`LEAVES_IN_FLIGHT`] are open: a
+    /// side with nothing to show is not asked.
+    fn ask_reveals(&mut self, out: &mut Out) {
+        let key_len = self.resolved.as_ref().expect("resolved").key_len;
+        let detailed = self.detailed();
+        let rows = self.rows.as_ref().expect("rows phase");
+        let (from, to) = (
+            rows.reveals_asked,
+            rows.work.len().min(rows.revealed + LEAVES_IN_FLIGHT),
+        );
+        let mut nothing_to_ask = Vec::new();
+        for n in from..to.max(from) {
+            let rows = self.rows.as_ref().expect("rows phase");
+            let w = rows.work[n].clone();
+            let segment = rows.ranges[w.leaf].clone();
+            for (side, hashes) in [(Side::Source, w.from_source), (Side::Target, w.from_target)] {
+                if hashes.is_empty() {
+                    nothing_to_ask.push((n, side));
+                    continue;
+                }
+                let request = RevealRequest {
+                    seal: self.seal(side),
+                    dataset: self.dataset(side),
+                    columns: self.columns(side),
+                    key_len,
+                    segment: segment.clone(),
+                    limit: hashes.len() as u32,
+                    key_hashes: hashes,
+                    level: self.spec.reporting.level,
+                    consent_acknowledged: self.spec.reporting.consent_acknowledged,
+                };
+                let range = w.leaf;
+                self.ask(
+                    out,
+                    Command::Reveal {
+                        range,
+                        side,
+                        request,
+                        rows: detailed,
+                    },
+                );
+            }
+        }
+        let rows = self.rows();
+        rows.reveals_asked = rows.reveals_asked.max(to);
+        for (n, side) in nothing_to_ask {
+            put(
+                rows.reveals.entry(n).or_default(),
+                side,
+                RevealResponse::default(),
+            );
+        }
+    }
+
+    fn rows_done(&mut self, out: &mut Out) {
+        let rows = self.rows.take().expect("rows phase");
+        let found = rows.found.expect("classified");
+        self.res.truncated = found.truncated;
+        self.res.differences = Some(rows.differences);
+        self.res.difference_counts = Some(found.counts);
+        let (dup_source, dup_target) = found.duplicates;
+        if dup_source + dup_target > 0 {
+            self.res.duplicate_keys = Some(DuplicateKeys {
+                source: dup_source,
+                target: dup_target,
+            });
+            self.res.warnings.push(format!(
+                "duplicate keys in the differing segments: {dup_source} on the source, {dup_target} on the target; \
+                 rows sharing a key are compared as one"
+            ));
+        }
+        out.extend(self.finish());
+    }
+}

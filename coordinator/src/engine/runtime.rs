@@ -1,0 +1,228 @@
+//! The runtime around the [`Engine`]: it executes the engine's commands against two
+//! [`AgentApi`]s (the calls of one step concurrently), measures and draws what the
+//! engine may not (elapsed times, the run nonce, the `max_seconds` gate), and for each
+//! answer FIRST appends the event to the run log, THEN steps the engine. A run given
+//! its recorded events is rebuilt by replaying them; only the calls still outstanding
+//! are made.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::IsTerminal;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::{Value, json};
+
+use super::{Command, Engine, Event, Side};
+use crate::client::AgentApi;
+use crate::error::RunError;
+use crate::result::RunResult;
+use crate::runner::{RunOptions, RunRecord};
+use crate::spec::Spec;
+
+type Answer<'a> = Pin<Box<dyn Future<Output = Event> + Send + 'a>>;
+
+struct Runtime<'a> {
+    source: &'a dyn AgentApi,
+    target: &'a dyn AgentApi,
+    record: Option<&'a RunRecord>,
+    started: Instant,
+    progress: bool,
+}
+
+fn failed(e: &RunError) -> Event {
+    Event::Failed {
+        code: e.code().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Runs `spec` between two agents (resuming from `opts.record`'s events, if any);
+/// never fails: errors become verdict `error`.
+pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
+    let rt = Runtime {
+        source,
+        target,
+        record: opts.record.as_ref(),
+        started: Instant::now(),
+        progress: opts.progress.unwrap_or_else(|| std::io::stderr().is_terminal()),
+    };
+    let mut engine = Engine::new(spec.clone(), source.name(), target.name());
+    let mut first = engine.start();
+    if let Some(r) = rt.record
+        && !r.resume.is_empty()
+    {
+        first = match engine.replay(&r.resume) {
+            Err(e) => engine.abort(e),
+            Ok(()) => match engine.result() {
+                Some(done) => vec![Command::Finish {
+                    result: Box::new(done.clone()),
+                }],
+                None => {
+                    rt.say(&format!(
+                        "resumed after level {} from the run log: recorded answers are not asked again",
+                        engine.levels_done()
+                    ));
+                    engine.pending()
+                }
+            },
+        };
+    }
+    let mut result = match spec.gates.max_seconds {
+        None => rt.drive(&mut engine, first).await,
+        Some(s) => match tokio::time::timeout(Duration::from_secs(s), rt.drive(&mut engine, first)).await {
+            Ok(r) => r,
+            Err(_) => {
+                // the calls in flight were dropped with the drive; the gate is an event too
+                let e = RunError::Gate {
+                    gate: "max_seconds",
+                    message: format!("the run took longer than {s} s"),
+                };
+                let last = rt.answer(&mut engine, failed(&e)).await;
+                rt.drive(&mut engine, last).await
+            }
+        },
+    };
+    result.elapsed_ms = rt.started.elapsed().as_millis() as u64;
+    result
+}
+
+impl Runtime<'_> {
+    fn say(&self, msg: &str) {
+        if self.progress {
+            eprintln!("[{:>7.2}s] {msg}", self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Appends an event to the run's record, if it has one; a run whose record cannot
+    /// be written stops (nothing it did would be resumable).
+    async fn append(&self, event: Value) -> Result<(), RunError> {
+        let Some(r) = self.record else { return Ok(()) };
+        let Value::Object(fields) = event else {
+            return Err(RunError::Internal("run log events are objects".into()));
+        };
+        r.log
+            .append(&r.run_id, fields)
+            .await
+            .map(|_| ())
+            .map_err(|e| RunError::Internal(format!("the run log cannot be written: {e}")))
+    }
+
+    /// Records `event`, then steps the engine on it.
+    async fn answer(&self, engine: &mut Engine, event: Event) -> Vec<Command> {
+        let recorded = match serde_json::to_value(&event) {
+            Ok(v) => self.append(v).await,
+            Err(e) => Err(RunError::Internal(format!("event {}: {e}", event.kind()))),
+        };
+        match recorded {
+            Ok(()) => engine.step(event),
+            Err(e) => engine.abort(e),
+        }
+    }
+
+    /// Executes commands until the engine finishes.
+    async fn drive(&self, engine: &mut Engine, first: Vec<Command>) -> RunResult {
+        let mut queue: VecDeque<Command> = first.into();
+        let mut calls: FuturesUnordered<Answer<'_>> = FuturesUnordered::new();
+        loop {
+            while let Some(c) = queue.pop_front() {
+                match c {
+                    Command::Progress { line } => self.say(&line),
+                    Command::LevelDone { level_out } => {
+                        // for progress readers of the log; replay skips it
+                        if let Err(e) = self
+                            .append(json!({"event": "level", "level_out": level_out}))
+                            .await
+                        {
+                            queue.extend(engine.abort(e));
+                        }
+                    }
+                    Command::Finish { result } => return *result,
+                    call => calls.push(self.call(call)),
+                }
+            }
+            let next = match calls.next().await {
+                Some(event) => self.answer(engine, event).await,
+                None => engine.abort(RunError::Internal(
+                    "engine: nothing in flight and no result".into(),
+                )),
+            };
+            if next.is_empty()
+                && calls.is_empty()
+                && let Some(done) = engine.result()
+            {
+                return done.clone();
+            }
+            queue.extend(next);
+        }
+    }
+
+    fn agent(&self, side: Side) -> &dyn AgentApi {
+        match side {
+            Side::Source => self.source,
+            Side::Target => self.target,
+        }
+    }
+
+    /// One call; its answer (or failure) as the event the engine steps on.
+    fn call(&self, c: Command) -> Answer<'_> {
+        Box::pin(async move {
+            let t0 = Instant::now();
+            let answer = match c {
+                Command::Describe { source, target } => {
+                    let (s, t) = tokio::join!(self.source.describe(&source), self.target.describe(&target));
+                    s.and_then(|s| {
+                        t.map(|t| Event::Described {
+                            source: Box::new(s),
+                            target: Box::new(t),
+                        })
+                    })
+                }
+                Command::DrawNonce => Ok(Event::NonceDrawn {
+                    nonce: tally_common::seal::run_nonce(),
+                }),
+                Command::Aggregate { level, side, request } => {
+                    self.agent(side)
+                        .aggregate(request)
+                        .await
+                        .map(|response| Event::Aggregated {
+                            level,
+                            side,
+                            response,
+                            elapsed_ms: t0.elapsed().as_millis() as u64,
+                        })
+                }
+                Command::RowDigests { range, side, request } => self
+                    .agent(side)
+                    .row_digests(request)
+                    .await
+                    .map(|digests| Event::Digests { range, side, digests }),
+                Command::Reveal {
+                    range,
+                    side,
+                    request,
+                    rows,
+                } => self
+                    .agent(side)
+                    .reveal(request, rows)
+                    .await
+                    .map(|response| Event::Revealed {
+                        range,
+                        side,
+                        response,
+                    }),
+                Command::InvestigationSql { leaf, side, request } => self
+                    .agent(side)
+                    .investigation_sql(request)
+                    .await
+                    .map(|sql| Event::InvestigationSql { leaf, side, sql }),
+                Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => {
+                    Err(RunError::Internal("runtime: not a call".into()))
+                }
+            };
+            answer.unwrap_or_else(|e| failed(&e))
+        })
+    }
+}

@@ -1,0 +1,557 @@
+//! The engine without I/O: driven by fake sides that answer like agents (integer keys
+//! with a row hash each), its commands and results asserted.
+
+use serde_json::Value;
+use tally_common::checksum::HashMethod;
+use tally_common::segment::{KeyPart, KeyTuple, Segment, Split};
+use tally_common::wire::{
+    AggregateRequest, AggregateResponse, Bucket, Column, Describe, RevealRequest, RevealResponse,
+    RevealedRow, RowDigest,
+};
+use tally_common::{PrivacyLevel, TypeClass};
+
+use super::*;
+use crate::result::{DiffKind, RunResult, Verdict};
+
+mod rows;
+
+/// One side's rows: key → row hash (a key listed twice is a duplicate).
+#[derive(Clone)]
+struct Fake {
+    rows: Vec<(i64, u64)>,
+    /// Offers a sealed method, with a zone key.
+    sealed: bool,
+}
+
+fn key_hash(k: i64) -> u64 {
+    (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
+}
+
+fn key(k: i64) -> KeyTuple {
+    vec![KeyPart::Int(k)]
+}
+
+impl Fake {
+    fn new(n: i64) -> Fake {
+        Fake {
+            rows: (0..n).map(|k| (k, 1000 + k as u64 * 7)).collect(),
+            sealed: false,
+        }
+    }
+
+    fn in_seg(seg: &Segment, k: i64) -> bool {
+        seg.contains(&key(k), key_hash(k))
+    }
+
+    fn aggregate(&self, req: &AggregateRequest) -> AggregateResponse {
+        let mut buckets = Vec::new();
+        let mut scanned = 0;
+        for (p, (seg, split)) in req.parents.iter().enumerate() {
+            let mut rows: Vec<(i64, u64)> = self
+                .rows
+                .iter()
+                .copied()
+                .filter(|(k, _)| Fake::in_seg(seg, *k))
+                .collect();
+            rows.sort();
+            scanned += rows.len() as u64;
+            let children = match split {
+                Split::Quantile(n) => {
+                    let chunk = (rows.len() as u64).div_ceil(u64::from(*n)).max(1) as usize;
+                    let cuts: Vec<KeyTuple> =
+                        rows.iter().step_by(chunk).skip(1).map(|(k, _)| key(*k)).collect();
+                    seg.cut_children(&cuts)
+                }
+                Split::Cuts(c) => seg.cut_children(c),
+                Split::Hash(n) => seg.hash_children(*n),
+                Split::Whole => vec![seg.clone()],
+                Split::Period { .. } => unreachable!("no time strategy here"),
+            };
+            for (c, child) in children.into_iter().enumerate() {
+                let (mut count, mut sum, mut xor) = (0, 0u64, 0u64);
+                for (k, h) in rows.iter().filter(|(k, _)| Fake::in_seg(&child, *k)) {
+                    let _ = k;
+                    count += 1;
+                    sum = sum.wrapping_add(*h);
+                    xor ^= *h;
+                }
+                buckets.push(Bucket {
+                    parent: p,
+                    child: c,
+                    segment: child,
+                    count,
+                    sum,
+                    xor: Some(xor),
+                });
+            }
+        }
+        AggregateResponse {
+            buckets,
+            path: "pushdown".into(),
+            rows_scanned: scanned,
+            release_log_head: String::new(),
+        }
+    }
+
+    fn digests(&self, seg: &Segment) -> Vec<RowDigest> {
+        self.rows
+            .iter()
+            .filter(|(k, _)| Fake::in_seg(seg, *k))
+            .map(|(k, h)| RowDigest {
+                key_hash: key_hash(*k),
+                row_hash: *h,
+            })
+            .collect()
+    }
+
+    fn reveal(&self, req: &RevealRequest) -> RevealResponse {
+        let rows = req
+            .key_hashes
+            .iter()
+            .filter_map(|h| self.rows.iter().find(|(k, _)| key_hash(*k) == *h))
+            .map(|(k, _)| RevealedRow {
+                key_hash: key_hash(*k),
+                key: key(*k),
+                values: Vec::new(),
+            })
+            .collect();
+        RevealResponse {
+            rows,
+            ..Default::default()
+        }
+    }
+
+    fn describe(&self, dataset: &str) -> Describe {
+        let col = |name: &str| Column {
+            name: name.into(),
+            class: TypeClass::Integer,
+            declared_type: "bigint".into(),
+            nullable: false,
+            scale: None,
+            fixed_char: false,
+            masked: false,
+        };
+        Describe {
+            dataset: dataset.into(),
+            columns: vec![col("id"), col("amount")],
+            key: vec!["id".into()],
+            row_estimate: self.rows.len() as u64,
+            hash_methods: vec![HashMethod::Sha256_64, HashMethod::SealedSha256_64],
+            zone_key: self.sealed.then(|| tally_common::seal::SignedZoneKey {
+                agent: dataset.into(),
+                public_key: [3; 32],
+                signature: vec![1],
+                certificates: vec![vec![2]],
+            }),
+            xor_supported: true,
+            max_level: PrivacyLevel::Detailed,
+            expose_key_bounds: true,
+            ..Default::default()
+        }
+    }
+}
+
+fn spec(extra: &str) -> Spec {
+    spec_hashed("sha256_64", extra)
+}
+
+fn spec_hashed(hash: &str, extra: &str) -> Spec {
+    tally_common::config_file::parse_yaml(
+        std::path::Path::new("s.yaml"),
+        &format!(
+            "name: t\nsource: {{ agent: a, dataset: x }}\ntarget: {{ agent: b, dataset: y }}\nhash: {hash}\n{extra}"
+        ),
+    )
+    .unwrap()
+}
+
+/// The planted differences: key 500 changed, 1200 missing in the target, 5000 extra.
+fn planted() -> (Fake, Fake) {
+    let s = Fake::new(2000);
+    let mut t = s.clone();
+    t.rows.retain(|(k, _)| *k != 1200);
+    t.rows.iter_mut().find(|(k, _)| *k == 500).unwrap().1 = 1;
+    t.rows.push((5000, 9));
+    (s, t)
+}
+
+/// The answer a fake pair gives to one call.
+fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
+    let side = |x: &Side| if *x == Side::Source { s } else { t };
+    match c {
+        Command::Describe { source, target } => Event::Described {
+            source: Box::new(s.describe(source)),
+            target: Box::new(t.describe(target)),
+        },
+        Command::DrawNonce => Event::NonceDrawn { nonce: [7; 16] },
+        Command::Aggregate {
+            level,
+            side: x,
+            request,
+        } => Event::Aggregated {
+            level: *level,
+            side: *x,
+            response: side(x).aggregate(request),
+            elapsed_ms: 3,
+        },
+        Command::RowDigests {
+            range,
+            side: x,
+            request,
+        } => Event::Digests {
+            range: *range,
+            side: *x,
+            digests: side(x).digests(&request.segment),
+        },
+        Command::Reveal {
+            range,
+            side: x,
+            request,
+            ..
+        } => Event::Revealed {
+            range: *range,
+            side: *x,
+            response: side(x).reveal(request),
+        },
+        Command::InvestigationSql { leaf, side: x, .. } => Event::InvestigationSql {
+            leaf: *leaf,
+            side: *x,
+            sql: format!("select {leaf} -- {}", x.name()),
+        },
+        other => panic!("not a call: {other:?}"),
+    }
+}
+
+/// What one run did: every command, every event (as the run log holds it), the result.
+struct Trace {
+    commands: Vec<Command>,
+    events: Vec<Value>,
+    /// The calls outstanding after each event (index n: after events[..=n]).
+    outstanding: Vec<Vec<Call>>,
+    result: RunResult,
+}
+
+/// Drives `engine` from `first` to the end, answering the oldest open call first.
+fn drive_from(engine: &mut Engine, first: Vec<Command>, s: &Fake, t: &Fake) -> Trace {
+    let mut open: Vec<Command> = Vec::new();
+    let mut tr = Trace {
+        commands: Vec::new(),
+        events: Vec::new(),
+        outstanding: Vec::new(),
+        result: empty_result(&spec("")),
+    };
+    let take = |cmds: Vec<Command>, open: &mut Vec<Command>, tr: &mut Trace| -> Option<RunResult> {
+        let mut done = None;
+        for c in cmds {
+            if let Command::Finish { result } = &c {
+                done = Some((**result).clone());
+            }
+            if c.call().is_some() {
+                open.push(c.clone());
+            }
+            tr.commands.push(c);
+        }
+        done
+    };
+    if let Some(r) = take(first, &mut open, &mut tr) {
+        tr.result = r;
+        return tr;
+    }
+    while !open.is_empty() {
+        let c = open.remove(0);
+        let e = answer(&c, s, t);
+        tr.events.push(serde_json::to_value(&e).unwrap());
+        let next = engine.step(e);
+        let done = take(next, &mut open, &mut tr);
+        tr.outstanding
+            .push(open.iter().filter_map(Command::call).collect());
+        if let Some(r) = done {
+            tr.result = r;
+            return tr;
+        }
+    }
+    panic!("the engine stopped without a result");
+}
+
+fn drive(spec: &Spec, s: &Fake, t: &Fake) -> Trace {
+    let mut e = Engine::new(spec.clone(), "a", "b");
+    let first = e.start();
+    drive_from(&mut e, first, s, t)
+}
+
+fn calls(tr: &Trace, pick: fn(&Command) -> bool) -> usize {
+    tr.commands.iter().filter(|c| pick(c)).count()
+}
+
+fn json(r: &RunResult) -> Value {
+    let mut v = serde_json::to_value(r).unwrap();
+    v["elapsed_ms"] = Value::from(0);
+    v
+}
+
+#[test]
+fn a_clean_run_ends_after_level_1_with_match() {
+    let s = Fake::new(1000);
+    let tr = drive(&spec("bisection: { factor: 8, threshold: 256 }\n"), &s, &s);
+    assert_eq!(tr.result.verdict, Verdict::Match, "{:?}", tr.result.error);
+    assert_eq!(tr.result.levels.len(), 1);
+    assert!(tr.result.leaves.is_empty());
+    assert_eq!(
+        (tr.result.source.count, tr.result.target.queries),
+        (Some(1000), 1)
+    );
+    let kinds: Vec<Option<Call>> = tr
+        .commands
+        .iter()
+        .map(Command::call)
+        .filter(Option::is_some)
+        .collect();
+    // quantile: the source picks the cut points, the target follows
+    assert_eq!(
+        kinds,
+        vec![
+            Some(Call::Describe),
+            Some(Call::Aggregate(1, Side::Source)),
+            Some(Call::Aggregate(1, Side::Target))
+        ]
+    );
+    assert_eq!(calls(&tr, |c| matches!(c, Command::LevelDone { .. })), 1);
+}
+
+#[test]
+fn a_differing_run_drills_and_finds_the_planted_rows() {
+    let (s, t) = planted();
+    let tr = drive(
+        &spec("bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n"),
+        &s,
+        &t,
+    );
+    let r = &tr.result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert!(r.levels.len() >= 2, "{} levels", r.levels.len());
+    assert!(!r.leaves.is_empty());
+    assert!(
+        r.leaves
+            .iter()
+            .all(|l| l.sql.as_ref().is_some_and(|s| s.source.ends_with("source")))
+    );
+    let mut found: Vec<(DiffKind, KeyTuple)> = r
+        .differences
+        .iter()
+        .flatten()
+        .map(|d| (d.kind, d.key.clone()))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            (DiffKind::MissingInTarget, key(1200)),
+            (DiffKind::ExtraInTarget, key(5000)),
+            (DiffKind::Changed, key(500)),
+        ]
+    );
+    let counts = r.difference_counts.as_ref().unwrap();
+    assert_eq!(
+        (counts.missing_in_target, counts.extra_in_target, counts.changed),
+        (1, 1, 1)
+    );
+    // every level is one aggregate per side
+    assert_eq!(r.source.queries as usize, r.levels.len());
+    assert_eq!(
+        calls(&tr, |c| matches!(c, Command::Aggregate { .. })),
+        2 * r.levels.len()
+    );
+}
+
+#[test]
+fn gates_stop_the_run_with_a_clear_verdict() {
+    let (s, t) = planted();
+    let tr = drive(
+        &spec("bisection: { factor: 2, threshold: 2 }\ngates: { max_queries: 1 }\n"),
+        &s,
+        &t,
+    );
+    let e = tr.result.error.as_ref().expect("an error");
+    assert_eq!(
+        (tr.result.verdict.clone(), e.code.as_str()),
+        (Verdict::Error, "gate_tripped")
+    );
+    assert!(e.message.contains("max_queries"), "{}", e.message);
+    assert_eq!(tr.result.levels.len(), 1);
+    assert!(
+        !tr.commands
+            .iter()
+            .any(|c| c.call() == Some(Call::Aggregate(2, Side::Source)))
+    );
+    // the estimate gate trips before any aggregate
+    let tr = drive(&spec("gates: { max_rows_scanned: 100 }\n"), &s, &t);
+    assert!(
+        tr.result
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("the first level would read about 4000 rows")
+    );
+    assert_eq!(calls(&tr, |c| matches!(c, Command::Aggregate { .. })), 0);
+}
+
+#[test]
+fn an_agent_failure_ends_the_run_with_its_code_and_what_was_found() {
+    let (s, t) = planted();
+    let mut e = Engine::new(spec("bisection: { factor: 2, threshold: 2 }\n"), "a", "b");
+    let first = e.start();
+    let described = answer(&first[0], &s, &t);
+    let cmds = e.step(described);
+    let agg = cmds.iter().find(|c| c.call().is_some()).unwrap().clone();
+    let cmds = e.step(answer(&agg, &s, &t));
+    assert!(
+        cmds.iter()
+            .any(|c| c.call() == Some(Call::Aggregate(1, Side::Target)))
+    );
+    let cmds = e.step(Event::Failed {
+        code: "agent_unreachable".into(),
+        message: "agent b (x) unreachable during Aggregate: down".into(),
+    });
+    let [Command::Finish { result }] = cmds.as_slice() else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!(result.verdict, Verdict::Error);
+    assert_eq!(result.error.as_ref().unwrap().code, "agent_unreachable");
+    assert!(e.pending().is_empty() && e.is_finished());
+    // nothing is stepped on after the end
+    assert_eq!(e.check(&answer(&agg, &s, &t)).unwrap_err(), "the run is over");
+}
+
+#[test]
+fn replaying_any_prefix_leaves_exactly_the_unanswered_calls_pending_and_ends_the_same() {
+    let (s, t) = planted();
+    let spec = spec("bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n");
+    let whole = drive(&spec, &s, &t);
+    assert!(calls(&whole, |c| matches!(c, Command::RowDigests { .. })) > 0);
+    for cut in 0..whole.events.len() {
+        let mut e = Engine::new(spec.clone(), "a", "b");
+        let _ = e.start();
+        // the run log also holds events the engine does not own
+        let mut log = vec![serde_json::json!({"event": "started", "spec": &spec})];
+        log.extend(whole.events[..=cut].iter().cloned());
+        log.push(serde_json::json!({"event": "level", "level_out": {}}));
+        e.replay(&log).unwrap_or_else(|err| panic!("cut {cut}: {err}"));
+        let pending: Vec<Call> = e.pending().iter().filter_map(Command::call).collect();
+        assert_eq!(pending, whole.outstanding[cut], "cut {cut}");
+        if e.is_finished() {
+            assert_eq!(json(e.result().unwrap()), json(&whole.result));
+            continue;
+        }
+        let first = e.pending();
+        let rest = drive_from(&mut e, first, &s, &t);
+        assert_eq!(json(&rest.result), json(&whole.result), "cut {cut}");
+        // nothing answered before the cut is asked again
+        assert_eq!(rest.events.len(), whole.events.len() - cut - 1, "cut {cut}");
+    }
+}
+
+#[test]
+fn an_engine_serialized_mid_run_continues_identically() {
+    let (s, t) = planted();
+    let spec = spec("bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n");
+    let whole = drive(&spec, &s, &t);
+    for cut in [1, 3, whole.events.len() / 2, whole.events.len() - 2] {
+        let mut e = Engine::new(spec.clone(), "a", "b");
+        let _ = e.start();
+        e.replay(&whole.events[..=cut]).unwrap();
+        let text = serde_json::to_string(&e).unwrap();
+        let mut back: Engine = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        let (first, again) = (e.pending(), back.pending());
+        let a = drive_from(&mut e, first, &s, &t);
+        let b = drive_from(&mut back, again, &s, &t);
+        assert_eq!(a.commands, b.commands, "cut {cut}");
+        assert_eq!(json(&a.result), json(&b.result));
+    }
+}
+
+#[test]
+fn a_recorded_event_out_of_place_or_unreadable_fails_the_replay_naming_it() {
+    let (s, t) = planted();
+    let spec = spec("bisection: { factor: 2, threshold: 2 }\n");
+    let whole = drive(&spec, &s, &t);
+    let replay = |events: Vec<Value>| {
+        let mut e = Engine::new(spec.clone(), "a", "b");
+        let _ = e.start();
+        e.replay(&events).unwrap_err().to_string()
+    };
+    // level 1's aggregates before the describe
+    let mut v = whole.events.clone();
+    v.swap(0, 1);
+    let err = replay(v);
+    assert!(err.contains("event 1 (aggregated): out of place"), "{err}");
+    // an answer given twice
+    let mut v = whole.events[..2].to_vec();
+    let mut again = whole.events[1].clone();
+    again["seq"] = Value::from(7);
+    v.push(again);
+    let err = replay(v);
+    assert!(err.contains("event 7 (aggregated): out of place"), "{err}");
+    // a kind this build does not know (the runner's old `resolved`), a malformed one
+    let err = replay(vec![
+        serde_json::json!({"event": "resolved", "seq": 1, "nonce": null}),
+    ]);
+    assert!(err.contains("event 1 (resolved): does not load"), "{err}");
+    let mut bad = whole.events[0].clone();
+    bad["source"] = Value::from(3);
+    assert!(replay(vec![bad]).contains("(described): does not load"));
+    // a run started with another spec
+    let other = serde_json::json!({"event": "started", "spec": self::spec("")});
+    assert!(replay(vec![other]).contains("started with another spec"));
+}
+
+#[test]
+fn a_sealed_run_draws_its_nonce_once_and_a_replay_keeps_it() {
+    let (mut s, mut t) = planted();
+    (s.sealed, t.sealed) = (true, true);
+    let spec = spec_hashed(
+        "sealed_sha256_64",
+        "bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n",
+    );
+    let whole = drive(&spec, &s, &t);
+    assert_eq!(
+        whole.result.hash_method, "sealed_sha256_64",
+        "{:?}",
+        whole.result.error
+    );
+    assert_eq!(calls(&whole, |c| matches!(c, Command::DrawNonce)), 1);
+    assert_eq!(whole.events[1]["event"], "nonce_drawn");
+    assert_eq!(whole.events[1]["nonce"], hex::encode([7u8; 16]));
+    // every request is sealed with that nonce, naming the peer
+    let seal = |c: &Command| match c {
+        Command::Aggregate { request, .. } => request.seal.clone(),
+        Command::RowDigests { request, .. } => request.seal.clone(),
+        Command::Reveal { request, .. } => request.seal.clone(),
+        _ => None,
+    };
+    let seals: Vec<_> = whole.commands.iter().filter_map(seal).collect();
+    assert!(seals.len() > 4);
+    assert!(
+        seals
+            .iter()
+            .all(|s| s.nonce == [7; 16] && s.peer.public_key == [3; 32])
+    );
+    // a replay after level 1 asks level 2 with the recorded nonce, not a new one
+    let cut = whole
+        .events
+        .iter()
+        .position(|e| e["event"] == "aggregated" && e["level"] == 2)
+        .unwrap();
+    let mut e = Engine::new(spec.clone(), "a", "b");
+    let _ = e.start();
+    e.replay(&whole.events[..cut]).unwrap();
+    let pending = e.pending();
+    assert!(
+        !pending.is_empty()
+            && pending
+                .iter()
+                .all(|c| seal(c).is_some_and(|s| s.nonce == [7; 16]))
+    );
+    assert!(!pending.iter().any(|c| matches!(c, Command::DrawNonce)));
+}

@@ -1,0 +1,163 @@
+//! The engine's rows phase: classification bookkeeping, duplicates, the sample limit,
+//! what each side is asked to reveal, and the window of ranges in flight.
+
+use super::*;
+
+fn with_keys(level: &str, extra: &str) -> Spec {
+    spec(&format!(
+        "bisection: {{ factor: 2, threshold: 2 }}\nreporting: {{ level: {level}, sample_limit: 100 }}\n{extra}"
+    ))
+}
+
+/// `n` rows changed in the target, 50 keys apart (so their ranges do not merge).
+fn scattered(n: i64) -> (Fake, Fake) {
+    let s = Fake::new(4000);
+    let mut t = s.clone();
+    for (k, h) in t.rows.iter_mut() {
+        if *k % 50 == 25 && *k / 50 < n {
+            *h ^= 1;
+        }
+    }
+    (s, t)
+}
+
+fn reveal_hashes(tr: &Trace, side: Side) -> Vec<u64> {
+    tr.commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Reveal { side: x, request, .. } if *x == side => Some(request.key_hashes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn duplicate_keys_in_a_differing_range_are_counted_and_warned_about() {
+    let (mut s, t) = planted();
+    // key 500 (changed in the target) twice on the source
+    s.rows.push((500, 1000 + 500 * 7));
+    let tr = drive(&with_keys("with_keys", ""), &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    let d = r.duplicate_keys.as_ref().expect("duplicates reported");
+    assert_eq!((d.source, d.target), (1, 0));
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("duplicate keys in the differing segments: 1 on the source"))
+    );
+    // the duplicate is one row, compared as one: still exactly one changed row
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 1);
+}
+
+#[test]
+fn the_sample_limit_cuts_the_differences_and_the_reveals_but_not_the_counts() {
+    let (s, t) = scattered(30);
+    let spec =
+        spec("bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys, sample_limit: 10 }\n");
+    let tr = drive(&spec, &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 30, "{:?}", r.error);
+    assert!(r.truncated);
+    assert_eq!(r.differences.as_ref().unwrap().len(), 10);
+    // only the kept findings are revealed, and at with_keys a changed row's key comes
+    // from the source alone
+    assert_eq!(reveal_hashes(&tr, Side::Source).len(), 10);
+    assert!(reveal_hashes(&tr, Side::Target).is_empty());
+}
+
+#[test]
+fn each_side_reveals_only_its_rows_and_detailed_asks_both_for_changed_ones() {
+    let (s, t) = planted();
+    let tr = drive(&with_keys("with_keys", ""), &s, &t);
+    let (src, tgt) = (reveal_hashes(&tr, Side::Source), reveal_hashes(&tr, Side::Target));
+    let (changed, missing, extra) = (tests::key_hash(500), tests::key_hash(1200), tests::key_hash(5000));
+    assert_eq!(
+        (
+            src.contains(&changed),
+            src.contains(&missing),
+            src.contains(&extra)
+        ),
+        (true, true, false)
+    );
+    assert_eq!(tgt, vec![extra]);
+    assert!(
+        tr.commands
+            .iter()
+            .all(|c| !matches!(c, Command::Reveal { rows: true, .. }))
+    );
+    let tr = drive(&with_keys("detailed", ""), &s, &t);
+    let tgt = reveal_hashes(&tr, Side::Target);
+    assert!(tgt.contains(&changed) && tgt.contains(&extra) && !tgt.contains(&missing));
+    assert!(
+        tr.commands
+            .iter()
+            .any(|c| matches!(c, Command::Reveal { rows: true, .. }))
+    );
+}
+
+#[test]
+fn at_most_eight_ranges_and_eight_leaves_are_in_flight_and_all_are_done_in_order() {
+    let (s, t) = scattered(40);
+    let tr = drive(&with_keys("with_keys", ""), &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 40, "{:?}", r.error);
+    let most = |pick: fn(&Call) -> bool| {
+        tr.outstanding
+            .iter()
+            .map(|o| o.iter().filter(|c| pick(c)).count())
+            .max()
+    };
+    assert_eq!(
+        most(|c| matches!(c, Call::Digests(..))),
+        Some(16),
+        "8 ranges, 2 sides"
+    );
+    assert_eq!(
+        most(|c| matches!(c, Call::Sql(..))),
+        Some(16),
+        "8 leaves, 2 sides"
+    );
+    assert!(
+        most(|c| matches!(c, Call::Reveal(..))).unwrap() <= 8,
+        "8 ranges, one side each"
+    );
+    // the ranges are classified in order, whatever order their digests arrive in
+    let lines: Vec<&String> = tr
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Progress { line } if line.starts_with("rows of range") => Some(line),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lines.len(), 40);
+    assert!(lines[0].starts_with("rows of range 1/40") && lines[39].starts_with("rows of range 40/40"));
+    // differences in key order (range order): the reveals were taken in order too
+    let keys: Vec<KeyTuple> = r.differences.iter().flatten().map(|d| d.key.clone()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by_key(|k| match k.as_slice() {
+        [KeyPart::Int(i)] => *i,
+        _ => 0,
+    });
+    assert_eq!(keys, sorted);
+}
+
+#[test]
+fn answers_arriving_newest_first_give_the_same_result() {
+    let (s, t) = scattered(12);
+    let spec = with_keys("with_keys", "");
+    let whole = drive(&spec, &s, &t);
+    let mut e = Engine::new(spec, "a", "b");
+    let mut open: Vec<Command> = e.start();
+    let result = loop {
+        let c = open.pop().expect("a call open until the end");
+        let next = e.step(answer(&c, &s, &t));
+        if let Some(Command::Finish { result }) = next.iter().find(|c| matches!(c, Command::Finish { .. })) {
+            break result.clone();
+        }
+        open.extend(next.into_iter().filter(|c| c.call().is_some()));
+    };
+    assert_eq!(json(&result), json(&whole.result));
+}
