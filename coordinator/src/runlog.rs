@@ -163,19 +163,23 @@ impl RunLog for SqliteRunLog {
     }
 
     async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
+        // one transaction: a load beside a running run's appends sees the lines and the
+        // head of the same moment
+        let mut tx = self.pool.begin().await.map_err(store_err)?;
         let lines: Vec<(String,)> = sqlx::query_as("SELECT line FROM events WHERE run_id = ? ORDER BY seq")
             .bind(run)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(store_err)?;
-        let events = verified(run, lines.into_iter().map(|(l,)| l).collect())?;
         // the run's recorded head must be its last line's: a removed last event shows
         let recorded: Option<(i64, String)> =
             sqlx::query_as("SELECT events, head FROM runs WHERE run_id = ?")
                 .bind(run)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(store_err)?;
+        tx.commit().await.map_err(store_err)?;
+        let events = verified(run, lines.into_iter().map(|(l,)| l).collect())?;
         if let Some((n, _)) = &recorded
             && *n as usize != events.len()
         {
@@ -323,5 +327,31 @@ mod tests {
             .unwrap();
         let e = log.load("r2").await.unwrap_err().to_string();
         assert!(e.contains("0 events stored"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_load_beside_appends_sees_one_moment() {
+        // `tally serve` shows a running run's levels while the run appends: a load
+        // between an append's two writes reported a broken run
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::sync::Arc::new(SqliteRunLog::open(&dir.path().join("runs.sqlite")).await.unwrap());
+        let writer = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                for i in 0..300 {
+                    log.append("r", ev(json!({"event": "level", "i": i})))
+                        .await
+                        .unwrap();
+                }
+            })
+        };
+        let mut seen = 0;
+        while !writer.is_finished() {
+            let n = log.load("r").await.unwrap().len();
+            assert!(n >= seen, "a later load saw fewer events");
+            seen = n;
+        }
+        writer.await.unwrap();
+        assert_eq!(log.load("r").await.unwrap().len(), 300);
     }
 }
