@@ -11,6 +11,8 @@ pub mod api_tls;
 pub mod audit;
 pub mod chain;
 pub mod client;
+pub mod cluster_cli;
+pub mod cluster_config;
 pub mod config;
 pub mod error;
 pub mod in_process;
