@@ -292,6 +292,17 @@ mod tests {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/coordinator.yaml");
         let c = CoordinatorConfig::load(&p).unwrap();
         assert_eq!(c.agents.len(), 2);
+        assert!(c.cluster.is_none());
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/coordinator-cluster.yaml");
+        let c = CoordinatorConfig::load(&p).unwrap();
+        let cluster = c.cluster.unwrap();
+        assert_eq!(cluster.initial_members.len(), 3);
+        assert_eq!(cluster.node_id_for(&p, Some("tally-coordinator-1")).unwrap(), 2);
+        assert_eq!(
+            cluster.advertise_for(Some("tally-coordinator-1")),
+            "tally-coordinator-1.tally-coordinator-peers:7443"
+        );
+        assert!(cluster.tls.ca.ends_with("certs/peer-ca.pem") && cluster.tls.ca.is_absolute());
     }
 
     #[test]

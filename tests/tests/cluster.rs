@@ -249,6 +249,19 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     );
     let agents = std::fs::read_to_string(d.coordinator_config()).unwrap();
     let dir = d.path().to_path_buf();
+    // tally cluster without a cluster section is a usage error
+    let out = Command::new(bins::tally())
+        .args(["cluster", "status", "-c"])
+        .arg(d.coordinator_config())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster"));
 
     let peers: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let members = peers
