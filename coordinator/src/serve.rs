@@ -473,8 +473,20 @@ async fn spawn_run(
                     }
                     None => json!({"event": "finished", "verdict": verdict}),
                 };
-                if let Err(e) = st.runlog.append(&run_id, object(event)).await {
-                    tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
+                // a cancelled run's last append, dropped in flight, may still commit ahead
+                // of this one (Raft goes on with a write its caller stopped waiting for):
+                // the next number is then taken, and this one is tried again after it
+                for attempt in 1..=5 {
+                    match st.runlog.append(&run_id, object(event.clone())).await {
+                        Err(crate::runlog::RunLogError::Conflict { .. }) if attempt < 5 => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(e) => {
+                            tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
+                            break;
+                        }
+                        Ok(_) => break,
+                    }
                 }
             }
             Err(e) => tracing::error!(run = %run_id, error = %e, "cannot store the run"),

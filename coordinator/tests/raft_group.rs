@@ -1,7 +1,7 @@
 //! Three replicas in one process over the real peer endpoint (gRPC, mutual TLS with
 //! peer certificates on 127.0.0.1): election, the replicated run log, refusals of
 //! followers and of certificates that name no member, and a new leader after the old
-//! one stops.
+//! one stops; a fourth replica joins through `Admin` and a stopped one is removed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,10 +115,10 @@ async fn wait_events(log: &RaftRunLog, run: &str, n: usize) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_replicas_replicate_the_run_log_refuse_strangers_and_elect_a_new_leader() {
+async fn three_replicas_replicate_the_run_log_refuse_strangers_elect_a_new_leader_and_take_a_joining_one() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let peers: Vec<AgentLeaf> = (1..=3).map(|i| AgentLeaf::new(format!("r{i}"))).collect();
+    let peers: Vec<AgentLeaf> = (1..=4).map(|i| AgentLeaf::new(format!("r{i}"))).collect();
     init_peer_certs(&dir.path().join("certs"), &peers).unwrap();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let members: Vec<String> = ports.iter().map(|p| format!("localhost:{p}")).collect();
@@ -249,6 +249,65 @@ async fn three_replicas_replicate_the_run_log_refuse_strangers_and_elect_a_new_l
         assert!(Instant::now() < until, "the follower did not catch up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // a fourth replica, in no group yet, joins through the leader (as a learner that
+    // catches up from a snapshot, then a voter), and the stopped one is removed
+    let port4 = free_port();
+    replicas.push(start(dir.path(), 4, port4, &[]).await);
+    let ask =
+        |addr: &str| PeerConn::new(addr, &material(read("peer-r4.pem"), read("peer-r4-key.pem"))).unwrap();
+    let leader_addr = format!("localhost:{}", ports[replicas[l2].node.id as usize - 1]);
+    let answer = ask(&leader_addr)
+        .call::<_, AdminResponse>(
+            Rpc::Admin,
+            &AdminRequest::Join {
+                id: 4,
+                addr: format!("localhost:{port4}"),
+            },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(answer, AdminResponse::Done { .. }), "{answer:?}");
+    assert_eq!(wait_events(&replicas[2].log, "run-1", 3).await, events);
+    assert_eq!(replicas[2].log.runs().await.unwrap().len(), 26);
+    // a follower asked to change membership names the leader
+    let follower_addr = format!("localhost:{}", ports[replicas[other].node.id as usize - 1]);
+    let gone = old.node.id;
+    let answer = ask(&follower_addr)
+        .call::<_, AdminResponse>(
+            Rpc::Admin,
+            &AdminRequest::Remove { id: gone },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answer, AdminResponse::NotLeader { leader: Some(a) } if *a == leader_addr),
+        "{answer:?}"
+    );
+    let answer = ask(&leader_addr)
+        .call::<_, AdminResponse>(
+            Rpc::Admin,
+            &AdminRequest::Remove { id: gone },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(answer, AdminResponse::Done { .. }), "{answer:?}");
+    let AdminResponse::Status(s) = ask(&leader_addr)
+        .call::<_, AdminResponse>(Rpc::Admin, &AdminRequest::Status, Duration::from_secs(10))
+        .await
+        .unwrap()
+    else {
+        panic!("no status")
+    };
+    let mut ids: Vec<u64> = s.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+    ids.sort();
+    let mut want: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != gone).collect();
+    want.sort();
+    assert_eq!(ids, want, "{s:?}");
+
     for r in &mut replicas {
         let _ = r.stop.take().unwrap().send(());
         r.node.raft.shutdown().await.unwrap();

@@ -17,8 +17,8 @@ use tally_e2e::proc::{ChildGuard, free_port, wait_for_port};
 use tally_e2e::zones::Deployment;
 use tally_e2e::{bins, db};
 
-/// Rows per side (the issue asks for 1M; this is what the dev-profile test time allows).
-const N: i64 = 300_000;
+/// Rows per side.
+const N: i64 = 1_000_000;
 const TOKEN: &str = "operator-token-012345678";
 
 fn sha256_hex(s: &str) -> String {
@@ -46,9 +46,10 @@ fn load(pg: &db::Server, my: &db::Server, name: &str) -> (String, String) {
              amount DECIMAL(12,2) NOT NULL, created_at DATETIME(6) NOT NULL);\n\
              INSERT INTO orders SELECT seq, CONCAT('c', seq % 97), ((seq * 7919) % 1000000) / 100, \
              TIMESTAMPADD(SECOND, seq, '2024-01-01 00:00:00') FROM seq_1_to_{N};\n\
-             UPDATE orders SET amount = amount + 0.01 WHERE id IN (101, 150000, {c3});\n\
+             UPDATE orders SET amount = amount + 0.01 WHERE id IN (101, {c2}, {c3});\n\
              DELETE FROM orders WHERE id IN (4321, {m2});\n\
              INSERT INTO orders VALUES ({x1}, 'extra', 1.00, '2025-01-01 00:00:00');",
+            c2 = N / 3,
             c3 = N - 10,
             m2 = N / 2 + 17,
             x1 = N + 5
@@ -59,7 +60,7 @@ fn load(pg: &db::Server, my: &db::Server, name: &str) -> (String, String) {
 
 fn expected() -> BTreeSet<(String, i64)> {
     let mut e = BTreeSet::new();
-    for k in [101, 150_000, N - 10] {
+    for k in [101, N / 3, N - 10] {
         e.insert(("changed".to_string(), k));
     }
     for k in [4321, N / 2 + 17] {
@@ -280,7 +281,7 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
                      api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
                      cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
                      tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
-                     initial_members: [{members}]\n  snapshot_logs: 8\n",
+                     initial_members: [{members}]\n  snapshot_logs: 4\n",
                     sha256_hex(TOKEN)
                 ),
             )
@@ -315,10 +316,13 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
 
     // SIGKILL the leader right after it committed level 1
     let until = Instant::now() + Duration::from_secs(120);
-    while levels(&replicas[li].db, &id) < 1 {
+    while replicas.iter().all(|r| levels(&r.db, &id) < 1) {
         assert!(Instant::now() < until, "no level committed within 120 s");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // the leader now (on a starved machine leadership may have moved since the start)
+    let first = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
+    let li = first as usize - 1;
     replicas[li].kill();
     let killed = Instant::now();
     let committed = levels(&replicas[li].db, &id);
@@ -383,7 +387,7 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
         .unwrap_or(0);
     let mut later = Vec::new();
     let t_later = Instant::now();
-    for _ in 0..3 {
+    for _ in 0..2 {
         let spec = SPEC.replace("failover", "later");
         let (code, body) = request(replicas[ni].api, None, "POST", "/v1/runs", Some(TOKEN), &spec).unwrap();
         assert_eq!(code, 202, "{body}");
@@ -391,7 +395,23 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
         wait_done(&replicas[ni], &id, Duration::from_secs(300));
         later.push(id);
     }
-    eprintln!("three more runs in {:?}", t_later.elapsed());
+    eprintln!("two more runs in {:?}", t_later.elapsed());
+    // a run started and cancelled through a follower: both writes reach the leader
+    let (code, body) = request(replicas[li].api, None, "POST", "/v1/runs", Some(TOKEN), SPEC).unwrap();
+    assert_eq!(code, 202, "{body}");
+    let cancelled = body["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/runs/{cancelled}/cancel");
+    let (code, body) = request(replicas[li].api, None, "POST", &path, Some(TOKEN), "").unwrap();
+    assert!(code == 202 || code == 409, "{code}: {body}");
+    let doc = wait_done(&replicas[li], &cancelled, Duration::from_secs(120));
+    eprintln!(
+        "cancel through a follower: {code}; the run ended {}",
+        doc["result"]["verdict"]
+    );
+    if code == 202 {
+        assert_eq!(doc["result"]["error"]["code"], "cancelled", "{doc}");
+    }
+    later.push(cancelled.clone());
     let purged = sqlite(
         &replicas[ni].db,
         "SELECT value FROM raft_meta WHERE key = 'last_purged'",
@@ -405,12 +425,16 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     replicas[fi].start(&dir);
     for id in later.iter().chain([&id]) {
         let doc = wait_done(&replicas[fi], id, Duration::from_secs(60));
-        assert_eq!(
-            differences(&doc["result"]),
-            expected(),
-            "replica {}",
-            replicas[fi].id
-        );
+        if *id == cancelled {
+            assert_eq!(doc["id"], cancelled.as_str(), "{doc}");
+        } else {
+            assert_eq!(
+                differences(&doc["result"]),
+                expected(),
+                "replica {}",
+                replicas[fi].id
+            );
+        }
     }
     let s = status(&replicas[ni]).expect("status");
     assert_eq!(s["members"].as_array().unwrap().len(), 3, "{s}");
