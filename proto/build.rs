@@ -2,7 +2,10 @@
 //! fresh machine needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/tally/agent/v1/agent.proto"];
+    let files = [
+        "proto/tally/agent/v1/agent.proto",
+        "proto/tally/raft/v1/raft.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

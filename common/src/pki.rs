@@ -342,6 +342,57 @@ pub fn init_api_cert(out: &Path, sans: &[String]) -> Result<FileOutcome, PkiErro
     Ok(FileOutcome::Written(cert))
 }
 
+/// Peer certificates of a `tally serve` group (`cluster.tls`), one per replica:
+/// `peer-NAME.pem` and `peer-NAME-key.pem`, with ServerAuth and ClientAuth (each replica
+/// serves its peers and calls them), valid for NAME, localhost, 127.0.0.1 and its own SANs,
+/// issued by a CA of their own, `peer-ca.pem` (reused when present): not the agents' CA,
+/// whose ServerAuth certificates agents accept as sealed-run peers, nor the API's.
+/// Existing pairs are kept.
+pub fn init_peer_certs(out: &Path, peers: &[AgentLeaf]) -> Result<Vec<FileOutcome>, PkiError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|source| PkiError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    std::fs::create_dir_all(out).map_err(|source| PkiError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let mut outcomes = Vec::new();
+    let (ca_cert, ca_key) = (out.join("peer-ca.pem"), out.join("peer-ca-key.pem"));
+    let ca = if ca_cert.exists() && ca_key.exists() {
+        outcomes.push(FileOutcome::Kept(ca_cert.clone()));
+        Ca::from_pem(&read(&ca_cert)?, &read(&ca_key)?)?
+    } else {
+        let ca = Ca::generate("tally-dev-peer-ca")?;
+        write_new(&ca_cert, &ca.pem.cert, false)?;
+        write_new(&ca_key, &ca.pem.key, true)?;
+        outcomes.push(FileOutcome::Written(ca_cert));
+        ca
+    };
+    for p in peers {
+        check_name(&p.name)?;
+        let (cert, key) = (
+            out.join(format!("peer-{}.pem", p.name)),
+            out.join(format!("peer-{}-key.pem", p.name)),
+        );
+        if cert.exists() && key.exists() {
+            outcomes.push(FileOutcome::Kept(cert));
+            continue;
+        }
+        let usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let pem = ca.issue_with_usages(&p.name, Role::Server, &p.sans, usages)?;
+        write_new(&cert, &pem.cert, false)?;
+        write_new(&key, &pem.key, true)?;
+        outcomes.push(FileOutcome::Written(cert));
+    }
+    Ok(outcomes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

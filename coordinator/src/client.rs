@@ -38,40 +38,58 @@ pub struct TlsMaterial {
 
 impl TlsMaterial {
     pub fn load(t: &ClientTls) -> Result<TlsMaterial, RunError> {
+        TlsMaterial::read("tls", &t.ca, &t.cert, &t.key)
+    }
+
+    /// Reads the three files; errors name `{key}.ca` (`.cert`, `.key`) and the file.
+    pub fn read(
+        key: &str,
+        ca: &std::path::Path,
+        cert: &std::path::Path,
+        private: &std::path::Path,
+    ) -> Result<TlsMaterial, RunError> {
         let read = |p: &std::path::Path, k: &str| {
-            std::fs::read(p).map_err(|e| RunError::Config(format!("tls.{k}: {}: {e}", p.display())))
+            std::fs::read(p).map_err(|e| RunError::Config(format!("{key}.{k}: {}: {e}", p.display())))
         };
         Ok(TlsMaterial {
-            ca: read(&t.ca, "ca")?,
-            cert: read(&t.cert, "cert")?,
-            key: read(&t.key, "key")?,
+            ca: read(ca, "ca")?,
+            cert: read(cert, "cert")?,
+            key: read(private, "key")?,
         })
     }
+}
+
+/// A lazy mutual-TLS channel to `https://host:port`: presents `tls.cert`, trusts only
+/// `tls.ca`, and expects the server's certificate to name `host`. The agents' client and
+/// the Raft peers' (raft/network.rs) both use it.
+pub fn mtls_channel(endpoint: &str, tls: &TlsMaterial) -> Result<Channel, String> {
+    let host = endpoint
+        .trim_start_matches("https://")
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+        .unwrap_or_default();
+    let tls_cfg = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&tls.ca))
+        .identity(Identity::from_pem(&tls.cert, &tls.key))
+        .domain_name(host);
+    Ok(Endpoint::from_shared(endpoint.to_string())
+        .map_err(|e| e.to_string())?
+        .tls_config(tls_cfg)
+        .map_err(|e| format!("tls: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        // a silent peer (cut link, frozen host) is noticed within ~30 s
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true)
+        .tcp_keepalive(Some(Duration::from_secs(10)))
+        .connect_lazy())
 }
 
 impl Agent {
     /// Prepares a lazy channel: nothing connects until the first call.
     pub fn new(name: &str, endpoint: &str, tls: &TlsMaterial) -> Result<Agent, RunError> {
-        let host = endpoint
-            .trim_start_matches("https://")
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
-            .unwrap_or_default();
-        let tls_cfg = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&tls.ca))
-            .identity(Identity::from_pem(&tls.cert, &tls.key))
-            .domain_name(host);
-        let channel = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| RunError::Config(format!("agents.{name}.endpoint: {e}")))?
-            .tls_config(tls_cfg)
-            .map_err(|e| RunError::Config(format!("agents.{name}: tls: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            // a silent peer (cut link, frozen host) is noticed within ~30 s
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(20))
-            .keep_alive_while_idle(true)
-            .tcp_keepalive(Some(Duration::from_secs(10)))
-            .connect_lazy();
+        let channel = mtls_channel(endpoint, tls)
+            .map_err(|e| RunError::Config(format!("agents.{name}.endpoint: {e}")))?;
         Ok(Agent {
             name: name.to_string(),
             endpoint: endpoint.to_string(),

@@ -25,6 +25,10 @@ pub struct CoordinatorConfig {
     /// `tally serve` only: the HTTPS API.
     #[serde(default)]
     pub api: ApiConfig,
+    /// `tally serve` only: this replica's place in a Raft group (cluster_config.rs);
+    /// without it `tally serve` is a single node.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster_config::ClusterConfig>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -121,6 +125,9 @@ impl CoordinatorConfig {
             t.key = relative_to(path, &t.key);
             t.ca = t.ca.as_ref().map(|c| relative_to(path, c));
         }
+        if let Some(c) = &mut cfg.cluster {
+            c.resolve_paths(path);
+        }
         Ok(cfg)
     }
 
@@ -148,6 +155,9 @@ impl CoordinatorConfig {
                     "expected https://host:port",
                 ));
             }
+        }
+        if let Some(c) = &self.cluster {
+            c.validate(file)?;
         }
         self.validate_api(file)
     }
@@ -282,6 +292,17 @@ mod tests {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/coordinator.yaml");
         let c = CoordinatorConfig::load(&p).unwrap();
         assert_eq!(c.agents.len(), 2);
+        assert!(c.cluster.is_none());
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/coordinator-cluster.yaml");
+        let c = CoordinatorConfig::load(&p).unwrap();
+        let cluster = c.cluster.unwrap();
+        assert_eq!(cluster.initial_members.len(), 3);
+        assert_eq!(cluster.node_id_for(&p, Some("tally-coordinator-1")).unwrap(), 2);
+        assert_eq!(
+            cluster.advertise_for(Some("tally-coordinator-1")),
+            "tally-coordinator-1.tally-coordinator-peers:7443"
+        );
+        assert!(cluster.tls.ca.ends_with("certs/peer-ca.pem") && cluster.tls.ca.is_absolute());
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub mod api_tls;
 pub mod audit;
 pub mod chain;
 pub mod client;
+pub mod cluster_cli;
+pub mod cluster_config;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -74,6 +74,22 @@ enum Command {
         #[command(subcommand)]
         command: CertsCommand,
     },
+    /// A `tally serve` group: talks to a replica's peer endpoint with the peer
+    /// certificate of the config's `cluster.tls` (exit 0 ok, 1 failed, 2 usage).
+    Cluster {
+        #[arg(
+            short = 'c',
+            long = "config",
+            default_value = "coordinator.yaml",
+            global = true
+        )]
+        config: PathBuf,
+        /// The replica to ask, host:port of its peer endpoint (default: cluster.advertise).
+        #[arg(long, global = true, value_name = "HOST:PORT")]
+        endpoint: Option<String>,
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// A complete reconciliation on this machine with no setup.
     Demo {
         /// Orders per dataset.
@@ -105,6 +121,33 @@ struct RemoteArgs {
 }
 
 #[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Initializes a group on a replica whose log is empty: this replica alone, or
+    /// `--members` in order (member i gets id i+1).
+    Init {
+        #[arg(long, value_delimiter = ',')]
+        members: Vec<String>,
+    },
+    /// Adds replica ID (peer endpoint ADDR) as a learner, then as a voter (on the leader).
+    Join {
+        #[arg(long)]
+        id: u64,
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: String,
+    },
+    /// Removes replica ID from the group (on the leader).
+    Remove {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Leader, term, members and each member's matched log index.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum CertsCommand {
     /// Write ca.pem, coordinator.pem, NAME.pem and NAME-zone.key per agent, and
     /// coordinator-api.pem from its own api-ca.pem (existing files are kept).
@@ -125,6 +168,11 @@ enum CertsCommand {
         /// sealed-run peers).
         #[arg(long = "api-san")]
         api_sans: Vec<String>,
+        /// A replica of a `tally serve` group, `NAME` or `NAME=SAN1,SAN2` (repeatable):
+        /// peer-NAME.pem (ServerAuth and ClientAuth, for `cluster.tls`) from its own
+        /// peer-ca.pem; name it by the host its peers reach it at.
+        #[arg(long = "peer")]
+        peers: Vec<String>,
     },
 }
 
@@ -133,6 +181,7 @@ fn certs_init(
     agents: &[String],
     sans: &[String],
     api_sans: &[String],
+    peers: &[String],
 ) -> Result<Vec<pki::FileOutcome>, String> {
     if !sans.is_empty() {
         return Err(
@@ -148,6 +197,16 @@ fn certs_init(
         .map_err(|e| e.to_string())?;
     let mut files = pki::init_dir(out, &agents).map_err(|e| e.to_string())?;
     files.push(pki::init_api_cert(out, api_sans).map_err(|e| e.to_string())?);
+    if !peers.is_empty() {
+        let peers = peers
+            .iter()
+            .map(|a| {
+                pki::AgentLeaf::parse(a)
+                    .map_err(|_| format!("invalid --peer {a:?}: expected NAME or NAME=SAN1,SAN2"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        files.extend(pki::init_peer_certs(out, &peers).map_err(|e| e.to_string())?);
+    }
     Ok(files)
 }
 
@@ -225,8 +284,9 @@ fn main() -> ExitCode {
                     agents,
                     sans,
                     api_sans,
+                    peers,
                 },
-        } => match certs_init(&out, &agents, &sans, &api_sans) {
+        } => match certs_init(&out, &agents, &sans, &api_sans, &peers) {
             Ok(files) => {
                 for f in files {
                     match f {
@@ -241,6 +301,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Cluster {
+            config,
+            endpoint,
+            command,
+        } => rt.block_on(cmd_cluster(config, endpoint, command)),
         Command::Demo { rows, json, keep } => rt.block_on(async move {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });
             tokio::select! {
@@ -269,6 +334,43 @@ fn print_result(result: &RunResult, json: bool) -> ExitCode {
         print!("{}", result.render())
     }
     ExitCode::from(result.exit_code())
+}
+
+async fn cmd_cluster(config: PathBuf, endpoint: Option<String>, command: ClusterCommand) -> ExitCode {
+    use tally_coordinator::cluster_cli::{self, ClusterCliError};
+    use tally_coordinator::raft::peer::{AdminRequest, AdminResponse};
+    let run = async {
+        let cfg = CoordinatorConfig::load(&config).map_err(|e| ClusterCliError::Usage(e.to_string()))?;
+        let (tls, addr) = cluster_cli::target(&cfg, endpoint)?;
+        let req = match command {
+            ClusterCommand::Status { json } => {
+                let s = cluster_cli::status(&tls, &addr).await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                } else {
+                    print!("{}", cluster_cli::render(&s));
+                }
+                return Ok(());
+            }
+            ClusterCommand::Init { members } => AdminRequest::Init { members },
+            ClusterCommand::Join { id, addr } => AdminRequest::Join { id, addr },
+            ClusterCommand::Remove { id } => AdminRequest::Remove { id },
+        };
+        match cluster_cli::admin(&tls, &addr, req).await? {
+            AdminResponse::Done { message } => {
+                println!("{message}");
+                Ok(())
+            }
+            other => Err(ClusterCliError::Failed(format!("unexpected answer {other:?}"))),
+        }
+    };
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tally cluster: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 async fn cmd_run(

@@ -8,8 +8,9 @@
 //!
 //! Back-ends: [`SqliteRunLog`], the single-node store under `data_dir` (one SQLite
 //! file, WAL, `synchronous = FULL`: an append has returned only once it is on disk),
-//! and [`MemoryRunLog`] for tests. The Raft back-end comes with the replicated
-//! coordinator.
+//! and [`MemoryRunLog`] for tests. The Raft back-end, `raft::RaftRunLog`, stores the same
+//! lines in the replicated state machine, so a run's events are byte for byte the same
+//! whichever back-end holds them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +46,13 @@ pub enum RunLogError {
     Broken { run: String, what: String },
     #[error("run log: an event must be a JSON object without seq and prev (the log sets them)")]
     BadEvent,
+    /// The Raft back-end on a replica that is not (or no longer) the leader: only the
+    /// leader writes, and a deposed leader's run stops here.
+    #[error("run log: this replica is not the leader{}", leader.as_ref().map(|l| format!(" (the leader is {l})")).unwrap_or_default())]
+    NotLeader { leader: Option<String> },
+    /// The run has more events than the writer knew: another replica wrote to it.
+    #[error("run log: run {run}: event {seq} was written by another replica")]
+    Conflict { run: String, seq: u64 },
 }
 
 fn store_err(e: impl std::fmt::Display) -> RunLogError {
@@ -64,7 +72,11 @@ pub trait RunLog: Send + Sync {
 }
 
 /// The next line of a run's chain after `(seq, head)`.
-fn next_line(seq: u64, head: &str, mut event: Map<String, Value>) -> Result<(u64, String), RunLogError> {
+pub(crate) fn next_line(
+    seq: u64,
+    head: &str,
+    mut event: Map<String, Value>,
+) -> Result<(u64, String), RunLogError> {
     if event.contains_key("seq") || event.contains_key("prev") {
         return Err(RunLogError::BadEvent);
     }
@@ -75,7 +87,7 @@ fn next_line(seq: u64, head: &str, mut event: Map<String, Value>) -> Result<(u64
 }
 
 /// Verifies a run's stored lines and returns them parsed.
-fn verified(run: &str, lines: Vec<String>) -> Result<Vec<Value>, RunLogError> {
+pub(crate) fn verified(run: &str, lines: Vec<String>) -> Result<Vec<Value>, RunLogError> {
     let mut out = Vec::with_capacity(lines.len());
     verify_lines(run, lines.into_iter().map(Ok), |v| {
         out.push(v);

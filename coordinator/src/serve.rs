@@ -16,6 +16,10 @@
 //! GET  /v1/audit              auditor   both chains: the run store's index and the audit log
 //! ```
 //!
+//! With `cluster` in the config the service is one replica of a Raft group (cluster.rs
+//! beside this file): runs are recorded in the replicated run log, finished documents
+//! in their `finished` event, only the leader drives runs and followers forward writes.
+//!
 //! The roles are DESIGN §12's, each including the ones before it: viewer < operator <
 //! auditor < admin. Callers log in with a client certificate named in `api.clients`
 //! (verified against `api.tls.ca`) or `Authorization: Bearer <token>` with the token's
@@ -46,6 +50,8 @@ use crate::client::{Agent, TlsMaterial};
 use crate::config::{CoordinatorConfig, Role};
 use crate::redact::document_for_viewer;
 use crate::runlog::{RunLog, SqliteRunLog};
+
+mod cluster;
 use crate::runner::{RunOptions, RunRecord, cancelled_result, run};
 use crate::spec::Spec;
 use crate::store::RunStore;
@@ -65,14 +71,18 @@ struct Running {
     started: String,
     /// Taken by the first cancel request; the run task waits on the other end.
     cancel: Option<oneshot::Sender<String>>,
+    /// The run's task, aborted when this replica stops being the leader.
+    task: Option<tokio::task::AbortHandle>,
 }
 
 struct ServeState {
     agents: BTreeMap<String, Agent>,
     store: RunStore,
     /// Every run's events (DESIGN §9): a run the service did not finish is resumed
-    /// from them when it starts again.
-    runlog: Arc<SqliteRunLog>,
+    /// from them when it starts again (single node: SQLite; a group: Raft).
+    runlog: Arc<dyn RunLog>,
+    /// This replica's Raft node, with `cluster`.
+    node: Option<crate::raft::Node>,
     audit: AuditLog,
     credentials: Credentials,
     running: Mutex<BTreeMap<String, Running>>,
@@ -127,11 +137,18 @@ pub async fn serve(
     };
     let store = RunStore::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
     let audit = AuditLog::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
-    let runlog = Arc::new(
-        SqliteRunLog::open(&data_dir.join("runlog.sqlite"))
-            .await
-            .map_err(|e| format!("data_dir: {e}"))?,
-    );
+    let node = match &cfg.cluster {
+        Some(c) => Some(crate::raft::node::start(c, config_path, data_dir).await?),
+        None => None,
+    };
+    let runlog: Arc<dyn RunLog> = match &node {
+        Some(n) => Arc::new(crate::raft::RaftRunLog::new(n.raft.clone(), n.reader.clone())),
+        None => Arc::new(
+            SqliteRunLog::open(&data_dir.join("runlog.sqlite"))
+                .await
+                .map_err(|e| format!("data_dir: {e}"))?,
+        ),
+    };
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let mut agents = BTreeMap::new();
     for (name, a) in &cfg.agents {
@@ -144,13 +161,25 @@ pub async fn serve(
         agents,
         store,
         runlog,
+        node,
         audit,
         credentials: Credentials::from_config(&cfg.api),
         running: Mutex::new(BTreeMap::new()),
         permits: Semaphore::new(CONCURRENT_RUNS),
         counter: AtomicU64::new(0),
     });
-    resume_unfinished(&state).await?;
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    match &state.node {
+        Some(node) => {
+            let peers = node
+                .serve_peers(Arc::new(cluster::ForwardTo(state.clone())), shutdown.clone())
+                .await?;
+            tracing::warn!(%peers, id = node.id, advertise = %node.advertise, "cluster: peer endpoint listening");
+            // runs are resumed by the leader only, when it becomes leader
+            cluster::watch_leadership(state.clone());
+        }
+        None => resume_unfinished(&state).await?,
+    }
     let need = |role: Role| middleware::from_fn_with_state((state.clone(), role), require);
     let api = Router::new()
         .route("/v1/runs", get(list_runs).layer(need(Role::Viewer)))
@@ -306,6 +335,9 @@ async fn start_run(
     Extension(caller): Extension<Caller>,
     body: String,
 ) -> Response {
+    if let Some(answer) = cluster::forward_if_follower(&state, &caller, "start_run", None, &body).await {
+        return answer;
+    }
     let req = (&Method::POST, "/v1/runs");
     let refuse = |msg: String| {
         state.refuse(
@@ -335,7 +367,12 @@ async fn start_run(
         }
     }
     let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
-    let id = format!("{millis:x}-{}", state.counter.fetch_add(1, Ordering::Relaxed));
+    let n = state.counter.fetch_add(1, Ordering::Relaxed);
+    // in a group, two leaders one after the other must not both name a run `…-0`
+    let id = match &state.node {
+        Some(node) => format!("{millis:x}-{}-{n}", node.id),
+        None => format!("{millis:x}-{n}"),
+    };
     // no audit event, no run
     if let Err(e) = state.record(
         Some(&caller),
@@ -387,17 +424,15 @@ async fn spawn_run(
     started: String,
     resume: Vec<serde_json::Value>,
 ) {
+    let (spec_name, started_at) = (spec.name.clone(), started.clone());
     let (cancel, cancelled) = oneshot::channel::<String>();
-    st.running.lock().await.insert(
-        id.clone(),
-        Running {
-            name: spec.name.clone(),
-            started: started.clone(),
-            cancel: Some(cancel),
-        },
-    );
-    let run_id = id;
-    tokio::spawn(async move {
+    // the term this replica leads (a group only): the run is closed only in it
+    let term = cluster::leading_term(&st);
+    let mut running = st.running.lock().await;
+    let run_id = id.clone();
+    let task_state = st.clone();
+    let task = tokio::spawn(async move {
+        let st = task_state;
         let (source, target) = (&st.agents[&spec.source.agent], &st.agents[&spec.target.agent]);
         let opts = RunOptions {
             progress: Some(false),
@@ -420,17 +455,54 @@ async fn spawn_run(
         let verdict = verdict.as_str().unwrap_or("error").to_string();
         let doc =
             json!({ "id": run_id, "started": started, "finished": now(), "spec": spec, "result": result });
-        match st.store.append(&run_id, &spec.name, &verdict, &doc) {
-            Ok(_) => {
-                let event = json!({"event": "finished", "verdict": verdict});
-                if let Err(e) = st.runlog.append(&run_id, object(event)).await {
-                    tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
+        if !cluster::still_leading(&st, term) {
+            // deposed while it ran (its appends were refused): the new leader resumes it
+            tracing::warn!(run = %run_id, "no longer the leader: the run is left to the new one");
+            return;
+        }
+        // a single node keeps the document in its run store; a group in the finished
+        // event, which every replica holds
+        let stored = match &st.node {
+            Some(_) => Ok(()),
+            None => st.store.append(&run_id, &spec.name, &verdict, &doc).map(|_| ()),
+        };
+        match stored {
+            Ok(()) => {
+                let event = match &st.node {
+                    Some(_) => {
+                        json!({"event": "finished", "verdict": verdict, "name": spec.name, "document": doc})
+                    }
+                    None => json!({"event": "finished", "verdict": verdict}),
+                };
+                // a cancelled run's last append, dropped in flight, may still commit ahead
+                // of this one (Raft goes on with a write its caller stopped waiting for):
+                // the next number is then taken, and this one is tried again after it
+                for attempt in 1..=5 {
+                    match st.runlog.append(&run_id, object(event.clone())).await {
+                        Err(crate::runlog::RunLogError::Conflict { .. }) if attempt < 5 => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(e) => {
+                            tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
+                            break;
+                        }
+                        Ok(_) => break,
+                    }
                 }
             }
             Err(e) => tracing::error!(run = %run_id, error = %e, "cannot store the run"),
         }
         st.running.lock().await.remove(&run_id);
     });
+    running.insert(
+        id,
+        Running {
+            name: spec_name,
+            started: started_at,
+            cancel: Some(cancel),
+            task: Some(task.abort_handle()),
+        },
+    );
 }
 
 /// Resumes every run the run log holds unfinished: started, without a `finished`
@@ -440,6 +512,9 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
     let runs = state.runlog.runs().await.map_err(|e| e.to_string())?;
     let stored = state.store.entries().map_err(|e| e.to_string())?;
     for r in runs {
+        if state.running.lock().await.contains_key(&r.run_id) {
+            continue;
+        }
         let events = state.runlog.load(&r.run_id).await.map_err(|e| e.to_string())?;
         if events.iter().any(|e| e["event"] == "finished") {
             continue;
@@ -479,6 +554,12 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
 }
 
 async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
+    if state.node.is_some() {
+        return match cluster::list_runs(&state).await {
+            Ok(runs) => Json(json!({ "runs": runs })).into_response(),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
+    }
     let mut runs: Vec<serde_json::Value> = state
         .running
         .lock()
@@ -508,12 +589,8 @@ async fn get_run(
         .map(|r| (r.name.clone(), r.started.clone()));
     if let Some((name, started)) = running {
         // progress: the levels committed so far (counts only, no keys: viewers see them)
-        let levels: Vec<serde_json::Value> = match state.runlog.load(&id).await {
-            Ok(events) => events
-                .into_iter()
-                .filter(|e| e["event"] == "level")
-                .map(|e| e["level_out"].clone())
-                .collect(),
+        let levels = match state.runlog.load(&id).await {
+            Ok(events) => cluster::levels_of(&events),
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         return (
@@ -521,6 +598,21 @@ async fn get_run(
             Json(json!({ "id": id, "name": name, "state": "running", "started": started, "levels": levels })),
         )
             .into_response();
+    }
+    if state.node.is_some() {
+        return match cluster::logged_run(&state, &id).await {
+            Ok(Some(cluster::Logged::Done(doc))) if caller.actor.role >= Role::Operator => {
+                Json(doc).into_response()
+            }
+            Ok(Some(cluster::Logged::Done(doc))) => Json(document_for_viewer(&doc)).into_response(),
+            Ok(Some(cluster::Logged::Running { name, started, levels })) => (
+                StatusCode::ACCEPTED,
+                Json(json!({ "id": id, "name": name, "state": "running", "started": started, "levels": levels })),
+            )
+                .into_response(),
+            Ok(None) => error(StatusCode::NOT_FOUND, format!("no run {id}")),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
     }
     match state.store.document(&id) {
         Some(doc) if caller.actor.role >= Role::Operator => Json(doc).into_response(),
@@ -534,11 +626,21 @@ async fn cancel_run(
     Extension(caller): Extension<Caller>,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
+    if let Some(answer) = cluster::forward_if_follower(&state, &caller, "cancel_run", Some(&id), "").await {
+        return answer;
+    }
     let path = format!("/v1/runs/{id}/cancel");
     let req = (&Method::POST, path.as_str());
     let mut running = state.running.lock().await;
     let Some(r) = running.get_mut(&id) else {
-        let (status, msg) = if state.store.document(&id).is_some() {
+        let finished = match &state.node {
+            Some(_) => matches!(
+                cluster::logged_run(&state, &id).await,
+                Ok(Some(cluster::Logged::Done(_)))
+            ),
+            None => state.store.document(&id).is_some(),
+        };
+        let (status, msg) = if finished {
             (StatusCode::CONFLICT, format!("run {id} has finished"))
         } else {
             (StatusCode::NOT_FOUND, format!("no run {id}"))

@@ -1,4 +1,4 @@
-//! Wire types of `tally.agent.v1`, generated from `proto/`. These types stop at the
+//! Wire types of `tally.agent.v1` and `tally.raft.v1`, generated from `proto/`. These types stop at the
 //! service edge: agent and coordinator convert them to domain types (with
 //! validation) before use. This crate depends on nothing of Tally's own.
 
@@ -7,6 +7,14 @@
 pub mod agent {
     pub mod v1 {
         tonic::include_proto!("tally.agent.v1");
+    }
+}
+
+/// The replicas of a `tally serve` group among themselves (Raft, forwarded writes,
+/// `tally cluster`).
+pub mod raft {
+    pub mod v1 {
+        tonic::include_proto!("tally.raft.v1");
     }
 }
 

@@ -4,9 +4,10 @@
 //!
 //! What is replicated: each run's event log and the scheduled runs ([`Command`]). The run
 //! engine appends every event it takes through [`Command::AppendRunEvent`] before its next
-//! step, so a new leader resumes a run by replaying the committed events. This module is
-//! the storage groundwork only: the Raft network, `tally serve` integration and resume are
-//! built on it later.
+//! step ([`runlog::RaftRunLog`]), so a new leader resumes a run by replaying the committed
+//! events. The replicas talk over mutual TLS with peer certificates: [`network`] is the
+//! client side, [`peer`] the server side (Raft, forwarded API writes, `tally cluster`),
+//! [`node`] starts a replica.
 //!
 //! Durability: the database runs in WAL mode with `synchronous=FULL`, so every commit is
 //! fsynced before it returns. NORMAL would be faster but may forget the last commits on
@@ -20,9 +21,14 @@
 //! openraft requires and never meet SQLite's `BUSY` between writers; reads (replication,
 //! snapshot building) use a separate pool that WAL lets run beside the writer.
 //!
-//! Depends on `openraft` and `sqlx` only; nothing here knows about agents or specs.
+//! The store depends on `openraft` and `sqlx` only; nothing here knows about agents or
+//! specs.
 
 mod log_store;
+pub mod network;
+pub mod node;
+pub mod peer;
+pub mod runlog;
 mod state_machine;
 mod types;
 
@@ -36,6 +42,8 @@ use sqlx::sqlite::{
 };
 
 pub use log_store::SqliteLogStore;
+pub use node::Node;
+pub use runlog::RaftRunLog;
 pub use state_machine::{SqliteSnapshotBuilder, SqliteStateMachine, StateReader};
 pub use types::{Command, NodeId, Replica, Response, Schedule, StateImage, TypeConfig};
 

@@ -207,6 +207,24 @@ impl StateReader {
             .collect()
     }
 
+    /// Every run's id, event count and last event, by run id (run ids start with the
+    /// hex milliseconds of their start, so this is start order).
+    pub async fn run_heads(&self) -> Result<Vec<(String, u64, serde_json::Value)>, RaftStoreError> {
+        // SQLite takes the bare column `event` from the row that holds MAX(seq)
+        let rows =
+            sqlx::query("SELECT run_id, MAX(seq), event FROM sm_run_event GROUP BY run_id ORDER BY run_id")
+                .fetch_all(&self.db.read)
+                .await?;
+        rows.iter()
+            .map(|row| {
+                let run_id: String = row.try_get(0)?;
+                let last: i64 = row.try_get(1)?;
+                let event = serde_json::from_str(row.try_get::<&str, _>(2)?)?;
+                Ok((run_id, from_sql_int(last)? + 1, event))
+            })
+            .collect()
+    }
+
     pub async fn schedules(&self) -> Result<BTreeMap<String, Schedule>, RaftStoreError> {
         let rows = sqlx::query("SELECT name, schedule FROM sm_schedule ORDER BY name")
             .fetch_all(&self.db.read)

@@ -1,0 +1,239 @@
+//! The client side of the peer endpoint (`tally.raft.v1.Peer`): openraft's network
+//! over gRPC with mutual TLS. Each replica presents its peer certificate
+//! (`cluster.tls`) and trusts only the peer CA; the server side is peer.rs.
+//!
+//! Raft messages travel as openraft's own serde JSON, and so do its errors: a remote
+//! `RaftError` comes back as the `Err` of a JSON `Result` and becomes
+//! `RPCError::RemoteError`; a transport failure is `Unreachable` (openraft backs off)
+//! and a call past openraft's time budget a `Timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tally_proto::raft::v1::Json;
+use tally_proto::raft::v1::peer_client::PeerClient;
+use tonic::transport::Channel;
+
+use super::types::{NodeId, Replica, TypeConfig};
+use crate::client::{TlsMaterial, mtls_channel};
+
+/// Largest message a peer accepts or sends: a snapshot chunk or a batch of entries.
+pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// A connection to one replica's peer endpoint, for Raft and for the other calls
+/// (forwarded writes, `tally cluster`).
+#[derive(Debug, Clone)]
+pub struct PeerConn {
+    pub addr: String,
+    client: PeerClient<Channel>,
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("peer {addr}: {message}")]
+    Transport { addr: String, message: String },
+    #[error("peer {addr}: {code:?}: {message}")]
+    Status {
+        addr: String,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("peer {addr}: the answer does not parse: {message}")]
+    Malformed { addr: String, message: String },
+}
+
+impl PeerError {
+    fn unreachable(&self) -> bool {
+        match self {
+            PeerError::Transport { .. } => true,
+            PeerError::Status { code, .. } => *code == tonic::Code::Unavailable,
+            PeerError::Malformed { .. } => false,
+        }
+    }
+}
+
+/// The RPCs of `tally.raft.v1.Peer`.
+#[derive(Debug, Clone, Copy)]
+pub enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    Forward,
+    Admin,
+}
+
+impl PeerConn {
+    /// A lazy connection to `addr` (`host:port`): nothing connects before the first call.
+    pub fn new(addr: &str, tls: &TlsMaterial) -> Result<PeerConn, PeerError> {
+        let channel =
+            mtls_channel(&format!("https://{addr}"), tls).map_err(|message| PeerError::Transport {
+                addr: addr.to_string(),
+                message,
+            })?;
+        Ok(PeerConn {
+            addr: addr.to_string(),
+            client: PeerClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        })
+    }
+
+    /// Sends `req` as JSON and parses the answer as `Resp`.
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        rpc: Rpc,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let json = serde_json::to_vec(req).map_err(|e| PeerError::Malformed {
+            addr: self.addr.clone(),
+            message: e.to_string(),
+        })?;
+        let mut request = tonic::Request::new(Json { json });
+        request.set_timeout(timeout);
+        let mut c = self.client.clone();
+        let answer = match rpc {
+            Rpc::AppendEntries => c.append_entries(request).await,
+            Rpc::Vote => c.vote(request).await,
+            Rpc::InstallSnapshot => c.install_snapshot(request).await,
+            Rpc::Forward => c.forward(request).await,
+            Rpc::Admin => c.admin(request).await,
+        };
+        let answer = answer.map_err(|s| {
+            // tonic reports a failed connection as UNAVAILABLE with the transport's cause
+            if s.code() == tonic::Code::Unavailable
+                || s.code() == tonic::Code::Unknown && s.message().contains("transport")
+            {
+                PeerError::Transport {
+                    addr: self.addr.clone(),
+                    message: s.message().to_string(),
+                }
+            } else {
+                PeerError::Status {
+                    addr: self.addr.clone(),
+                    code: s.code(),
+                    message: s.message().to_string(),
+                }
+            }
+        })?;
+        serde_json::from_slice(&answer.into_inner().json).map_err(|e| PeerError::Malformed {
+            addr: self.addr.clone(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// openraft's factory of peer connections.
+#[derive(Debug, Clone)]
+pub struct PeerNetwork {
+    tls: Arc<TlsMaterial>,
+}
+
+impl PeerNetwork {
+    pub fn new(tls: Arc<TlsMaterial>) -> PeerNetwork {
+        PeerNetwork { tls }
+    }
+}
+
+/// openraft's connection to one member.
+#[derive(Debug)]
+pub struct PeerTarget {
+    target: NodeId,
+    node: Replica,
+    conn: Result<PeerConn, String>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerTarget;
+
+    async fn new_client(&mut self, target: NodeId, node: &Replica) -> PeerTarget {
+        PeerTarget {
+            target,
+            node: node.clone(),
+            conn: PeerConn::new(&node.addr, &self.tls).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+type Rpcs<T, E = openraft::error::Infallible> = Result<T, RPCError<NodeId, Replica, RaftError<NodeId, E>>>;
+
+impl PeerTarget {
+    async fn send<Req, Resp, E>(
+        &self,
+        rpc: Rpc,
+        action: RPCTypes,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Rpcs<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let conn = match &self.conn {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
+                    e.clone(),
+                ))));
+            }
+        };
+        let ttl = option.hard_ttl();
+        let answer: Result<Result<Resp, RaftError<NodeId, E>>, PeerError> = conn.call(rpc, req, ttl).await;
+        match answer {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))),
+            Err(PeerError::Status {
+                code: tonic::Code::DeadlineExceeded,
+                ..
+            }) => Err(RPCError::Timeout(Timeout {
+                action,
+                id: self.target,
+                target: self.target,
+                timeout: ttl,
+            })),
+            Err(e) if e.unreachable() => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerTarget {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpcs<AppendEntriesResponse<NodeId>> {
+        self.send(Rpc::AppendEntries, RPCTypes::AppendEntries, &rpc, &option)
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpcs<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.send(Rpc::InstallSnapshot, RPCTypes::InstallSnapshot, &rpc, &option)
+            .await
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> Rpcs<VoteResponse<NodeId>> {
+        self.send(Rpc::Vote, RPCTypes::Vote, &rpc, &option).await
+    }
+}

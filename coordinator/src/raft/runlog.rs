@@ -1,0 +1,95 @@
+//! [`RaftRunLog`]: the run log (runlog.rs) of a `tally serve` group. An append is a
+//! `Command::AppendRunEvent` written through Raft on the leader, returning only once a
+//! majority has it and the leader applied it; loads and lists read this replica's
+//! applied state machine, so every replica answers them.
+//!
+//! Each event is stored as its chain line (a JSON string): the very line
+//! `SqliteRunLog` would store, so chains verify alike whichever back-end kept them.
+//! The command carries the run's next sequence number: an append of a deposed leader
+//! that raced the new one is refused by the state machine (`SeqConflict`), and one made
+//! after it lost the leadership by Raft (`ForwardToLeader`).
+
+use openraft::Raft;
+use openraft::error::{ClientWriteError, RaftError};
+use serde_json::{Map, Value};
+use tally_common::chain::{GENESIS, line_hash};
+
+use super::state_machine::StateReader;
+use super::types::{Command, Response, TypeConfig};
+use crate::runlog::{Appended, RunHead, RunLog, RunLogError, next_line, verified};
+
+#[derive(Clone)]
+pub struct RaftRunLog {
+    raft: Raft<TypeConfig>,
+    reader: StateReader,
+}
+
+impl RaftRunLog {
+    pub fn new(raft: Raft<TypeConfig>, reader: StateReader) -> RaftRunLog {
+        RaftRunLog { raft, reader }
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> RunLogError {
+    RunLogError::Store(e.to_string())
+}
+
+fn line_of(run: &str, v: &Value) -> Result<String, RunLogError> {
+    v.as_str().map(str::to_string).ok_or_else(|| RunLogError::Broken {
+        run: run.to_string(),
+        what: "a stored event is not a chain line".into(),
+    })
+}
+
+#[tonic::async_trait]
+impl RunLog for RaftRunLog {
+    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        let events = self.reader.run_events(run).await.map_err(store_err)?;
+        let head = match events.last() {
+            Some(v) => line_hash(&line_of(run, v)?),
+            None => GENESIS.to_string(),
+        };
+        let count = events.len() as u64;
+        let (seq, line) = next_line(count, &head, event)?;
+        let head = line_hash(&line);
+        let command = Command::AppendRunEvent {
+            run_id: run.to_string(),
+            seq: count,
+            event: Value::String(line),
+        };
+        match self.raft.client_write(command).await {
+            Ok(r) => match r.data {
+                Response::EventAppended { .. } => Ok(Appended { seq, head }),
+                Response::SeqConflict { .. } => Err(RunLogError::Conflict {
+                    run: run.to_string(),
+                    seq,
+                }),
+                other => Err(store_err(format!("unexpected answer {other:?}"))),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(RunLogError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
+        let events = self.reader.run_events(run).await.map_err(store_err)?;
+        let lines = events
+            .iter()
+            .map(|v| line_of(run, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        verified(run, lines)
+    }
+
+    async fn runs(&self) -> Result<Vec<RunHead>, RunLogError> {
+        let heads = self.reader.run_heads().await.map_err(store_err)?;
+        heads
+            .into_iter()
+            .map(|(run_id, events, last)| {
+                let head = line_hash(&line_of(&run_id, &last)?);
+                Ok(RunHead { run_id, events, head })
+            })
+            .collect()
+    }
+}

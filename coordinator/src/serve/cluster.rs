@@ -1,0 +1,262 @@
+//! `tally serve` as one replica of a group (`cluster` in the config, DESIGN §9).
+//!
+//! Only the leader drives runs. A watcher follows this replica's Raft metrics: when it
+//! becomes leader of a term, it first waits until it has applied everything committed
+//! before (`ensure_linearizable`), then resumes every unfinished run from its committed
+//! events; when it stops being leader it aborts the run tasks it drove (their appends
+//! would be refused anyway: Raft refuses a follower's writes, the state machine a stale
+//! sequence number). Followers answer reads from their applied state and forward
+//! writes to the leader over the peer channel, with the caller they authenticated.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use openraft::ServerState;
+
+use super::{Caller, ServeState, error, resume_unfinished};
+use crate::api_auth::Actor;
+use crate::raft::network::{PeerConn, Rpc};
+use crate::raft::peer::{ForwardRequest, ForwardResponse, Forwarded};
+
+/// How long a follower waits for the leader's answer to a forwarded write.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Starts the leadership watcher of this replica.
+pub(super) fn watch_leadership(state: Arc<ServeState>) {
+    let Some(node) = state.node.clone() else { return };
+    tokio::spawn(async move {
+        let mut metrics = node.raft.metrics();
+        let mut leading: Option<u64> = None;
+        loop {
+            let (leader_now, term) = {
+                let m = metrics.borrow_and_update();
+                (
+                    m.state == ServerState::Leader && m.current_leader == Some(node.id),
+                    m.current_term,
+                )
+            };
+            if leading.is_some() && (!leader_now || leading != Some(term)) {
+                let dropped = drop_runs(&state).await;
+                tracing::warn!(dropped, "cluster: no longer the leader; stopped driving runs");
+                leading = None;
+            }
+            if leader_now && leading.is_none() {
+                let t0 = Instant::now();
+                match node.raft.ensure_linearizable().await {
+                    Ok(_) => {
+                        leading = Some(term);
+                        tracing::warn!(term, "cluster: this replica is the leader");
+                        if let Err(e) = resume_unfinished(&state).await {
+                            tracing::error!(error = %e, "cluster: cannot resume the unfinished runs");
+                        }
+                        tracing::warn!(
+                            term,
+                            ms = t0.elapsed().as_millis() as u64,
+                            "cluster: leader resumed the unfinished runs"
+                        );
+                    }
+                    // deposed again before it could read: the next change tells
+                    Err(e) => tracing::info!(error = %e, "cluster: leadership not confirmed"),
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Aborts every run task of this replica; returns how many.
+async fn drop_runs(state: &ServeState) -> usize {
+    let mut running = state.running.lock().await;
+    let n = running.len();
+    for (_, r) in std::mem::take(&mut *running) {
+        if let Some(task) = r.task {
+            task.abort();
+        }
+    }
+    n
+}
+
+/// Whether this replica may drive runs of `term`: it is the leader of that term.
+pub(super) fn still_leading(state: &ServeState, term: Option<u64>) -> bool {
+    match (&state.node, term) {
+        (None, _) => true,
+        (Some(node), Some(t)) => {
+            let m = node.raft.metrics().borrow().clone();
+            m.state == ServerState::Leader && m.current_term == t
+        }
+        (Some(_), None) => false,
+    }
+}
+
+/// The current term when this replica leads (for a run task to check at its end).
+pub(super) fn leading_term(state: &ServeState) -> Option<u64> {
+    let node = state.node.as_ref()?;
+    let m = node.raft.metrics().borrow().clone();
+    (m.state == ServerState::Leader).then_some(m.current_term)
+}
+
+/// On a follower, sends the write to the leader and returns its answer; on the leader
+/// (or a single node), `None`: handle it here.
+pub(super) async fn forward_if_follower(
+    state: &ServeState,
+    caller: &Caller,
+    action: &str,
+    run: Option<&str>,
+    body: &str,
+) -> Option<Response> {
+    let node = state.node.as_ref()?;
+    if node.is_leader() {
+        return None;
+    }
+    let Some((leader, addr)) = node.leader_addr() else {
+        return Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the group has no leader now (an election is under way): try again",
+        ));
+    };
+    let req = ForwardRequest {
+        action: action.to_string(),
+        run: run.map(str::to_string),
+        body: body.to_string(),
+        actor: caller.actor.name.clone(),
+        via: caller.actor.via.to_string(),
+        role: caller.actor.role,
+        remote: caller.remote.to_string(),
+    };
+    let answer: Result<ForwardResponse, _> = match PeerConn::new(&addr, &node.tls) {
+        Ok(conn) => conn.call(Rpc::Forward, &req, FORWARD_TIMEOUT).await,
+        Err(e) => Err(e),
+    };
+    Some(match answer {
+        Ok(r) => (
+            StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            Json(r.body),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::warn!(leader, error = %e, "cluster: cannot forward a write to the leader");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot reach the leader (replica {leader}): {e}; try again"),
+            )
+        }
+    })
+}
+
+/// The leader's side of forwarded writes.
+pub(super) struct ForwardTo(pub(super) Arc<ServeState>);
+
+#[tonic::async_trait]
+impl Forwarded for ForwardTo {
+    async fn forwarded(&self, req: ForwardRequest) -> ForwardResponse {
+        let state = self.0.clone();
+        if state.node.as_ref().is_some_and(|n| !n.is_leader()) {
+            return ForwardResponse {
+                status: 503,
+                body: serde_json::json!({"error": "this replica is no longer the leader: try again"}),
+            };
+        }
+        let caller = Caller {
+            actor: Actor {
+                name: req.actor,
+                role: req.role,
+                via: match req.via.as_str() {
+                    "token" => "token",
+                    "certificate" => "certificate",
+                    _ => "forwarded",
+                },
+            },
+            remote: req
+                .remote
+                .parse()
+                .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+        };
+        let resp = match (req.action.as_str(), req.run) {
+            ("start_run", _) => {
+                super::start_run(axum::extract::State(state), Extension(caller), req.body).await
+            }
+            ("cancel_run", Some(run)) => {
+                super::cancel_run(
+                    axum::extract::State(state),
+                    Extension(caller),
+                    axum::extract::Path(run),
+                )
+                .await
+            }
+            (other, _) => error(StatusCode::BAD_REQUEST, format!("cannot forward {other:?}")),
+        };
+        let status = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), 16 * 1024 * 1024)
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        ForwardResponse { status, body }
+    }
+}
+
+/// A run as the replicated log holds it.
+pub(super) enum Logged {
+    /// A running run with the levels committed so far (their `level_out`).
+    Running {
+        name: String,
+        started: String,
+        levels: Vec<serde_json::Value>,
+    },
+    Done(serde_json::Value),
+}
+
+/// The progress of a run: each committed level's `level_out` (counts only, no keys:
+/// viewers see them).
+pub(super) fn levels_of(events: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "level")
+        .map(|e| e["level_out"].clone())
+        .collect()
+}
+
+/// A run from this replica's applied log: its document once finished.
+pub(super) async fn logged_run(state: &ServeState, id: &str) -> Result<Option<Logged>, String> {
+    let events = state.runlog.load(id).await.map_err(|e| e.to_string())?;
+    if let Some(done) = events.iter().rev().find(|e| e["event"] == "finished") {
+        return Ok(Some(Logged::Done(done["document"].clone())));
+    }
+    Ok(events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .map(|s| Logged::Running {
+            name: s["name"].as_str().unwrap_or_default().to_string(),
+            started: s["started"].as_str().unwrap_or_default().to_string(),
+            levels: levels_of(&events),
+        }))
+}
+
+/// Every run of the replicated log: running ones first, then the finished, newest first.
+pub(super) async fn list_runs(state: &ServeState) -> Result<Vec<serde_json::Value>, String> {
+    let heads = state.runlog.runs().await.map_err(|e| e.to_string())?;
+    let (mut running, mut done) = (Vec::new(), Vec::new());
+    for h in heads.iter().rev() {
+        match logged_run(state, &h.run_id).await? {
+            Some(Logged::Running { name, started, .. }) => running.push(
+                serde_json::json!({ "id": h.run_id, "name": name, "state": "running", "started": started }),
+            ),
+            Some(Logged::Done(doc)) => done.push(serde_json::json!({
+                "id": h.run_id,
+                "name": doc["spec"]["name"],
+                "state": "done",
+                "verdict": doc["result"]["verdict"],
+                "finished": doc["finished"],
+                "seq": h.events,
+            })),
+            None => {}
+        }
+    }
+    running.extend(done);
+    Ok(running)
+}

@@ -1,0 +1,442 @@
+//! `tally serve` as a group of three replicas on 127.0.0.1 (real processes, peer
+//! certificates from `tally certs init --peer`, mutual TLS between them), with two real
+//! agents over PostgreSQL and MariaDB: the leader is killed with SIGKILL right after it
+//! committed level 1, a new leader finishes the run with exactly the planted
+//! differences without asking the committed levels again, every replica serves the
+//! result, and a follower killed while the group moved past its log catches up through
+//! a snapshot.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tally_e2e::https::request;
+use tally_e2e::proc::{ChildGuard, free_port, wait_for_port};
+use tally_e2e::zones::Deployment;
+use tally_e2e::{bins, db};
+
+/// Rows per side.
+const N: i64 = 1_000_000;
+const TOKEN: &str = "operator-token-012345678";
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// The same rows on both engines, from the engines' own generators.
+fn load(pg: &db::Server, my: &db::Server, name: &str) -> (String, String) {
+    let pg_url = pg.create_database(name);
+    let my_url = my.create_database(name);
+    pg.exec(
+        Some(name),
+        &format!(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer varchar(40) NOT NULL, amount DECIMAL(12,2) NOT NULL, \
+             created_at timestamp(6) NOT NULL);\n\
+             INSERT INTO orders SELECT g, 'c' || (g % 97), ((g * 7919) % 1000000) / 100.0, \
+             timestamp '2024-01-01 00:00:00' + g * interval '1 second' FROM generate_series(1::bigint, {N}) g;\nANALYZE orders;"
+        ),
+    );
+    my.exec(
+        Some(name),
+        &format!(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR(40) CHARACTER SET utf8mb4 NOT NULL, \
+             amount DECIMAL(12,2) NOT NULL, created_at DATETIME(6) NOT NULL);\n\
+             INSERT INTO orders SELECT seq, CONCAT('c', seq % 97), ((seq * 7919) % 1000000) / 100, \
+             TIMESTAMPADD(SECOND, seq, '2024-01-01 00:00:00') FROM seq_1_to_{N};\n\
+             UPDATE orders SET amount = amount + 0.01 WHERE id IN (101, {c2}, {c3});\n\
+             DELETE FROM orders WHERE id IN (4321, {m2});\n\
+             INSERT INTO orders VALUES ({x1}, 'extra', 1.00, '2025-01-01 00:00:00');",
+            c2 = N / 3,
+            c3 = N - 10,
+            m2 = N / 2 + 17,
+            x1 = N + 5
+        ),
+    );
+    (pg_url, my_url)
+}
+
+fn expected() -> BTreeSet<(String, i64)> {
+    let mut e = BTreeSet::new();
+    for k in [101, N / 3, N - 10] {
+        e.insert(("changed".to_string(), k));
+    }
+    for k in [4321, N / 2 + 17] {
+        e.insert(("missing_in_target".to_string(), k));
+    }
+    e.insert(("extra_in_target".to_string(), N + 5));
+    e
+}
+
+fn differences(j: &Value) -> BTreeSet<(String, i64)> {
+    j["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_string(),
+                d["key"][0].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+struct Replica {
+    id: u64,
+    api: u16,
+    cfg: PathBuf,
+    db: PathBuf,
+    guard: Option<ChildGuard>,
+}
+
+impl Replica {
+    fn start(&mut self, dir: &Path) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("serve-{}.log", self.id)))
+            .unwrap();
+        let mut c = Command::new(bins::tally());
+        c.args(["serve", "--insecure-loopback", "-c"])
+            .arg(&self.cfg)
+            .env("RUST_LOG", "warn,sqlx=error,openraft=error")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        self.guard = Some(ChildGuard::spawn(&format!("serve-{}", self.id), &mut c).unwrap());
+        assert!(
+            wait_for_port(self.api, Duration::from_secs(30)),
+            "replica {} did not listen; see serve-{}.log",
+            self.id,
+            self.id
+        );
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            g.kill();
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        request(self.api, None, "GET", path, Some(TOKEN), "").unwrap_or((0, Value::Null))
+    }
+}
+
+/// Runs a Python sqlite3 query read-only beside the writer (WAL) and returns the
+/// first column of the first row.
+fn sqlite(db: &Path, query: &str) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\n\
+             c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
+             r = c.execute(sys.argv[2]).fetchone()\n\
+             print('' if r is None or r[0] is None else r[0])",
+        ])
+        .arg(db)
+        .arg(query)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Level events of run `id` that a replica has applied.
+fn levels(db: &Path, id: &str) -> u64 {
+    if !db.exists() {
+        return 0;
+    }
+    // each event is its chain line stored as a JSON string
+    sqlite(
+        db,
+        &format!("SELECT count(*) FROM sm_run_event WHERE run_id = '{id}' AND event LIKE '%\\\"event\\\":\\\"level\\\"%'"),
+    )
+    .parse()
+    .unwrap_or(0)
+}
+
+/// `tally cluster status --json`, asked of replica `r`.
+fn status(r: &Replica) -> Option<Value> {
+    let out = Command::new(bins::tally())
+        .args(["cluster", "status", "--json", "-c"])
+        .arg(&r.cfg)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// The leader's id once `r` knows one that is among `alive`.
+fn leader(replicas: &[Replica], alive: &[u64], within: Duration) -> u64 {
+    let until = Instant::now() + within;
+    loop {
+        for r in replicas.iter().filter(|r| alive.contains(&r.id)) {
+            if let Some(l) = status(r).and_then(|s| s["leader"].as_u64())
+                && alive.contains(&l)
+            {
+                return l;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "no leader among {alive:?} within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn aggregates(d: &mut Deployment, agent: &str) -> usize {
+    std::fs::read_to_string(&d.agent(agent).release_log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"rpc\":\"Aggregate\""))
+        .count()
+}
+
+fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
+    let until = Instant::now() + within;
+    loop {
+        let (code, body) = r.get(&format!("/v1/runs/{id}"));
+        if code == 200 {
+            return body;
+        }
+        assert!(
+            code == 202 || code == 404 || code == 0 || code == 503,
+            "replica {}: {code}: {body}",
+            r.id
+        );
+        assert!(
+            Instant::now() < until,
+            "replica {}: run {id} did not finish",
+            r.id
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const SPEC: &str = "name: failover\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+                    bisection: { strategy: quantile, factor: 4, threshold: 50 }\nreporting: { level: with_keys }\n";
+
+#[test]
+fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snapshot() {
+    let (pg, my) = (db::postgres(), db::mariadb());
+    let t_load = Instant::now();
+    let (pg_url, my_url) = load(pg, my, "e2e_cluster");
+    eprintln!("loaded {N} rows per side in {:?}", t_load.elapsed());
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    let out = Command::new(bins::tally())
+        .args(["certs", "init", "--out"])
+        .arg(d.path().join("certs"))
+        .args([
+            "--agent", "dc1", "--agent", "vpc2", "--peer", "r1", "--peer", "r2", "--peer", "r3",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let policy = "{ max_level: with_keys }";
+    d.start_agent(
+        "dc1",
+        "orders",
+        &format!("{{ url: '{pg_url}', table: orders, key: [id], policy: {policy} }}"),
+    );
+    d.start_agent(
+        "vpc2",
+        "orders",
+        &format!("{{ url: '{my_url}', table: orders, key: [id], policy: {policy} }}"),
+    );
+    let agents = std::fs::read_to_string(d.coordinator_config()).unwrap();
+    let dir = d.path().to_path_buf();
+    // tally cluster without a cluster section is a usage error
+    let out = Command::new(bins::tally())
+        .args(["cluster", "status", "-c"])
+        .arg(d.coordinator_config())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster"));
+
+    let peers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let members = peers
+        .iter()
+        .map(|p| format!("'localhost:{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut replicas: Vec<Replica> = (1..=3u64)
+        .map(|id| {
+            let (api, peer) = (free_port(), peers[id as usize - 1]);
+            let cfg = dir.join(format!("serve-{id}.yaml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "listen: 127.0.0.1:{api}\ndata_dir: store-{id}\n{agents}\
+                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
+                     cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
+                     tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
+                     initial_members: [{members}]\n  snapshot_logs: 4\n",
+                    sha256_hex(TOKEN)
+                ),
+            )
+            .unwrap();
+            Replica {
+                id,
+                api,
+                cfg,
+                db: dir.join(format!("store-{id}/raft.db")),
+                guard: None,
+            }
+        })
+        .collect();
+    let t_start = Instant::now();
+    for r in &mut replicas {
+        r.start(&dir);
+    }
+    let first = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    eprintln!("three replicas up and a leader in {:?}", t_start.elapsed());
+    let li = first as usize - 1;
+    eprintln!("leader: replica {first}");
+
+    // a follower takes the run and forwards it to the leader
+    let follower = &replicas[(li + 1) % 3];
+    let (code, body) = request(follower.api, None, "POST", "/v1/runs", Some(TOKEN), SPEC).unwrap();
+    assert_eq!(code, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    assert!(
+        id.contains(&format!("-{first}-")),
+        "the leader named the run: {id}"
+    );
+
+    // SIGKILL the leader right after it committed level 1
+    let until = Instant::now() + Duration::from_secs(120);
+    while replicas.iter().all(|r| levels(&r.db, &id) < 1) {
+        assert!(Instant::now() < until, "no level committed within 120 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // the leader now (on a starved machine leadership may have moved since the start)
+    let first = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
+    let li = first as usize - 1;
+    replicas[li].kill();
+    let killed = Instant::now();
+    let committed = levels(&replicas[li].db, &id);
+    let asked_before = (aggregates(&mut d, "dc1"), aggregates(&mut d, "vpc2"));
+    let alive: Vec<u64> = (1..=3).filter(|i| *i != first).collect();
+    let new_leader = leader(&replicas, &alive, Duration::from_secs(30));
+    let elected = killed.elapsed();
+    let ni = new_leader as usize - 1;
+    // resumed: the new leader commits a level (or the end) the old one did not
+    let until = Instant::now() + Duration::from_secs(120);
+    let resumed = loop {
+        let done = replicas[ni].get(&format!("/v1/runs/{id}")).0 == 200;
+        if done || levels(&replicas[ni].db, &id) > committed {
+            break killed.elapsed();
+        }
+        assert!(Instant::now() < until, "the new leader did not resume the run");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "failover: replica {first} killed after {committed} committed level(s); replica {new_leader} elected after {elected:?}, resumed the run after {resumed:?}"
+    );
+
+    let doc = wait_done(&replicas[ni], &id, Duration::from_secs(300));
+    eprintln!("the run finished {:?} after the kill", killed.elapsed());
+    let j = &doc["result"];
+    assert_eq!(j["verdict"], "differ", "{j}");
+    assert_eq!(differences(j), expected());
+    let n_levels = j["levels"].as_array().unwrap().len();
+    assert!(n_levels >= 3, "{n_levels} levels");
+    // every level was asked once per side, plus at most the one in flight at the kill;
+    // asking the committed levels again would have added at least one per level
+    for (agent, before) in [("dc1", asked_before.0), ("vpc2", asked_before.1)] {
+        let total = aggregates(&mut d, agent);
+        assert!(
+            total <= n_levels + 1 && (committed as usize >= n_levels || total > before),
+            "{agent}: {total} aggregates for {n_levels} levels ({committed} committed before the kill, {before} asked by then)"
+        );
+    }
+    // any live replica answers, and the run is stored once
+    for r in replicas.iter().filter(|r| r.id != first) {
+        let doc = wait_done(r, &id, Duration::from_secs(30));
+        assert_eq!(differences(&doc["result"]), expected(), "replica {}", r.id);
+        let (_, list) = r.get("/v1/runs");
+        let runs = list["runs"].as_array().unwrap();
+        assert_eq!(
+            runs.iter().filter(|x| x["id"] == id.as_str()).count(),
+            1,
+            "{list}"
+        );
+    }
+
+    // the killed leader, back as a follower, has the run it started
+    replicas[li].start(&dir);
+    let doc = wait_done(&replicas[li], &id, Duration::from_secs(60));
+    assert_eq!(differences(&doc["result"]), expected());
+
+    // a follower down while the group moves past its log catches up through a snapshot
+    let fi = alive.iter().map(|i| *i as usize - 1).find(|i| *i != ni).unwrap();
+    replicas[fi].kill();
+    let behind: u64 = sqlite(&replicas[fi].db, "SELECT max(idx) FROM raft_log")
+        .parse()
+        .unwrap_or(0);
+    let mut later = Vec::new();
+    let t_later = Instant::now();
+    for _ in 0..2 {
+        let spec = SPEC.replace("failover", "later");
+        let (code, body) = request(replicas[ni].api, None, "POST", "/v1/runs", Some(TOKEN), &spec).unwrap();
+        assert_eq!(code, 202, "{body}");
+        let id = body["id"].as_str().unwrap().to_string();
+        wait_done(&replicas[ni], &id, Duration::from_secs(300));
+        later.push(id);
+    }
+    eprintln!("two more runs in {:?}", t_later.elapsed());
+    // a run started and cancelled through a follower: both writes reach the leader
+    let (code, body) = request(replicas[li].api, None, "POST", "/v1/runs", Some(TOKEN), SPEC).unwrap();
+    assert_eq!(code, 202, "{body}");
+    let cancelled = body["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/runs/{cancelled}/cancel");
+    let (code, body) = request(replicas[li].api, None, "POST", &path, Some(TOKEN), "").unwrap();
+    assert!(code == 202 || code == 409, "{code}: {body}");
+    let doc = wait_done(&replicas[li], &cancelled, Duration::from_secs(120));
+    eprintln!(
+        "cancel through a follower: {code}; the run ended {}",
+        doc["result"]["verdict"]
+    );
+    if code == 202 {
+        assert_eq!(doc["result"]["error"]["code"], "cancelled", "{doc}");
+    }
+    later.push(cancelled.clone());
+    let purged = sqlite(
+        &replicas[ni].db,
+        "SELECT value FROM raft_meta WHERE key = 'last_purged'",
+    );
+    let purged: Value = serde_json::from_str(&purged).unwrap_or(Value::Null);
+    let purged = purged["index"].as_u64().unwrap_or(0);
+    assert!(
+        purged > behind,
+        "the leader kept its log from {behind} on (purged up to {purged}): no snapshot needed"
+    );
+    replicas[fi].start(&dir);
+    for id in later.iter().chain([&id]) {
+        let doc = wait_done(&replicas[fi], id, Duration::from_secs(60));
+        if *id == cancelled {
+            assert_eq!(doc["id"], cancelled.as_str(), "{doc}");
+        } else {
+            assert_eq!(
+                differences(&doc["result"]),
+                expected(),
+                "replica {}",
+                replicas[fi].id
+            );
+        }
+    }
+    let s = status(&replicas[ni]).expect("status");
+    assert_eq!(s["members"].as_array().unwrap().len(), 3, "{s}");
+    eprintln!("status after: {s}");
+}
