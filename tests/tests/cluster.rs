@@ -89,15 +89,18 @@ struct Replica {
     api: u16,
     cfg: PathBuf,
     db: PathBuf,
+    /// The replica's stderr, shown when a wait for it fails.
+    log: PathBuf,
     guard: Option<ChildGuard>,
 }
 
 impl Replica {
     fn start(&mut self, dir: &Path) {
+        self.log = dir.join(format!("serve-{}.log", self.id));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join(format!("serve-{}.log", self.id)))
+            .open(&self.log)
             .unwrap();
         let mut c = Command::new(bins::tally());
         c.args(["serve", "--insecure-loopback", "-c"])
@@ -209,11 +212,19 @@ fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
             "replica {}: {code}: {body}",
             r.id
         );
-        assert!(
-            Instant::now() < until,
-            "replica {}: run {id} did not finish",
-            r.id
-        );
+        if Instant::now() >= until {
+            let log = std::fs::read_to_string(&r.log).unwrap_or_default();
+            // its first errors and its last lines
+            let mut shown: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).take(10).collect();
+            shown.push("…");
+            let tail: Vec<&str> = log.lines().rev().take(10).collect();
+            shown.extend(tail.into_iter().rev());
+            panic!(
+                "replica {}: run {id} did not finish (last answer {code}: {body}); its log:\n{}",
+                r.id,
+                shown.join("\n")
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -291,6 +302,7 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
                 api,
                 cfg,
                 db: dir.join(format!("store-{id}/raft.db")),
+                log: dir.join(format!("serve-{id}.log")),
                 guard: None,
             }
         })
