@@ -391,3 +391,34 @@ async fn the_run_log_holds_no_revealed_value_the_result_leaves_out() {
         &beyond[..beyond.len().min(5)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "bug: a run's chain does not bind its run id (the first prev is GENESIS for every run, `started` names no id, the engine is not told the id): run A's lines stored as run B verify, and B resumes as A"]
+async fn another_runs_events_stored_under_a_run_id_do_not_load() {
+    use tally_coordinator::runlog::SqliteRunLog;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runlog.sqlite");
+    let log = SqliteRunLog::open(&path).await.unwrap();
+    for e in [
+        serde_json::json!({"event": "started", "name": "nightly"}),
+        serde_json::json!({"event": "nonce_drawn", "nonce": "00112233445566778899aabbccddeeff"}),
+    ] {
+        log.append("run-a", e.as_object().unwrap().clone()).await.unwrap();
+    }
+    drop(log);
+    // run A's lines copied as run B's (a restore, a replica or an editor mixing runs up)
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO runs (run_id, events, head) SELECT 'run-b', events, head FROM runs WHERE run_id = 'run-a';
+         INSERT INTO events (run_id, seq, line) SELECT 'run-b', seq, line FROM events WHERE run_id = 'run-a';",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    db.close().await;
+    let log = SqliteRunLog::open(&path).await.unwrap();
+    let loaded = log.load("run-b").await;
+    assert!(loaded.is_err(), "run-b loaded run-a's events: {loaded:?}");
+}
