@@ -136,3 +136,30 @@ fn a_recorded_bucket_with_an_inverted_hash_range_fails_the_replay_without_panick
     let out = replayed.expect("the replay panicked");
     assert!(out.is_err(), "an invalid recorded segment was accepted: {out:?}");
 }
+
+#[test]
+fn row_counts_near_u64_max_trip_the_scan_gate_instead_of_wrapping_past_it() {
+    let (s, t) = planted();
+    let spec = spec("bisection: { factor: 2, threshold: 2 }\ngates: { max_rows_scanned: 100000 }\n");
+    // the estimate gate: u64::MAX + 1 wrapped to 0 (and panicked in debug builds)
+    let (_, r) = drive_tampered(&spec, &s, &t, |ev| {
+        if let Event::Described { source, target } = ev {
+            (source.row_estimate, target.row_estimate) = (u64::MAX, 1);
+        }
+    });
+    let e = r.error.expect("the gate trips");
+    assert!(e.message.contains("max_rows_scanned"), "{}", e.message);
+    // the scan gate after a level: two huge rows_scanned wrapped to a small sum
+    let (_, r) = drive_tampered(&spec, &s, &t, |ev| {
+        if let Event::Aggregated { response, .. } = ev {
+            response.rows_scanned = u64::MAX / 2 + 2;
+        }
+    });
+    let e = r.error.expect("the gate trips");
+    assert!(
+        e.message.contains("max_rows_scanned") && r.levels.len() == 1,
+        "{} after {} levels",
+        e.message,
+        r.levels.len()
+    );
+}
