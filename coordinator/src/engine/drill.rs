@@ -69,7 +69,8 @@ impl Engine {
         self.res.hash_method = resolved.method.name().to_string();
         self.res.xor_compared = resolved.xor;
         self.res.warnings = resolved.warnings.clone();
-        let estimate = s.row_estimate + t.row_estimate;
+        // agents' numbers: an estimate near u64::MAX must trip the gate, not wrap past it
+        let estimate = s.row_estimate.saturating_add(t.row_estimate);
         self.say(
             out,
             format!(
@@ -299,8 +300,8 @@ impl Engine {
     ) -> Step {
         self.res.source.queries += 1;
         self.res.target.queries += 1;
-        self.res.source.rows_scanned += s.rows_scanned;
-        self.res.target.rows_scanned += t.rows_scanned;
+        self.res.source.rows_scanned = self.res.source.rows_scanned.saturating_add(s.rows_scanned);
+        self.res.target.rows_scanned = self.res.target.rows_scanned.saturating_add(t.rows_scanned);
         self.res.source.path = Some(s.path.clone());
         self.res.target.path = Some(t.path.clone());
         let (sb, tb) = (self.buckets(&s), self.buckets(&t));
@@ -332,7 +333,11 @@ impl Engine {
         );
         out.push(Command::LevelDone { level_out });
         if let Some(max) = self.spec.gates.max_rows_scanned {
-            let scanned = self.res.source.rows_scanned + self.res.target.rows_scanned;
+            let scanned = self
+                .res
+                .source
+                .rows_scanned
+                .saturating_add(self.res.target.rows_scanned);
             if scanned > max && self.planner.as_ref().expect("drilling").next_level().is_some() {
                 return Err(gate(
                     "max_rows_scanned",

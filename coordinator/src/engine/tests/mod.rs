@@ -13,6 +13,7 @@ use tally_common::{PrivacyLevel, TypeClass};
 use super::*;
 use crate::result::{DiffKind, RunResult, Verdict};
 
+mod adversarial;
 mod rows;
 
 /// One side's rows: key → row hash (a key listed twice is a duplicate).
