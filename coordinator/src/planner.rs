@@ -174,8 +174,97 @@ pub enum PlanError {
         parent: usize,
         label: String,
     },
+    /// An answer that does not fit its request: buckets for a parent not asked, a
+    /// parent without buckets, children missing, repeated or with other bounds than
+    /// the split asked for. Nothing of such a level is used (fail closed: a level
+    /// answered with no buckets at all would otherwise compare nothing and match).
+    #[error("{side}'s answer does not fit the request: {what}")]
+    Answer { side: &'static str, what: String },
     #[error(transparent)]
     Method(#[from] tally_common::checksum::MethodMismatch),
+}
+
+/// Checks one side's buckets against the splits it was asked for: every bucket names
+/// an asked parent; each parent's children are numbered 0..n once each; their bounds
+/// are exactly the split's children (hash parts, cut ranges, the parent itself; for a
+/// quantile split, ranges that tile the parent without gap or overlap; for a period
+/// split, the parent in one period of the asked column and granularity).
+fn check_answer(
+    side: &'static str,
+    parents: &[Segment],
+    splits: &[Split],
+    buckets: &[BucketResult],
+) -> Result<(), PlanError> {
+    let bad = |what: String| PlanError::Answer { side, what };
+    if let Some(b) = buckets.iter().find(|b| b.parent >= parents.len()) {
+        return Err(bad(format!(
+            "a bucket names parent {} of {} asked",
+            b.parent,
+            parents.len()
+        )));
+    }
+    for (p, (parent, split)) in parents.iter().zip(splits).enumerate() {
+        let mut children: Vec<&BucketResult> = buckets.iter().filter(|b| b.parent == p).collect();
+        children.sort_by_key(|b| b.child);
+        if children.iter().enumerate().any(|(i, b)| b.child != i) {
+            return Err(bad(format!(
+                "parent {p}'s children are not numbered 0..{} once each",
+                children.len()
+            )));
+        }
+        let got: Vec<Segment> = children.iter().map(|b| b.segment.clone()).collect();
+        let expected = match split {
+            Split::Whole => vec![parent.clone()],
+            Split::Hash(n) => parent.hash_children(*n),
+            Split::Cuts(cuts) => parent.cut_children(cuts),
+            Split::Quantile(n) => {
+                if got.is_empty() || got.len() > *n as usize {
+                    return Err(bad(format!(
+                        "parent {p} was answered with {} children, a quantile split asks for 1 to {n}",
+                        got.len()
+                    )));
+                }
+                let cuts: Vec<KeyTuple> = got[1..].iter().filter_map(|s| s.lower.clone()).collect();
+                parent.cut_children(&cuts)
+            }
+            Split::Period { column, granularity } => {
+                let in_period = |s: &Segment| {
+                    s.period
+                        .as_ref()
+                        .is_some_and(|x| &x.column == column && x.granularity == *granularity)
+                        && Segment {
+                            period: None,
+                            ..s.clone()
+                        } == Segment {
+                            period: None,
+                            ..parent.clone()
+                        }
+                };
+                if let Some(i) = got.iter().position(|s| !in_period(s)) {
+                    return Err(bad(format!(
+                        "child {i} of parent {p} is not the parent in one {} period of {column}",
+                        granularity.name()
+                    )));
+                }
+                continue;
+            }
+        };
+        if got.len() != expected.len() {
+            return Err(bad(format!(
+                "parent {p} was answered with {} children, the split asked for {}",
+                got.len(),
+                expected.len()
+            )));
+        }
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+            return Err(bad(format!(
+                "child {i} of parent {p} covers {}, the split asked for {}",
+                got[i].describe(),
+                expected[i].describe()
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -288,7 +377,8 @@ impl Planner {
             // the source picks the cut points, so it needs rows to cut between
             Strategy::Quantile | Strategy::Auto | Strategy::Time => source.count() >= 2,
             Strategy::Hash => {
-                seg.hash.is_none_or(|(lo, hi)| hi - lo > 1) && source.count().max(target.count()) >= 2
+                seg.hash.is_none_or(|(lo, hi)| hi.saturating_sub(lo) > 1)
+                    && source.count().max(target.count()) >= 2
             }
         }
     }
@@ -300,6 +390,13 @@ impl Planner {
         source: &[BucketResult],
         target: &[BucketResult],
     ) -> Result<LevelStats, PlanError> {
+        check_answer("source", &plan.parents, &plan.splits, source)?;
+        let target_splits = if plan.target_follows_source {
+            Self::target_splits(plan, source)
+        } else {
+            plan.splits.clone()
+        };
+        check_answer("target", &plan.parents, &target_splits, target)?;
         let mut next = Vec::new();
         let mut new_leaves = Vec::new();
         let mut segments = 0;
@@ -1103,18 +1200,51 @@ mod tests {
         planner.observe(&plan, &s, &t).unwrap();
         let plan = planner.next_level().expect("one parent descends");
         assert_eq!(plan.parents.len(), 1);
-        // both agents answer the level with no bucket for the parent
-        let stats = planner.observe(&plan, &[], &[]).unwrap();
-        assert_eq!(stats.inconsistent, 1);
-        assert_eq!(planner.next_level(), None);
-        let leaf = &planner.leaves[0];
-        assert_eq!(leaf.segment, plan.parents[0]);
-        let reason = leaf.inconsistent.as_deref().unwrap();
+        // both agents answer the level with no bucket for the parent: refused, the
+        // level is not used (the run ends in error, never in a match)
+        let e = planner.observe(&plan, &[], &[]).unwrap_err();
         assert!(
-            reason.contains("source children add up to 0 rows")
-                && reason.contains("target children add up to 0 rows"),
-            "{reason}"
+            matches!(&e, PlanError::Answer { side: "source", what } if what.contains("0 children")),
+            "{e}"
         );
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_its_request_is_refused_at_any_level() {
+        let src = Fake { rows: data(100) };
+        for strategy in [Strategy::Hash, Strategy::Quantile] {
+            let mut planner = Planner::new(params(strategy));
+            let plan = planner.next_level().unwrap();
+            let good = src.answer(&plan.parents, &plan.splits);
+            let refused = |planner: &Planner, s: &[BucketResult], t: &[BucketResult]| {
+                let mut p = planner.clone();
+                p.observe(&plan, s, t).unwrap_err().to_string()
+            };
+            // level 1 has no parent aggregate to check children against: an empty
+            // answer on both sides would compare nothing and match
+            assert!(refused(&planner, &[], &[]).contains("0 children"), "{strategy:?}");
+            // a bucket for a parent not asked
+            let mut other = good.clone();
+            for b in &mut other {
+                b.parent = 1;
+            }
+            assert!(refused(&planner, &other, &other).contains("names parent 1 of 1"));
+            // a child twice, a child missing
+            let mut twice = good.clone();
+            twice.push(good[0].clone());
+            assert!(refused(&planner, &good, &twice).contains("once each"));
+            let missing = good[1..].to_vec();
+            assert!(refused(&planner, &missing, &missing).contains("once each"));
+            // bounds other than the split's (a quantile split must tile the parent)
+            let mut moved = good.clone();
+            let last = moved.len() - 1;
+            moved[last].segment.upper = Some(vec![KeyPart::Int(50)]);
+            assert!(
+                refused(&planner, &moved, &moved).contains("split asked for"),
+                "{strategy:?}"
+            );
+            planner.observe(&plan, &good, &good).unwrap();
+        }
     }
 
     #[test]
@@ -1152,7 +1282,11 @@ mod tests {
         let src = Fake { rows: data(300) };
         let s = src.answer(&plan.parents, &plan.splits);
         let mut twice = s.clone();
-        twice.push(s[0].clone());
+        // the same period again under a new child number
+        twice.push(BucketResult {
+            child: s.len(),
+            ..s[0].clone()
+        });
         assert!(matches!(
             planner.observe(&plan, &s, &twice),
             Err(PlanError::DuplicatePeriod { side: "target", .. })
@@ -1163,24 +1297,26 @@ mod tests {
     fn bucket_bounds_must_agree() {
         let mut planner = Planner::new(params(Strategy::Hash));
         let plan = planner.next_level().unwrap();
-        let a = vec![BucketResult {
-            parent: 0,
-            child: 0,
-            segment: Segment::whole(),
-            agg: agg(1, 1),
-        }];
-        let b = vec![BucketResult {
-            parent: 0,
-            child: 0,
-            segment: Segment {
-                hash: Some((0, 1)),
-                ..Segment::default()
-            },
-            agg: agg(1, 1),
-        }];
-        assert!(matches!(
-            planner.observe(&plan, &a, &b),
-            Err(PlanError::BoundsMismatch { .. })
-        ));
+        let Split::Hash(n) = plan.splits[0] else {
+            panic!("a hash level")
+        };
+        let a: Vec<BucketResult> = Segment::whole()
+            .hash_children(n)
+            .into_iter()
+            .enumerate()
+            .map(|(child, segment)| BucketResult {
+                parent: 0,
+                child,
+                segment,
+                agg: agg(1, 1),
+            })
+            .collect();
+        let mut b = a.clone();
+        b[0].segment.hash = Some((0, 1));
+        let e = planner.observe(&plan, &a, &b).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::Answer { side: "target", what } if what.contains("child 0 of parent 0")),
+            "{e}"
+        );
     }
 }

@@ -44,7 +44,7 @@ pub enum RunLogError {
     /// A run's stored events do not verify: edited, reordered or lost.
     #[error("run log: run {run}: {what}")]
     Broken { run: String, what: String },
-    #[error("run log: an event must be a JSON object without seq and prev (the log sets them)")]
+    #[error("run log: an event must be a JSON object without run, seq and prev (the log sets them)")]
     BadEvent,
     /// The Raft back-end on a replica that is not (or no longer) the leader: only the
     /// leader writes, and a deposed leader's run stops here.
@@ -72,14 +72,19 @@ pub trait RunLog: Send + Sync {
 }
 
 /// The next line of a run's chain after `(seq, head)`.
+/// Every line names its run (`run`), so one run's lines stored under another id (a
+/// restore, a replica or an editor mixing runs up) do not load: the chain alone starts
+/// at the same genesis for every run.
 pub(crate) fn next_line(
+    run: &str,
     seq: u64,
     head: &str,
     mut event: Map<String, Value>,
 ) -> Result<(u64, String), RunLogError> {
-    if event.contains_key("seq") || event.contains_key("prev") {
+    if event.contains_key("seq") || event.contains_key("prev") || event.contains_key("run") {
         return Err(RunLogError::BadEvent);
     }
+    event.insert("run".into(), Value::from(run));
     event.insert("seq".into(), Value::from(seq + 1));
     event.insert("prev".into(), Value::from(head));
     let line = serde_json::to_string(&Value::Object(event)).map_err(store_err)?;
@@ -90,6 +95,13 @@ pub(crate) fn next_line(
 pub(crate) fn verified(run: &str, lines: Vec<String>) -> Result<Vec<Value>, RunLogError> {
     let mut out = Vec::with_capacity(lines.len());
     verify_lines(run, lines.into_iter().map(Ok), |v| {
+        if v.get("run").and_then(Value::as_str) != Some(run) {
+            return Err(format!(
+                "event {} names run {} (not this run)",
+                out.len() + 1,
+                v["run"]
+            ));
+        }
         out.push(v);
         Ok(())
     })
@@ -151,7 +163,7 @@ impl RunLog for SqliteRunLog {
             .await
             .map_err(store_err)?;
         let (seq, head) = current.map_or((0, GENESIS.to_string()), |(n, h)| (n as u64, h));
-        let (seq, line) = next_line(seq, &head, event)?;
+        let (seq, line) = next_line(run, seq, &head, event)?;
         let head = line_hash(&line);
         sqlx::query(
             "INSERT INTO runs (run_id, events, head) VALUES (?, ?, ?)
@@ -239,7 +251,7 @@ impl RunLog for MemoryRunLog {
             Vec::new()
         });
         let head = lines.last().map_or_else(|| GENESIS.to_string(), |l| line_hash(l));
-        let (seq, line) = next_line(lines.len() as u64, &head, event)?;
+        let (seq, line) = next_line(run, lines.len() as u64, &head, event)?;
         let head = line_hash(&line);
         lines.push(line);
         Ok(Appended { seq, head })

@@ -157,6 +157,11 @@ impl Engine {
         self.res.levels.len()
     }
 
+    /// The levels completed so far.
+    pub fn levels(&self) -> &[crate::result::LevelOut] {
+        &self.res.levels
+    }
+
     /// Whether `event` answers a call the engine asked (and has not had answered).
     pub fn check(&self, event: &Event) -> Result<(), String> {
         if !self.started {
@@ -230,6 +235,13 @@ impl Engine {
             let kind = v.get("event").and_then(Value::as_str).unwrap_or("(none)");
             let seq = v.get("seq").and_then(Value::as_u64).unwrap_or(n as u64 + 1);
             let bad = |what: String| RunError::Internal(format!("run log: event {seq} ({kind}): {what}"));
+            // a run log's events are numbered 1, 2, … (its loader checks the chain too);
+            // a gap is a lost answer, never skipped over
+            if let Some(recorded) = v.get("seq")
+                && recorded.as_u64() != Some(n as u64 + 1)
+            {
+                return Err(bad(format!("is numbered {recorded}, expected {}", n + 1)));
+            }
             if kind == "started"
                 && let Some(started) = v.get("spec")
                 && *started != spec

@@ -54,7 +54,17 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
     if let Some(r) = rt.record
         && !r.resume.is_empty()
     {
-        first = match engine.replay(&r.resume) {
+        let replayed = engine.replay(&r.resume);
+        // a level whose last answer was recorded just before the stop has no `level`
+        // event yet: progress readers get it now
+        let logged = r.resume.iter().filter(|e| e["event"] == "level").count();
+        let missing: Vec<Command> = engine
+            .levels()
+            .iter()
+            .skip(logged)
+            .map(|l| Command::LevelDone { level_out: l.clone() })
+            .collect();
+        first = match replayed {
             Err(e) => engine.abort(e),
             Ok(()) => match engine.result() {
                 Some(done) => vec![Command::Finish {
@@ -69,6 +79,7 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
                 }
             },
         };
+        first.splice(0..0, missing);
     }
     let mut result = match spec.gates.max_seconds {
         None => rt.drive(&mut engine, first).await,

@@ -50,7 +50,7 @@ impl RunLog for RaftRunLog {
             None => GENESIS.to_string(),
         };
         let count = events.len() as u64;
-        let (seq, line) = next_line(count, &head, event)?;
+        let (seq, line) = next_line(run, count, &head, event)?;
         let head = line_hash(&line);
         let command = Command::AppendRunEvent {
             run_id: run.to_string(),
