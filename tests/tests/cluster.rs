@@ -105,7 +105,7 @@ impl Replica {
         let mut c = Command::new(bins::tally());
         c.args(["serve", "--insecure-loopback", "-c"])
             .arg(&self.cfg)
-            .env("RUST_LOG", "warn,sqlx=error,openraft=error")
+            .env("RUST_LOG", "warn,sqlx=error")
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         self.guard = Some(ChildGuard::spawn(&format!("serve-{}", self.id), &mut c).unwrap());
@@ -215,7 +215,14 @@ fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
         if Instant::now() >= until {
             let log = std::fs::read_to_string(&r.log).unwrap_or_default();
             // its first errors and its last lines
-            let mut shown: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).take(10).collect();
+            let mut shown: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    (l.contains("ERROR") || l.contains("WARN") || l.contains("panicked"))
+                        && !l.contains("to-Raft tx send error")
+                })
+                .take(20)
+                .collect();
             shown.push("…");
             let tail: Vec<&str> = log.lines().rev().take(10).collect();
             shown.extend(tail.into_iter().rev());
@@ -292,7 +299,7 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
                      api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
                      cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
                      tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
-                     initial_members: [{members}]\n  snapshot_logs: 4\n",
+                     initial_members: [{members}]\n  snapshot_logs: 64\n",
                     sha256_hex(TOKEN)
                 ),
             )

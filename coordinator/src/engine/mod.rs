@@ -157,6 +157,25 @@ impl Engine {
         self.res.levels.len()
     }
 
+    /// An answer reduced to what the run uses, before it is recorded: a reveal keeps
+    /// only the rows asked of that side, and values only for changed rows at detailed
+    /// (the result never shows a missing or extra row's values). Pure: a replayed
+    /// answer is already trimmed, and trimming it again changes nothing.
+    pub fn trim(&self, event: Event) -> Event {
+        match event {
+            Event::Revealed {
+                range,
+                side,
+                response,
+            } => Event::Revealed {
+                range,
+                side,
+                response: self.trim_reveal(range, side, response),
+            },
+            other => other,
+        }
+    }
+
     /// The levels completed so far.
     pub fn levels(&self) -> &[crate::result::LevelOut] {
         &self.res.levels

@@ -109,6 +109,34 @@ impl Engine {
         self.advance_rows(out)
     }
 
+    /// See [`Engine::trim`].
+    pub(super) fn trim_reveal(&self, range: usize, side: Side, mut r: RevealResponse) -> RevealResponse {
+        let Some(rows) = self.rows.as_ref() else { return r };
+        let (Some(work), Some(found)) = (rows.work.iter().find(|w| w.leaf == range), rows.found.as_ref())
+        else {
+            return r;
+        };
+        let asked = match side {
+            Side::Source => &work.from_source,
+            Side::Target => &work.from_target,
+        };
+        let detailed = self.detailed();
+        let changed: std::collections::HashSet<u64> = work
+            .findings
+            .iter()
+            .filter_map(|&n| found.findings.get(n))
+            .filter(|f| f.kind == crate::result::DiffKind::Changed)
+            .map(|f| f.key_hash)
+            .collect();
+        r.rows.retain(|row| asked.contains(&row.key_hash));
+        for row in &mut r.rows {
+            if !(detailed && changed.contains(&row.key_hash)) {
+                row.values.clear();
+            }
+        }
+        r
+    }
+
     pub(super) fn on_revealed(&mut self, out: &mut Out, range: usize, side: Side, r: RevealResponse) -> Step {
         let rows = self.rows();
         let n = rows

@@ -123,6 +123,8 @@ impl Runtime<'_> {
 
     /// Records `event`, then steps the engine on it.
     async fn answer(&self, engine: &mut Engine, event: Event) -> Vec<Command> {
+        // what the run does not use is neither recorded nor kept
+        let event = engine.trim(event);
         let recorded = match serde_json::to_value(&event) {
             Ok(v) => self.append(v).await,
             Err(e) => Err(RunError::Internal(format!("event {}: {e}", event.kind()))),
