@@ -147,6 +147,21 @@ impl Deployment {
     }
 }
 
+/// A run result's differences as (kind, first key column as an integer).
+pub fn differences(j: &serde_json::Value) -> std::collections::BTreeSet<(String, i64)> {
+    j["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_string(),
+                d["key"][0].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 pub fn parse_run(out: std::process::Output) -> RunOutput {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();

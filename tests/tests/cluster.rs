@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tally_e2e::https::request;
 use tally_e2e::proc::{ChildGuard, free_port, wait_for_port};
-use tally_e2e::zones::Deployment;
+use tally_e2e::zones::{Deployment, differences};
 use tally_e2e::{bins, db};
 
 /// Rows per side.
@@ -68,20 +68,6 @@ fn expected() -> BTreeSet<(String, i64)> {
     }
     e.insert(("extra_in_target".to_string(), N + 5));
     e
-}
-
-fn differences(j: &Value) -> BTreeSet<(String, i64)> {
-    j["differences"]
-        .as_array()
-        .expect("differences")
-        .iter()
-        .map(|d| {
-            (
-                d["kind"].as_str().unwrap().to_string(),
-                d["key"][0].as_i64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 struct Replica {

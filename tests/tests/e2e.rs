@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tally_e2e::db;
-use tally_e2e::zones::{Deployment, parse_run};
+use tally_e2e::zones::{Deployment, differences, parse_run};
 
 /// `tally run --server`: in tests/tests/e2e/remote.rs.
 #[path = "e2e/remote.rs"]
@@ -133,20 +133,6 @@ fn spec(strategy: &str, level: &str) -> String {
         "name: e2e\nsource: {{ agent: dc1, dataset: orders }}\ntarget: {{ agent: vpc2, dataset: orders }}\n\
          bisection: {{ strategy: {strategy}, factor: 16, threshold: 500{time} }}\nreporting: {{ level: {level} }}\n"
     )
-}
-
-fn differences(j: &Value) -> BTreeSet<(String, i64)> {
-    j["differences"]
-        .as_array()
-        .expect("differences")
-        .iter()
-        .map(|d| {
-            (
-                d["kind"].as_str().unwrap().to_string(),
-                d["key"][0].as_i64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn expected(p: &Plant) -> BTreeSet<(String, i64)> {

@@ -170,6 +170,17 @@ impl PeerService {
         serde_json::from_slice(&req.into_inner().json).map_err(bad_request)
     }
 
+    /// The voters of the membership this replica knows.
+    fn voters(&self) -> BTreeSet<NodeId> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
+    }
+
     fn write_failed(&self, e: RaftError<NodeId, ClientWriteError<NodeId, Replica>>) -> AdminResponse {
         match e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => AdminResponse::NotLeader {
@@ -213,14 +224,7 @@ impl PeerService {
                 if let Err(e) = self.raft.add_learner(id, Replica { addr }, true).await {
                     return self.write_failed(e);
                 }
-                let mut voters: BTreeSet<NodeId> = self
-                    .raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .voter_ids()
-                    .collect();
+                let mut voters = self.voters();
                 voters.insert(id);
                 match self.raft.change_membership(voters, false).await {
                     Ok(_) => AdminResponse::Done {
@@ -230,15 +234,8 @@ impl PeerService {
                 }
             }
             AdminRequest::Remove { id } => {
-                let voters: BTreeSet<NodeId> = self
-                    .raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .voter_ids()
-                    .filter(|v| *v != id)
-                    .collect();
+                let mut voters = self.voters();
+                voters.remove(&id);
                 match self.raft.change_membership(voters, false).await {
                     Ok(_) => AdminResponse::Done {
                         message: format!("replica {id} was removed"),
