@@ -20,6 +20,14 @@ use crate::cluster_config::{ClusterConfig, hostname};
 const HEARTBEAT_MS: u64 = 250;
 const ELECTION_MIN_MS: u64 = 1000;
 const ELECTION_MAX_MS: u64 = 2000;
+/// Entries per AppendEntries. openraft 0.9 gives a whole AppendEntries call the
+/// heartbeat interval to answer (250 ms), including the follower's fsync'd write; with
+/// its default of 300 entries (a run's events carry digests and reveals) a follower
+/// catching up from a restart timed out on the same batch forever.
+const MAX_PAYLOAD_ENTRIES: u64 = 32;
+/// Time to send and install the last chunk of a snapshot (openraft's default, 200 ms,
+/// is less than installing a few runs' events takes, so that too retried forever).
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 30_000;
 
 /// A running replica.
 #[derive(Clone)]
@@ -59,6 +67,8 @@ pub async fn start(cfg: &ClusterConfig, file: &Path, data_dir: &Path) -> Result<
         heartbeat_interval: HEARTBEAT_MS,
         election_timeout_min: ELECTION_MIN_MS,
         election_timeout_max: ELECTION_MAX_MS,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_logs),
         // a follower further behind than this gets the snapshot instead of the entries
         max_in_snapshot_log_to_keep: snapshot_logs.min(1000),
