@@ -15,6 +15,7 @@ pub mod client;
 pub mod cluster_cli;
 pub mod cluster_config;
 pub mod config;
+pub mod cron;
 pub mod engine;
 pub mod error;
 pub mod in_process;

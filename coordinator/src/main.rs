@@ -101,6 +101,47 @@ enum Command {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
+    /// Scheduled runs on `tally serve`: a cron expression (UTC) and a spec; changing
+    /// them needs the admin role (exit 0 ok, 2 error).
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ScheduleCommand {
+    /// Creates (or replaces) schedule NAME: a run of SPEC at each tick of --cron.
+    Put {
+        name: String,
+        /// Five fields (minute hour day-of-month month day-of-week) or six (seconds
+        /// first), UTC; or @daily, @hourly, ... (docs/operations.md).
+        #[arg(long)]
+        cron: String,
+        /// The reconciliation spec (YAML).
+        spec: PathBuf,
+        #[arg(long, value_name = "URL")]
+        server: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Lists the schedules, each with its next tick.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "URL")]
+        server: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Removes schedule NAME (its runs stay).
+    Delete {
+        name: String,
+        #[arg(long, value_name = "URL")]
+        server: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 /// How `tally run --server` trusts and logs in to the API.
@@ -306,6 +347,7 @@ fn main() -> ExitCode {
             endpoint,
             command,
         } => rt.block_on(cmd_cluster(config, endpoint, command)),
+        Command::Schedule { command } => rt.block_on(remote::cmd_schedule(command)),
         Command::Demo { rows, json, keep } => rt.block_on(async move {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });
             tokio::select! {

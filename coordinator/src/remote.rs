@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hyper::Method;
 use tally_coordinator::api_client::{ApiClient, ClientOptions};
 use tally_coordinator::result::LevelOut;
+use tally_coordinator::spec::Spec;
 
-use crate::{RemoteArgs, print_result};
+use crate::{RemoteArgs, ScheduleCommand, print_result};
 
 /// The exit code of a run cancelled with Ctrl-C (128 + SIGINT, as shells report it).
 const CANCELLED: u8 = 130;
@@ -49,6 +51,111 @@ fn level_line(started: Instant, l: &LevelOut) -> String {
         l.differing,
         l.elapsed_ms
     )
+}
+
+fn client(server: &str, args: RemoteArgs) -> Result<ApiClient, String> {
+    let token = token(&args)?;
+    let opts = ClientOptions {
+        ca: args.ca,
+        token,
+        cert: args.cert.zip(args.key),
+    };
+    ApiClient::new(server, opts).map_err(|e| e.to_string())
+}
+
+/// `tally schedule put|list|delete`.
+pub async fn cmd_schedule(command: ScheduleCommand) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("tally schedule: {m}");
+        ExitCode::from(2)
+    };
+    let answer = |client: &ApiClient, status: u16, body: &serde_json::Value, ok: &[u16]| {
+        if ok.contains(&status) {
+            Ok(())
+        } else {
+            let msg = body["error"]
+                .as_str()
+                .map_or_else(|| body.to_string(), str::to_string);
+            Err(format!("{}: {status}: {msg}", client.server()))
+        }
+    };
+    let result = match command {
+        ScheduleCommand::Put {
+            name,
+            cron,
+            spec,
+            server,
+            remote,
+        } => {
+            async {
+                // checked here first: a spec error names its file and key
+                let spec = Spec::load(&spec).map_err(|e| e.to_string())?;
+                let client = client(&server, remote)?;
+                let body = serde_json::json!({ "cron": cron, "spec": spec }).to_string();
+                let (status, b) = client
+                    .request(Method::PUT, &format!("/v1/schedules/{name}"), &body)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                answer(&client, status, &b, &[200, 201])?;
+                let what = if status == 201 { "created" } else { "replaced" };
+                println!(
+                    "schedule {name} {what}: {} (UTC), next tick {}",
+                    b["cron"].as_str().unwrap_or_default(),
+                    b["next"].as_str().unwrap_or("none")
+                );
+                Ok::<(), String>(())
+            }
+            .await
+        }
+        ScheduleCommand::List { json, server, remote } => {
+            async {
+                let client = client(&server, remote)?;
+                let (status, b) = client
+                    .request(Method::GET, "/v1/schedules", "")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                answer(&client, status, &b, &[200])?;
+                if json {
+                    println!("{b}");
+                    return Ok(());
+                }
+                let list = b["schedules"].as_array().cloned().unwrap_or_default();
+                if list.is_empty() {
+                    println!("no schedules");
+                }
+                for s in list {
+                    println!(
+                        "{}  {:<20} next {}  spec {}  (by {}, {})",
+                        s["name"].as_str().unwrap_or_default(),
+                        s["cron"].as_str().unwrap_or_default(),
+                        s["next"].as_str().unwrap_or("none"),
+                        s["spec"]["name"].as_str().unwrap_or_default(),
+                        s["by"].as_str().unwrap_or_default(),
+                        s["created"].as_str().unwrap_or_default(),
+                    );
+                }
+                Ok::<(), String>(())
+            }
+            .await
+        }
+        ScheduleCommand::Delete { name, server, remote } => {
+            async {
+                let client = client(&server, remote)?;
+                let (status, b) = client
+                    .request(Method::DELETE, &format!("/v1/schedules/{name}"), "")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                answer(&client, status, &b, &[200])?;
+                println!("schedule {name} deleted");
+                Ok::<(), String>(())
+            }
+            .await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
 }
 
 pub async fn cmd_run_server(

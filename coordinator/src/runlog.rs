@@ -59,12 +59,38 @@ fn store_err(e: impl std::fmt::Display) -> RunLogError {
     RunLogError::Store(e.to_string())
 }
 
+/// A scheduled run as the service keeps it (single node: this run log's SQLite file; a
+/// group: the replicated state). Parsed and checked by the scheduler (`serve::schedules`),
+/// not by the store.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    /// A cron expression (`crate::cron`), UTC.
+    pub cron: String,
+    /// The run's spec as submitted, validated.
+    pub spec: Value,
+    /// When it was put (Unix seconds): no tick before it starts a run.
+    #[serde(default)]
+    pub created: i64,
+    /// Who put it.
+    #[serde(default)]
+    pub by: String,
+}
+
 /// The run log's contract: appends are durable when they return, per run in order; a
 /// run loads only when its chain verifies.
 #[tonic::async_trait]
 pub trait RunLog: Send + Sync {
     /// Appends `event` (a JSON object) to `run`, with `seq` and `prev` set.
     async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError>;
+    /// Appends the first event of a new run; `Conflict` when `run` has events already,
+    /// whoever wrote them (so a scheduled tick, named by its time, starts once).
+    async fn start(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError>;
+    /// Every schedule, by name.
+    async fn schedules(&self) -> Result<BTreeMap<String, Schedule>, RunLogError>;
+    /// Creates or replaces a schedule.
+    async fn put_schedule(&self, name: &str, schedule: Schedule) -> Result<(), RunLogError>;
+    /// Removes a schedule; whether there was one.
+    async fn delete_schedule(&self, name: &str) -> Result<bool, RunLogError>;
     /// Every event of `run` in order, its chain verified (empty for an unknown run).
     async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError>;
     /// Every run with its event count and head, in the order runs were started.
@@ -144,7 +170,10 @@ impl SqliteRunLog {
                  run_id TEXT NOT NULL REFERENCES runs (run_id),
                  seq INTEGER NOT NULL,
                  line TEXT NOT NULL,
-                 PRIMARY KEY (run_id, seq));",
+                 PRIMARY KEY (run_id, seq));
+             CREATE TABLE IF NOT EXISTS schedules (
+                 name TEXT PRIMARY KEY,
+                 schedule TEXT NOT NULL);",
         )
         .execute(&pool)
         .await
@@ -153,15 +182,20 @@ impl SqliteRunLog {
     }
 }
 
-#[tonic::async_trait]
-impl RunLog for SqliteRunLog {
-    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+impl SqliteRunLog {
+    async fn write(&self, run: &str, event: Map<String, Value>, new: bool) -> Result<Appended, RunLogError> {
         let mut tx = self.pool.begin().await.map_err(store_err)?;
         let current: Option<(i64, String)> = sqlx::query_as("SELECT events, head FROM runs WHERE run_id = ?")
             .bind(run)
             .fetch_optional(&mut *tx)
             .await
             .map_err(store_err)?;
+        if new && current.is_some() {
+            return Err(RunLogError::Conflict {
+                run: run.to_string(),
+                seq: 1,
+            });
+        }
         let (seq, head) = current.map_or((0, GENESIS.to_string()), |(n, h)| (n as u64, h));
         let (seq, line) = next_line(run, seq, &head, event)?;
         let head = line_hash(&line);
@@ -184,6 +218,50 @@ impl RunLog for SqliteRunLog {
             .map_err(store_err)?;
         tx.commit().await.map_err(store_err)?;
         Ok(Appended { seq, head })
+    }
+}
+
+#[tonic::async_trait]
+impl RunLog for SqliteRunLog {
+    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write(run, event, false).await
+    }
+
+    async fn start(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write(run, event, true).await
+    }
+
+    async fn schedules(&self) -> Result<BTreeMap<String, Schedule>, RunLogError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, schedule FROM schedules ORDER BY name")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_err)?;
+        rows.into_iter()
+            .map(|(name, s)| Ok((name, serde_json::from_str(&s).map_err(store_err)?)))
+            .collect()
+    }
+
+    async fn put_schedule(&self, name: &str, schedule: Schedule) -> Result<(), RunLogError> {
+        sqlx::query(
+            "INSERT INTO schedules (name, schedule) VALUES (?, ?) \
+             ON CONFLICT (name) DO UPDATE SET schedule = excluded.schedule",
+        )
+        .bind(name)
+        .bind(serde_json::to_string(&schedule).map_err(store_err)?)
+        .execute(&self.pool)
+        .await
+        .map_err(store_err)?;
+        Ok(())
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, RunLogError> {
+        let done = sqlx::query("DELETE FROM schedules WHERE name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(store_err)?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
@@ -235,17 +313,16 @@ impl RunLog for SqliteRunLog {
 /// Runs in start order, and each run's event lines.
 type Runs = (Vec<String>, BTreeMap<String, Vec<String>>);
 
-/// A run log in memory, for engine tests.
-#[derive(Debug, Default)]
-pub struct MemoryRunLog {
-    runs: Mutex<Runs>,
-}
-
-#[tonic::async_trait]
-impl RunLog for MemoryRunLog {
-    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+impl MemoryRunLog {
+    fn write(&self, run: &str, event: Map<String, Value>, new: bool) -> Result<Appended, RunLogError> {
         let mut g = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         let (order, runs) = &mut *g;
+        if new && runs.contains_key(run) {
+            return Err(RunLogError::Conflict {
+                run: run.to_string(),
+                seq: 1,
+            });
+        }
         let lines = runs.entry(run.to_string()).or_insert_with(|| {
             order.push(run.to_string());
             Vec::new()
@@ -255,6 +332,39 @@ impl RunLog for MemoryRunLog {
         let head = line_hash(&line);
         lines.push(line);
         Ok(Appended { seq, head })
+    }
+}
+
+/// A run log in memory, for engine tests.
+#[derive(Debug, Default)]
+pub struct MemoryRunLog {
+    runs: Mutex<Runs>,
+    schedules: Mutex<BTreeMap<String, Schedule>>,
+}
+
+#[tonic::async_trait]
+impl RunLog for MemoryRunLog {
+    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write(run, event, false)
+    }
+
+    async fn start(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write(run, event, true)
+    }
+
+    async fn schedules(&self) -> Result<BTreeMap<String, Schedule>, RunLogError> {
+        Ok(self.schedules.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    async fn put_schedule(&self, name: &str, schedule: Schedule) -> Result<(), RunLogError> {
+        let mut g = self.schedules.lock().unwrap_or_else(|e| e.into_inner());
+        g.insert(name.to_string(), schedule);
+        Ok(())
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, RunLogError> {
+        let mut g = self.schedules.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(g.remove(name).is_some())
     }
 
     async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
@@ -319,6 +429,36 @@ mod tests {
             log.append("r1", ev(json!({"seq": 9}))).await,
             Err(RunLogError::BadEvent)
         ));
+        // a run is started once: a second start of the same id is refused, whatever it holds
+        let s = log.start("t1", ev(json!({"kind": "started"}))).await.unwrap();
+        assert_eq!(s.seq, 1);
+        for run in ["t1", "r1"] {
+            assert!(
+                matches!(
+                    log.start(run, ev(json!({"kind": "started"}))).await,
+                    Err(RunLogError::Conflict { .. })
+                ),
+                "{run}"
+            );
+        }
+        assert_eq!(log.load("t1").await.unwrap().len(), 1);
+        // schedules: put, replace, list, delete
+        let nightly = |cron: &str| Schedule {
+            cron: cron.to_string(),
+            spec: json!({"name": "orders"}),
+            created: 1_700_000_000,
+            by: "ops".to_string(),
+        };
+        assert!(log.schedules().await.unwrap().is_empty());
+        log.put_schedule("nightly", nightly("0 3 * * *")).await.unwrap();
+        log.put_schedule("hourly", nightly("@hourly")).await.unwrap();
+        log.put_schedule("nightly", nightly("0 4 * * *")).await.unwrap();
+        let all = log.schedules().await.unwrap();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["hourly", "nightly"]);
+        assert_eq!(all["nightly"], nightly("0 4 * * *"));
+        assert!(log.delete_schedule("hourly").await.unwrap());
+        assert!(!log.delete_schedule("hourly").await.unwrap());
+        assert_eq!(log.schedules().await.unwrap().len(), 1);
     }
 
     #[tokio::test]

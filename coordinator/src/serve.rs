@@ -14,6 +14,7 @@
 //! POST /v1/runs/{id}/cancel   operator  stops a running run: it is stored with verdict error,
 //!                                       code cancelled
 //! GET  /v1/audit              auditor   both chains: the run store's index and the audit log
+//! GET, PUT, DELETE /v1/schedules[/{name}]  scheduled runs (schedules.rs beside this file)
 //! ```
 //!
 //! With `cluster` in the config the service is one replica of a Raft group (cluster.rs
@@ -37,7 +38,7 @@ use axum::extract::{ConnectInfo, Extension, Path as UrlPath, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::json;
 use tally_common::config_file::parse_yaml;
@@ -52,6 +53,7 @@ use crate::redact::document_for_viewer;
 use crate::runlog::{RunLog, SqliteRunLog};
 
 mod cluster;
+mod schedules;
 use crate::runner::{RunOptions, RunRecord, cancelled_result, run};
 use crate::spec::Spec;
 use crate::store::RunStore;
@@ -73,6 +75,8 @@ struct Running {
     cancel: Option<oneshot::Sender<String>>,
     /// The run's task, aborted when this replica stops being the leader.
     task: Option<tokio::task::AbortHandle>,
+    /// The schedule whose tick this run is.
+    schedule: Option<String>,
 }
 
 struct ServeState {
@@ -180,6 +184,7 @@ pub async fn serve(
         }
         None => resume_unfinished(&state).await?,
     }
+    schedules::start(state.clone());
     let need = |role: Role| middleware::from_fn_with_state((state.clone(), role), require);
     let api = Router::new()
         .route("/v1/runs", get(list_runs).layer(need(Role::Viewer)))
@@ -190,6 +195,13 @@ pub async fn serve(
             post(cancel_run).layer(need(Role::Operator)),
         )
         .route("/v1/audit", get(audit_log).layer(need(Role::Auditor)))
+        .route("/v1/schedules", get(schedules::list).layer(need(Role::Viewer)))
+        .route(
+            "/v1/schedules/{name}",
+            put(schedules::put)
+                .delete(schedules::delete)
+                .layer(need(Role::Admin)),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state.clone());
     let app = Router::new().route("/healthz", get(|| async { "ok" })).merge(api);
@@ -255,7 +267,8 @@ impl ServeState {
 }
 
 /// Resolves the caller from its client certificate or bearer token; 401 (403 for a
-/// certificate without a role) otherwise. Refused POSTs are audit events.
+/// certificate without a role) otherwise. Refused writes (any method but GET and HEAD)
+/// are audit events.
 async fn authenticate(
     State(state): State<Arc<ServeState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -280,7 +293,7 @@ async fn authenticate(
         }
         Err(e) => {
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
-            if req.method() == Method::POST {
+            if req.method() != Method::GET && req.method() != Method::HEAD {
                 let _ = state.record(
                     None,
                     peer.addr,
@@ -315,7 +328,7 @@ async fn require(
         caller.actor.name,
         caller.actor.role.name()
     );
-    if req.method() == Method::POST {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
         return state.refuse(
             &caller,
             Attempt {
@@ -394,13 +407,13 @@ async fn start_run(
     // the run's record starts before the run: a run the service stops during is
     // resumed from it when the service starts again
     let event = json!({"event": "started", "name": spec.name, "started": started, "spec": spec});
-    if let Err(e) = state.runlog.append(&id, object(event)).await {
+    if let Err(e) = state.runlog.start(&id, object(event)).await {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the run was not started: cannot write the run log: {e}"),
         );
     }
-    spawn_run(state.clone(), id.clone(), spec, started, Vec::new()).await;
+    spawn_run(state.clone(), id.clone(), spec, started, Vec::new(), None).await;
     (
         StatusCode::ACCEPTED,
         Json(json!({ "id": id, "state": "running" })),
@@ -423,6 +436,7 @@ async fn spawn_run(
     spec: Spec,
     started: String,
     resume: Vec<serde_json::Value>,
+    schedule: Option<String>,
 ) {
     let (spec_name, started_at) = (spec.name.clone(), started.clone());
     let (cancel, cancelled) = oneshot::channel::<String>();
@@ -501,6 +515,7 @@ async fn spawn_run(
             started: started_at,
             cancel: Some(cancel),
             task: Some(task.abort_handle()),
+            schedule,
         },
     );
 }
@@ -548,7 +563,8 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
         let levels = events.iter().filter(|e| e["event"] == "level").count();
         tracing::warn!(run = %r.run_id, levels, "resuming a run the service did not finish");
         let started = start["started"].as_str().unwrap_or_default().to_string();
-        spawn_run(state.clone(), r.run_id.clone(), spec, started, events).await;
+        let schedule = start["schedule"].as_str().map(str::to_string);
+        spawn_run(state.clone(), r.run_id.clone(), spec, started, events, schedule).await;
     }
     Ok(())
 }

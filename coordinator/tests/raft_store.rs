@@ -51,6 +51,8 @@ fn nightly() -> Schedule {
     Schedule {
         cron: "0 3 * * *".to_string(),
         spec: json!({ "name": "orders" }),
+        created: 1_700_000_000,
+        by: "ops".to_string(),
     }
 }
 

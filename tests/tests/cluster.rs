@@ -20,6 +20,7 @@ use tally_e2e::{bins, db};
 /// Rows per side.
 const N: i64 = 1_000_000;
 const TOKEN: &str = "operator-token-012345678";
+const ADMIN: &str = "admin-token-0123456789ab";
 
 fn sha256_hex(s: &str) -> String {
     use sha2::Digest;
@@ -288,11 +289,12 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
                 &cfg,
                 format!(
                     "listen: 127.0.0.1:{api}\ndata_dir: store-{id}\n{agents}\
-                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
+                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}, {{ name: root, sha256: {}, role: admin }}]\n\
                      cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
                      tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
                      initial_members: [{members}]\n  snapshot_logs: 64\n",
-                    sha256_hex(TOKEN)
+                    sha256_hex(TOKEN),
+                    sha256_hex(ADMIN)
                 ),
             )
             .unwrap();
@@ -391,6 +393,54 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     replicas[li].start(&dir);
     let doc = wait_done(&replicas[li], &id, Duration::from_secs(60));
     assert_eq!(differences(&doc["result"]), expected());
+
+    // a schedule put through a follower, for one second a few seconds ahead: with every
+    // replica's scheduler running, exactly one run starts for that tick
+    let tick = time::OffsetDateTime::now_utc() + time::Duration::seconds(6);
+    let cron = format!(
+        "{} {} {} {} {} *",
+        tick.second(),
+        tick.minute(),
+        tick.hour(),
+        tick.day(),
+        u8::from(tick.month())
+    );
+    let indented: String = SPEC
+        .replace("failover", "scheduled")
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    let body = format!("cron: '{cron}'\nspec:\n{indented}");
+    let (code, b) = request(
+        replicas[li].api,
+        None,
+        "PUT",
+        "/v1/schedules/once",
+        Some(ADMIN),
+        &body,
+    )
+    .unwrap();
+    assert_eq!(code, 201, "{b}");
+    let once = format!("{:x}-s-once", tick.unix_timestamp() * 1000);
+    for r in &replicas {
+        let (_, list) = r.get("/v1/schedules");
+        assert_eq!(list["schedules"][0]["name"], "once", "replica {}: {list}", r.id);
+    }
+    let doc = wait_done(&replicas[li], &once, Duration::from_secs(120));
+    assert_eq!(differences(&doc["result"]), expected());
+    std::thread::sleep(Duration::from_secs(2));
+    for r in &replicas {
+        let (_, list) = r.get("/v1/runs");
+        let scheduled: Vec<&Value> = list["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["id"].as_str().is_some_and(|i| i.ends_with("-s-once")))
+            .collect();
+        assert_eq!(scheduled.len(), 1, "replica {}: {scheduled:?}", r.id);
+        assert_eq!(scheduled[0]["id"], once.as_str());
+    }
+    eprintln!("a schedule put through a follower started its tick's run once: {once}");
 
     // a follower down while the group moves past its log catches up through a snapshot
     let fi = alive.iter().map(|i| *i as usize - 1).find(|i| *i != ni).unwrap();

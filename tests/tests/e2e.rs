@@ -13,6 +13,9 @@ use tally_e2e::zones::{Deployment, differences, parse_run};
 /// `tally run --server`: in tests/tests/e2e/remote.rs.
 #[path = "e2e/remote.rs"]
 mod remote;
+/// Scheduled runs on a single `tally serve`: in tests/tests/e2e/schedules.rs.
+#[path = "e2e/schedules.rs"]
+mod schedules;
 
 const N: i64 = 20_000;
 

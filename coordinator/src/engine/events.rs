@@ -20,6 +20,14 @@ pub enum Side {
 }
 
 impl Side {
+    /// The side across.
+    pub fn other(self) -> Side {
+        match self {
+            Side::Source => Side::Target,
+            Side::Target => Side::Source,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Side::Source => "source",
@@ -57,11 +65,20 @@ pub enum Event {
         #[serde(with = "packed_digests")]
         digests: Vec<RowDigest>,
     },
-    /// One side's revealed rows of rows-phase range `range`.
+    /// One side's revealed rows of rows-phase range `range` (when only that side was
+    /// asked: missing or extra rows).
     Revealed {
         range: usize,
         side: Side,
         response: RevealResponse,
+    },
+    /// Both sides' revealed rows of range `range`, recorded together once both are in, so
+    /// that what is kept of a changed row is only what differs (a side recorded alone
+    /// would keep the values of its unchanged columns too).
+    RevealedBoth {
+        range: usize,
+        source: RevealResponse,
+        target: RevealResponse,
     },
     /// One side's investigation SQL of leaf `leaf`.
     InvestigationSql { leaf: usize, side: Side, sql: String },
@@ -78,6 +95,7 @@ impl Event {
             Event::Aggregated { .. } => "aggregated",
             Event::Digests { .. } => "digests",
             Event::Revealed { .. } => "revealed",
+            Event::RevealedBoth { .. } => "revealed_both",
             Event::InvestigationSql { .. } => "investigation_sql",
             Event::Failed { .. } => "failed",
         }
@@ -92,9 +110,23 @@ impl Event {
             Event::Aggregated { level, side, .. } => Call::Aggregate(*level, *side),
             Event::Digests { range, side, .. } => Call::Digests(*range, *side),
             Event::Revealed { range, side, .. } => Call::Reveal(*range, *side),
+            Event::RevealedBoth { range, .. } => Call::Reveal(*range, Side::Source),
             Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Event::Failed { .. } => return None,
         })
+    }
+
+    /// Every call this event answers: both reveals for `revealed_both`.
+    pub fn calls(&self) -> Vec<Call> {
+        match self {
+            Event::RevealedBoth { range, .. } => {
+                vec![
+                    Call::Reveal(*range, Side::Source),
+                    Call::Reveal(*range, Side::Target),
+                ]
+            }
+            other => other.answers().into_iter().collect(),
+        }
     }
 }
 

@@ -172,6 +172,21 @@ impl Engine {
                 side,
                 response: self.trim_reveal(range, side, response),
             },
+            Event::RevealedBoth {
+                range,
+                source,
+                target,
+            } => {
+                let (source, target) = self.trim_reveals(
+                    self.trim_reveal(range, Side::Source, source),
+                    self.trim_reveal(range, Side::Target, target),
+                );
+                Event::RevealedBoth {
+                    range,
+                    source,
+                    target,
+                }
+            }
             other => other,
         }
     }
@@ -189,11 +204,24 @@ impl Engine {
         if self.finished {
             return Err("the run is over".into());
         }
-        match event.answers() {
-            Some(call) if !self.outstanding.iter().any(|c| c.call() == Some(call)) => {
-                Err(format!("{call} was not asked"))
+        for call in event.calls() {
+            if !self.outstanding.iter().any(|c| c.call() == Some(call)) {
+                return Err(format!("{call} was not asked"));
             }
-            _ => Ok(()),
+        }
+        Ok(())
+    }
+
+    /// Whether `event` is one side's reveal of a range whose other side is asked and not
+    /// answered yet: the runtime then waits for both and records them as one
+    /// `revealed_both` (see [`Event::RevealedBoth`]).
+    pub fn reveal_partner_pending(&self, event: &Event) -> bool {
+        match event {
+            Event::Revealed { range, side, .. } => {
+                let partner = Call::Reveal(*range, side.other());
+                self.outstanding.iter().any(|c| c.call() == Some(partner))
+            }
+            _ => false,
         }
     }
 
@@ -205,7 +233,7 @@ impl Engine {
                 event.kind()
             )));
         }
-        if let Some(call) = event.answers() {
+        for call in event.calls() {
             self.outstanding.retain(|c| c.call() != Some(call));
         }
         let mut out = Vec::new();
@@ -225,6 +253,13 @@ impl Engine {
                 side,
                 response,
             } => self.on_revealed(&mut out, range, side, response),
+            Event::RevealedBoth {
+                range,
+                source,
+                target,
+            } => self
+                .on_revealed(&mut out, range, Side::Source, source)
+                .and_then(|()| self.on_revealed(&mut out, range, Side::Target, target)),
             Event::Failed { code, message } => Err(ErrorOut { code, message }),
         };
         if let Err(e) = outcome {

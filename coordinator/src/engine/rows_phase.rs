@@ -137,6 +137,36 @@ impl Engine {
         r
     }
 
+    /// Both sides' (trimmed) reveals of one range: of a row both show, a column whose
+    /// canonical values are equal is kept by neither (the result names only the columns
+    /// that differ, and equal values compare equal as absent on both sides too).
+    pub(super) fn trim_reveals(
+        &self,
+        mut source: RevealResponse,
+        mut target: RevealResponse,
+    ) -> (RevealResponse, RevealResponse) {
+        let Some(key_len) = self.resolved.as_ref().map(|r| r.key_len) else {
+            return (source, target);
+        };
+        let mut by_hash: std::collections::HashMap<u64, &mut Vec<Option<String>>> = target
+            .rows
+            .iter_mut()
+            .map(|r| (r.key_hash, &mut r.values))
+            .collect();
+        for row in &mut source.rows {
+            let Some(other) = by_hash.get_mut(&row.key_hash) else {
+                continue;
+            };
+            for j in key_len..row.values.len().min(other.len()) {
+                if row.values[j].is_some() && row.values[j] == other[j] {
+                    row.values[j] = None;
+                    other[j] = None;
+                }
+            }
+        }
+        (source, target)
+    }
+
     pub(super) fn on_revealed(&mut self, out: &mut Out, range: usize, side: Side, r: RevealResponse) -> Step {
         let rows = self.rows();
         let n = rows

@@ -5,7 +5,7 @@
 //! its recorded events is rebuilt by replaying them; only the calls still outstanding
 //! are made.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io::IsTerminal;
 use std::pin::Pin;
@@ -139,6 +139,8 @@ impl Runtime<'_> {
     async fn drive(&self, engine: &mut Engine, first: Vec<Command>) -> RunResult {
         let mut queue: VecDeque<Command> = first.into();
         let mut calls: FuturesUnordered<Answer<'_>> = FuturesUnordered::new();
+        // one side's reveal of a range waiting for the other side's
+        let mut held: BTreeMap<usize, Event> = BTreeMap::new();
         loop {
             while let Some(c) = queue.pop_front() {
                 match c {
@@ -157,6 +159,41 @@ impl Runtime<'_> {
                 }
             }
             let next = match calls.next().await {
+                Some(event) if engine.reveal_partner_pending(&event) => match event {
+                    Event::Revealed {
+                        range,
+                        side,
+                        response,
+                    } => match held.remove(&range) {
+                        Some(Event::Revealed { response: other, .. }) => {
+                            let (source, target) = match side {
+                                Side::Source => (response, other),
+                                Side::Target => (other, response),
+                            };
+                            self.answer(
+                                engine,
+                                Event::RevealedBoth {
+                                    range,
+                                    source,
+                                    target,
+                                },
+                            )
+                            .await
+                        }
+                        _ => {
+                            held.insert(
+                                range,
+                                Event::Revealed {
+                                    range,
+                                    side,
+                                    response,
+                                },
+                            );
+                            continue;
+                        }
+                    },
+                    other => self.answer(engine, other).await,
+                },
                 Some(event) => self.answer(engine, event).await,
                 None => engine.abort(RunError::Internal(
                     "engine: nothing in flight and no result".into(),

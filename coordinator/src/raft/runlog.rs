@@ -9,6 +9,8 @@
 //! that raced the new one is refused by the state machine (`SeqConflict`), and one made
 //! after it lost the leadership by Raft (`ForwardToLeader`).
 
+use std::collections::BTreeMap;
+
 use openraft::Raft;
 use openraft::error::{ClientWriteError, RaftError};
 use serde_json::{Map, Value};
@@ -16,7 +18,7 @@ use tally_common::chain::{GENESIS, line_hash};
 
 use super::state_machine::StateReader;
 use super::types::{Command, Response, TypeConfig};
-use crate::runlog::{Appended, RunHead, RunLog, RunLogError, next_line, verified};
+use crate::runlog::{Appended, RunHead, RunLog, RunLogError, Schedule, next_line, verified};
 
 #[derive(Clone)]
 pub struct RaftRunLog {
@@ -41,14 +43,37 @@ fn line_of(run: &str, v: &Value) -> Result<String, RunLogError> {
     })
 }
 
-#[tonic::async_trait]
-impl RunLog for RaftRunLog {
-    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+impl RaftRunLog {
+    /// Writes a command through Raft on the leader.
+    async fn write(&self, command: Command) -> Result<Response, RunLogError> {
+        match self.raft.client_write(command).await {
+            Ok(r) => Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(RunLogError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    async fn write_event(
+        &self,
+        run: &str,
+        event: Map<String, Value>,
+        new: bool,
+    ) -> Result<Appended, RunLogError> {
         let events = self.reader.run_events(run).await.map_err(store_err)?;
         let head = match events.last() {
-            Some(v) => line_hash(&line_of(run, v)?),
+            Some(v) if !new => line_hash(&line_of(run, v)?),
+            Some(_) => {
+                return Err(RunLogError::Conflict {
+                    run: run.to_string(),
+                    seq: 1,
+                });
+            }
             None => GENESIS.to_string(),
         };
+        // a start is the run's event 0 whatever this replica has applied: the state
+        // machine refuses it if another leader's start of the same run committed first
         let count = events.len() as u64;
         let (seq, line) = next_line(run, count, &head, event)?;
         let head = line_hash(&line);
@@ -57,19 +82,44 @@ impl RunLog for RaftRunLog {
             seq: count,
             event: Value::String(line),
         };
-        match self.raft.client_write(command).await {
-            Ok(r) => match r.data {
-                Response::EventAppended { .. } => Ok(Appended { seq, head }),
-                Response::SeqConflict { .. } => Err(RunLogError::Conflict {
-                    run: run.to_string(),
-                    seq,
-                }),
-                other => Err(store_err(format!("unexpected answer {other:?}"))),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(RunLogError::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
+        match self.write(command).await? {
+            Response::EventAppended { .. } => Ok(Appended { seq, head }),
+            Response::SeqConflict { .. } => Err(RunLogError::Conflict {
+                run: run.to_string(),
+                seq,
             }),
-            Err(e) => Err(store_err(e)),
+            other => Err(store_err(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RunLog for RaftRunLog {
+    async fn append(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write_event(run, event, false).await
+    }
+
+    async fn start(&self, run: &str, event: Map<String, Value>) -> Result<Appended, RunLogError> {
+        self.write_event(run, event, true).await
+    }
+
+    async fn schedules(&self) -> Result<BTreeMap<String, Schedule>, RunLogError> {
+        self.reader.schedules().await.map_err(store_err)
+    }
+
+    async fn put_schedule(&self, name: &str, schedule: Schedule) -> Result<(), RunLogError> {
+        let name = name.to_string();
+        match self.write(Command::PutSchedule { name, schedule }).await? {
+            Response::SchedulePut => Ok(()),
+            other => Err(store_err(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, RunLogError> {
+        let name = name.to_string();
+        match self.write(Command::DeleteSchedule { name }).await? {
+            Response::ScheduleDeleted { existed } => Ok(existed),
+            other => Err(store_err(format!("unexpected answer {other:?}"))),
         }
     }
 

@@ -61,14 +61,8 @@ pub enum Command {
     DeleteSchedule { name: String },
 }
 
-/// A scheduled run as the replicated state holds it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Schedule {
-    /// A cron expression; parsed and checked by the scheduler, not by the state machine.
-    pub cron: String,
-    /// The run's spec as submitted.
-    pub spec: serde_json::Value,
-}
+/// A scheduled run as the replicated state holds it (the single-node run log's type).
+pub use crate::runlog::Schedule;
 
 /// The answer of the state machine to one applied entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

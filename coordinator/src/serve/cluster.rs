@@ -188,6 +188,23 @@ impl Forwarded for ForwardTo {
                 )
                 .await
             }
+            ("put_schedule", Some(name)) => {
+                super::schedules::put(
+                    axum::extract::State(state),
+                    Extension(caller),
+                    axum::extract::Path(name),
+                    req.body,
+                )
+                .await
+            }
+            ("delete_schedule", Some(name)) => {
+                super::schedules::delete(
+                    axum::extract::State(state),
+                    Extension(caller),
+                    axum::extract::Path(name),
+                )
+                .await
+            }
             (other, _) => error(StatusCode::BAD_REQUEST, format!("cannot forward {other:?}")),
         };
         let status = resp.status().as_u16();
