@@ -526,7 +526,10 @@ async fn record_run(
         None => {
             let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
             let id = format!("{millis:x}-{}", std::process::id());
-            let event = serde_json::json!({"event": "started", "name": spec.name, "spec": spec_json});
+            let started = time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            let event = serde_json::json!({"event": "started", "name": spec.name, "started": started, "spec": spec_json});
             if let serde_json::Value::Object(e) = event {
                 log.append(&id, e).await.map_err(|e| e.to_string())?;
             }

@@ -190,6 +190,8 @@ pub struct Gates {
     pub max_rows_scanned: Option<u64>,
     #[serde(default)]
     pub max_leaves: Option<u64>,
+    /// Wall-clock seconds from the run's start; a resumed run counts from its first
+    /// start (the `started` event), not from the resume.
     #[serde(default)]
     pub max_seconds: Option<u64>,
 }

@@ -245,6 +245,47 @@ async fn a_run_resumed_from_its_log_does_not_ask_committed_levels_again() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn max_seconds_counts_from_the_runs_first_start_not_from_its_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _) = deploy(dir.path(), true).await;
+    let path = dir.path().join("gated.yaml");
+    let text = "name: gated\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+                bisection: { strategy: quantile, factor: 2, threshold: 4 }\nreporting: { level: with_keys }\n\
+                gates: { max_seconds: 600 }\n";
+    std::fs::write(&path, text).unwrap();
+    let spec = Spec::load(&path).unwrap();
+    let log = Arc::new(MemoryRunLog::default());
+    let whole = run(&spec, &a, &b, &recording(log.clone(), vec![])).await;
+    assert_eq!(whole.verdict, Verdict::Differ, "{:?}", whole.error);
+    let events = log.load("r1").await.unwrap();
+    let cut = after(&events, "level", 1);
+    let started = |ago: i64| {
+        let t = time::OffsetDateTime::now_utc() - time::Duration::seconds(ago);
+        serde_json::json!({
+            "event": "started", "name": "gated", "spec": serde_json::to_value(&spec).unwrap(),
+            "started": t.format(&time::format_description::well_known::Rfc3339).unwrap(),
+        })
+    };
+    // started 20 minutes ago, stopped after level 1: resumed now, its 10 minutes are up
+    let mut resume = vec![started(1200)];
+    resume.extend(events[..cut].iter().cloned());
+    let log2 = log_of(&resume).await;
+    let resume = log2.load("r1").await.unwrap();
+    let late = run(&spec, &a, &b, &recording(log2, resume)).await;
+    assert_eq!(late.verdict, Verdict::Error);
+    let e = late.error.as_ref().expect("an error");
+    assert_eq!(e.code, "gate_tripped", "{e:?}");
+    assert!(e.message.contains("max_seconds"), "{e:?}");
+    // started a minute ago: it finishes
+    let mut resume = vec![started(60)];
+    resume.extend(events[..cut].iter().cloned());
+    let log3 = log_of(&resume).await;
+    let resume = log3.load("r1").await.unwrap();
+    let in_time = run(&spec, &a, &b, &recording(log3, resume)).await;
+    assert_eq!(in_time.verdict, Verdict::Differ, "{:?}", in_time.error);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_run_killed_in_the_rows_phase_resumes_without_asking_recorded_digests_or_sql_again() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b, _) = deploy(dir.path(), true).await;

@@ -45,6 +45,9 @@ pub(super) struct RowsPhase {
     revealed: usize,
     reveals: BTreeMap<usize, Pair<RevealResponse>>,
     differences: Vec<Difference>,
+    /// Sides whose agent revealed fewer rows than asked (its `max_reveal_rows` budget).
+    #[serde(default)]
+    cut_short: Vec<Side>,
 }
 
 impl RowsPhase {
@@ -61,6 +64,7 @@ impl RowsPhase {
             revealed: 0,
             reveals: BTreeMap::new(),
             differences: Vec::new(),
+            cut_short: Vec::new(),
         }
     }
 }
@@ -174,6 +178,9 @@ impl Engine {
             .iter()
             .position(|w| w.leaf == range)
             .expect("a reveal was asked for this range");
+        if r.truncated && !rows.cut_short.contains(&side) {
+            rows.cut_short.push(side);
+        }
         put(rows.reveals.entry(n).or_default(), side, r);
         self.advance_rows(out)
     }
@@ -333,7 +340,21 @@ impl Engine {
     fn rows_done(&mut self, out: &mut Out) {
         let rows = self.rows.take().expect("rows phase");
         let found = rows.found.expect("classified");
-        self.res.truncated = found.truncated;
+        // a listed difference needs its key revealed: an agent whose budget ran out
+        // leaves some out, and the result says so (the counts stay whole)
+        self.res.truncated = found.truncated || !rows.cut_short.is_empty();
+        for side in &rows.cut_short {
+            let agent = match side {
+                Side::Source => &self.agents.0,
+                Side::Target => &self.agents.1,
+            };
+            self.res.warnings.push(format!(
+                "agent {agent} ({}) revealed fewer rows than asked (its max_reveal_rows budget for this run): \
+                 `differences` lists {} of the differences `difference_counts` counts",
+                side.name(),
+                rows.differences.len()
+            ));
+        }
         self.res.differences = Some(rows.differences);
         self.res.difference_counts = Some(found.counts);
         let (dup_source, dup_target) = found.duplicates;

@@ -39,6 +39,20 @@ fn failed(e: &RunError) -> Event {
     }
 }
 
+/// Seconds since a resumed run started (its `started` event's time; 0 when it has none):
+/// the `max_seconds` gate counts from the run's start, across restarts.
+fn seconds_since_start(resume: &[Value]) -> u64 {
+    let started = resume
+        .iter()
+        .find(|e| e["event"] == "started")
+        .and_then(|e| e["started"].as_str())
+        .and_then(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok());
+    match started {
+        Some(t) => (time::OffsetDateTime::now_utc() - t).whole_seconds().max(0) as u64,
+        None => 0,
+    }
+}
+
 /// Runs `spec` between two agents (resuming from `opts.record`'s events, if any);
 /// never fails: errors become verdict `error`.
 pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
@@ -81,9 +95,15 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
         };
         first.splice(0..0, missing);
     }
+    let spent = rt.record.map_or(0, |r| seconds_since_start(&r.resume));
     let mut result = match spec.gates.max_seconds {
         None => rt.drive(&mut engine, first).await,
-        Some(s) => match tokio::time::timeout(Duration::from_secs(s), rt.drive(&mut engine, first)).await {
+        Some(s) => match tokio::time::timeout(
+            Duration::from_secs(s.saturating_sub(spent)),
+            rt.drive(&mut engine, first),
+        )
+        .await
+        {
             Ok(r) => r,
             Err(_) => {
                 // the calls in flight were dropped with the drive; the gate is an event too

@@ -22,6 +22,8 @@ struct Fake {
     rows: Vec<(i64, u64)>,
     /// Offers a sealed method, with a zone key.
     sealed: bool,
+    /// Reveals at most this many rows per call (an agent's `max_reveal_rows` running out).
+    reveal_budget: Option<usize>,
 }
 
 fn key_hash(k: i64) -> u64 {
@@ -37,6 +39,7 @@ impl Fake {
         Fake {
             rows: (0..n).map(|k| (k, 1000 + k as u64 * 7)).collect(),
             sealed: false,
+            reveal_budget: None,
         }
     }
 
@@ -106,7 +109,7 @@ impl Fake {
     }
 
     fn reveal(&self, req: &RevealRequest) -> RevealResponse {
-        let rows = req
+        let mut rows: Vec<RevealedRow> = req
             .key_hashes
             .iter()
             .filter_map(|h| self.rows.iter().find(|(k, _)| key_hash(*k) == *h))
@@ -116,8 +119,12 @@ impl Fake {
                 values: Vec::new(),
             })
             .collect();
+        let budget = self.reveal_budget.unwrap_or(usize::MAX);
+        let truncated = rows.len() > budget;
+        rows.truncate(budget);
         RevealResponse {
             rows,
+            truncated,
             ..Default::default()
         }
     }

@@ -68,6 +68,33 @@ fn the_sample_limit_cuts_the_differences_and_the_reveals_but_not_the_counts() {
 }
 
 #[test]
+fn an_agent_whose_reveal_budget_runs_out_leaves_differences_out_and_the_result_says_so() {
+    // 30 changed rows, a source whose budget is spent (it reveals nothing)
+    let (mut s, t) = scattered(30);
+    s.reveal_budget = Some(0);
+    let tr = drive(&with_keys("with_keys", ""), &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 30);
+    let listed = r.differences.as_ref().unwrap().len();
+    assert!(listed < 30, "{listed} listed");
+    assert!(r.truncated, "a cut-short list must say it is cut short");
+    let w = r
+        .warnings
+        .iter()
+        .find(|w| w.contains("revealed fewer rows than asked"));
+    let w = w.unwrap_or_else(|| panic!("no warning: {:?}", r.warnings));
+    assert!(
+        w.contains("(source)") && w.contains(&format!("lists {listed} of")),
+        "{w}"
+    );
+    // a whole reveal says nothing of the kind
+    let (s, t) = scattered(30);
+    let r = drive(&with_keys("with_keys", ""), &s, &t).result;
+    assert!(!r.truncated && r.warnings.iter().all(|w| !w.contains("revealed fewer")));
+}
+
+#[test]
 fn each_side_reveals_only_its_rows_and_detailed_asks_both_for_changed_ones() {
     let (s, t) = planted();
     let tr = drive(&with_keys("with_keys", ""), &s, &t);
