@@ -714,6 +714,28 @@ async fn cancel_run(
 /// Both chains, verified as they are read: the run store's index (what was run, with
 /// each document's hash) and the audit log (who changed what, from where).
 async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
+    if state.node.is_some() {
+        // a group keeps runs in the replicated run log, not in a local store: each run's
+        // own chain (its event count and head), and this replica's audit log
+        let heads = match state.runlog.runs().await {
+            Ok(h) => h,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let events = match state.audit.events() {
+            Ok(e) => e,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
+        let (events_seq, events_head) = state.audit.head();
+        let runs: Vec<serde_json::Value> = heads
+            .iter()
+            .map(|h| json!({ "id": h.run_id, "events": h.events, "head": h.head }))
+            .collect();
+        return Json(json!({
+            "runs": { "log": "replicated", "entries": runs },
+            "events": { "seq": events_seq, "head": events_head, "entries": events },
+        }))
+        .into_response();
+    }
     let (runs, events) = match (state.store.entries(), state.audit.events()) {
         (Ok(r), Ok(e)) => (r, e),
         (Err(e), _) | (_, Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),

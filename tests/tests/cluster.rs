@@ -502,6 +502,39 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
             );
         }
     }
+    // the audit view of every replica lists each run's chain, the same everywhere (once
+    // the followers have applied the last entries)
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let heads: Vec<Value> = replicas
+            .iter()
+            .map(|r| {
+                let (code, a) = request(r.api, None, "GET", "/v1/audit", Some(ADMIN), "").unwrap();
+                assert_eq!(code, 200, "replica {}: {a}", r.id);
+                let runs = a["runs"]["entries"].clone();
+                let this = runs
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["id"] == id.as_str())
+                    .cloned();
+                assert!(
+                    this.as_ref().is_some_and(|x| x["events"].as_u64() > Some(3)),
+                    "replica {}: {a}",
+                    r.id
+                );
+                runs
+            })
+            .collect();
+        if heads.windows(2).all(|w| w[0] == w[1]) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the replicas' run chains differ: {heads:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let s = status(&replicas[ni]).expect("status");
     assert_eq!(s["members"].as_array().unwrap().len(), 3, "{s}");
     eprintln!("status after: {s}");
