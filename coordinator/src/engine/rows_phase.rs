@@ -152,9 +152,16 @@ impl Engine {
         let Some(key_len) = self.resolved.as_ref().map(|r| r.key_len) else {
             return (source, target);
         };
+        // a key shown twice on a side (duplicate keys) is left whole: which of its rows
+        // the result pairs is not this function's to guess
+        let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+        for h in source.rows.iter().chain(&target.rows).map(|r| r.key_hash) {
+            *seen.entry(h).or_default() += 1;
+        }
         let mut by_hash: std::collections::HashMap<u64, &mut Vec<Option<String>>> = target
             .rows
             .iter_mut()
+            .filter(|r| seen.get(&r.key_hash) == Some(&2))
             .map(|r| (r.key_hash, &mut r.values))
             .collect();
         for row in &mut source.rows {
