@@ -19,6 +19,26 @@ pub fn bin_dir() -> PathBuf {
         // the same package selection and features as the test run (.ci/run exports
         // TALLY_FEATURES), so cargo finds everything fresh instead of relinking variants
         let mut cmd = std::process::Command::new(cargo);
+        // without the variables cargo sets for the test process: build scripts that
+        // track one (ring's reads CARGO_MANIFEST_DIR) would otherwise be dirty here and
+        // again in the next plain `cargo test`, rebuilding rustls and all above it twice
+        // per test run
+        for (var, _) in std::env::vars_os() {
+            let name = var.to_string_lossy();
+            if [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&name.as_ref())
+                || name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_BIN_")
+            {
+                cmd.env_remove(&var);
+            }
+        }
         cmd.args([
             "build",
             "--quiet",

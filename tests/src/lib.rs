@@ -11,4 +11,5 @@ pub mod db;
 pub mod https;
 pub mod netns;
 pub mod proc;
+pub mod raft_db;
 pub mod zones;

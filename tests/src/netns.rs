@@ -1,8 +1,9 @@
-//! Network zones made of Linux network namespaces, for tests that need real network
-//! separation: a hub (the coordinator's network) linked by a veth pair to each of two
-//! zones. The hub does not forward, so the zones cannot reach each other, and each
-//! zone's databases listen on its own loopback only. Everything is removed when the
-//! topology is dropped, and by a reaper if the test process dies first.
+//! Network topologies made of Linux network namespaces, for tests that need real
+//! network separation. [`Topology`]: a hub (the coordinator's network) linked by a veth
+//! pair to each of two zones; the hub does not forward, so the zones cannot reach each
+//! other, and each zone's databases listen on its own loopback only. [`Lan`]: hosts on
+//! one Linux bridge, any pair of which can be partitioned and healed. Everything is
+//! removed when the topology is dropped, and by a reaper if the test process dies first.
 
 use std::process::{Command, Stdio};
 
@@ -148,5 +149,140 @@ impl Drop for Topology {
 impl Default for Topology {
     fn default() -> Self {
         Topology::new()
+    }
+}
+
+/// One host of a [`Lan`].
+#[derive(Debug)]
+pub struct Host {
+    /// Its host name, which every host of the Lan resolves.
+    pub name: String,
+    /// Namespace name.
+    pub ns: String,
+    /// The host's address on the bridge.
+    pub addr: String,
+}
+
+/// Hosts on one Ethernet segment: a hub namespace holding a Linux bridge (with the
+/// address [`Lan::HUB_ADDR`] on it, for servers every host reaches) and one namespace
+/// per host, each with a veth into the bridge at 10.214.0.11, .12, … Each host resolves
+/// every host's name: processes started with `ip netns exec` see the Lan's own
+/// `/etc/hosts` (iproute2 mounts `/etc/netns/NS/hosts` over it), which the Lan writes
+/// and removes.
+///
+/// A partition is made of blackhole routes inside the hosts' namespaces ([`Lan::cut`]):
+/// packets between the two hosts are dropped by the sender's routing, both ways, while
+/// both still reach the hub and every other host. A new connection fails at once, an
+/// established one goes silent (its segments are dropped and retransmitted until it
+/// times out or the cut is mended).
+#[derive(Debug)]
+pub struct Lan {
+    pub hub: String,
+    pub hosts: Vec<Host>,
+}
+
+/// iproute2's per-namespace configuration directory.
+fn etc_of(ns: &str) -> String {
+    format!("/etc/netns/{ns}")
+}
+
+impl Lan {
+    pub const HUB_ADDR: &'static str = "10.214.0.1";
+
+    /// A Lan of one host per name (at most 9).
+    pub fn new(names: &[&str]) -> Lan {
+        assert!((1..=9).contains(&names.len()), "a Lan has 1 to 9 hosts");
+        let id = std::process::id() % 100_000;
+        let hub = format!("tl{id}h");
+        let hosts: Vec<Host> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Host {
+                name: name.to_string(),
+                ns: format!("tl{id}n{}", i + 1),
+                addr: format!("10.214.0.{}", 11 + i),
+            })
+            .collect();
+        let mut all = vec![hub.clone()];
+        all.extend(hosts.iter().map(|h| h.ns.clone()));
+        // the reaper first: whatever happens next, the namespaces go away
+        crate::db::reaper(&format!(
+            "for n in {}; do ip netns pids $n 2>/dev/null | xargs -r kill -9; ip netns del $n 2>/dev/null; \
+             rm -rf /etc/netns/$n; done",
+            all.join(" ")
+        ));
+        let lan = Lan { hub, hosts };
+        for n in &all {
+            ip(&["netns", "add", n]);
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+        }
+        ip(&["-n", &lan.hub, "link", "add", "br0", "type", "bridge"]);
+        ip(&[
+            "-n",
+            &lan.hub,
+            "addr",
+            "add",
+            &format!("{}/24", Lan::HUB_ADDR),
+            "dev",
+            "br0",
+        ]);
+        ip(&["-n", &lan.hub, "link", "set", "br0", "up"]);
+        let mut etc_hosts = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for h in &lan.hosts {
+            etc_hosts.push_str(&format!("{} {}\n", h.addr, h.name));
+        }
+        for (i, h) in lan.hosts.iter().enumerate() {
+            let port = format!("tl{id}v{}", i + 1);
+            ip(&[
+                "link", "add", &port, "netns", &lan.hub, "type", "veth", "peer", "name", "eth0", "netns",
+                &h.ns,
+            ]);
+            ip(&["-n", &lan.hub, "link", "set", &port, "master", "br0", "up"]);
+            ip(&[
+                "-n",
+                &h.ns,
+                "addr",
+                "add",
+                &format!("{}/24", h.addr),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &h.ns, "link", "set", "eth0", "up"]);
+            let etc = etc_of(&h.ns);
+            std::fs::create_dir_all(&etc).unwrap_or_else(|e| panic!("creating {etc}: {e}"));
+            std::fs::write(format!("{etc}/hosts"), &etc_hosts)
+                .unwrap_or_else(|e| panic!("writing {etc}/hosts: {e}"));
+        }
+        lan
+    }
+
+    /// Drops every packet between hosts `a` and `b` (indexes into `hosts`), both ways.
+    pub fn cut(&self, a: usize, b: usize) {
+        for (from, to) in [(a, b), (b, a)] {
+            let dst = format!("{}/32", self.hosts[to].addr);
+            ip(&["-n", &self.hosts[from].ns, "route", "add", "blackhole", &dst]);
+        }
+    }
+
+    /// Removes the cut between hosts `a` and `b`.
+    pub fn mend(&self, a: usize, b: usize) {
+        for (from, to) in [(a, b), (b, a)] {
+            let dst = format!("{}/32", self.hosts[to].addr);
+            ip(&["-n", &self.hosts[from].ns, "route", "del", "blackhole", &dst]);
+        }
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for n in std::iter::once(&self.hub).chain(self.hosts.iter().map(|h| &h.ns)) {
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", n]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+            let _ = std::fs::remove_dir_all(etc_of(n));
+        }
     }
 }

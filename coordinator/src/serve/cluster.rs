@@ -6,7 +6,8 @@
 //! events; when it stops being leader it aborts the run tasks it drove (their appends
 //! would be refused anyway: Raft refuses a follower's writes, the state machine a stale
 //! sequence number). Followers answer reads from their applied state and forward
-//! writes to the leader over the peer channel, with the caller they authenticated.
+//! writes to the leader over the peer channel, with the caller they authenticated; the
+//! leader takes a write only once a majority has confirmed that it still leads.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,8 +101,49 @@ pub(super) fn leading_term(state: &ServeState) -> Option<u64> {
     (m.state == ServerState::Leader).then_some(m.current_term)
 }
 
-/// On a follower, sends the write to the leader and returns its answer; on the leader
-/// (or a single node), `None`: handle it here.
+/// How long a leader tries to confirm that a majority still follows it before it
+/// refuses a write.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(3);
+/// The pause between two tries (each is one round of heartbeats, at most 250 ms).
+const CONFIRM_RETRY: Duration = Duration::from_millis(200);
+
+/// Whether a replica that believes it leads is followed by a majority.
+enum Leading {
+    Confirmed,
+    /// A higher term was seen: this replica no longer leads.
+    Deposed,
+    /// No majority answered within [`CONFIRM_WITHIN`]; why.
+    Unconfirmed(String),
+}
+
+/// Asks a majority whether this replica still leads (one round of heartbeats, tried
+/// again within [`CONFIRM_WITHIN`]). openraft 0.9 never deposes a leader that lost its
+/// majority: cut off from the group, it still names itself leader, and a write it took
+/// would wait for a commit until the partition heals.
+async fn confirm_leading(node: &crate::raft::Node) -> Leading {
+    use openraft::error::{CheckIsLeaderError, RaftError};
+    let until = Instant::now() + CONFIRM_WITHIN;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let why = match tokio::time::timeout(left, node.raft.get_read_log_id()).await {
+            Ok(Ok(_)) => return Leading::Confirmed,
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)))) => {
+                return Leading::Deposed;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no majority answered within {CONFIRM_WITHIN:?}"),
+        };
+        if Instant::now() + CONFIRM_RETRY >= until {
+            return Leading::Unconfirmed(why);
+        }
+        tokio::time::sleep(CONFIRM_RETRY).await;
+    }
+}
+
+/// On a follower, sends the write to the leader and returns its answer; on a leader a
+/// majority still follows (or a single node), `None`: handle it here; on a leader cut
+/// off from its majority, 503 within [`CONFIRM_WITHIN`], never a write that waits for
+/// the partition to heal.
 pub(super) async fn forward_if_follower(
     state: &ServeState,
     caller: &Caller,
@@ -111,9 +153,24 @@ pub(super) async fn forward_if_follower(
 ) -> Option<Response> {
     let node = state.node.as_ref()?;
     if node.is_leader() {
-        return None;
+        match confirm_leading(node).await {
+            Leading::Confirmed => return None,
+            // deposed meanwhile: forward to the new leader, when one is known
+            Leading::Deposed => {}
+            Leading::Unconfirmed(why) => {
+                tracing::warn!(error = %why, "cluster: a write refused: leadership not confirmed by a majority");
+                return Some(error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "this replica cannot confirm with a majority of the group that it still leads \
+                         ({why}): it takes no writes now; try another replica"
+                    ),
+                ));
+            }
+        }
     }
-    let Some((leader, addr)) = node.leader_addr() else {
+    // never itself: a leader deposed a moment ago may still name itself
+    let Some((leader, addr)) = node.leader_addr().filter(|(l, _)| *l != node.id) else {
         return Some(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the group has no leader now (an election is under way): try again",
