@@ -188,3 +188,104 @@ fn answers_arriving_newest_first_give_the_same_result() {
     };
     assert_eq!(json(&result), json(&whole.result));
 }
+
+/// Drives a detailed run of `planted()` until both sides of one range are asked for
+/// their reveals: the engine then, and that range.
+fn at_a_two_sided_reveal() -> (Engine, usize) {
+    let (s, t) = planted();
+    let mut e = Engine::new(with_keys("detailed", ""), "a", "b");
+    let mut open: Vec<Command> = e.start();
+    loop {
+        open.retain(|c| c.call().is_some());
+        let both = open.iter().find_map(|c| match c {
+            Command::Reveal {
+                range,
+                side: Side::Target,
+                ..
+            } if open
+                .iter()
+                .any(|o| matches!(o, Command::Reveal { range: r, side: Side::Source, .. } if r == range)) =>
+            {
+                Some(*range)
+            }
+            _ => None,
+        });
+        if let Some(range) = both {
+            return (e, range);
+        }
+        assert!(!open.is_empty(), "the run ended before a two-sided reveal");
+        let c = open.remove(0);
+        let next = e.step(answer(&c, &s, &t));
+        open.extend(next);
+    }
+}
+
+fn revealed(rows: &[(i64, &[Option<&str>])]) -> RevealResponse {
+    RevealResponse {
+        rows: rows
+            .iter()
+            .map(|(k, vals)| RevealedRow {
+                key_hash: tests::key_hash(*k),
+                key: tests::key(*k),
+                values: vals.iter().map(|v| v.map(str::to_string)).collect(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn both_trimmed(
+    e: &Engine,
+    range: usize,
+    s: RevealResponse,
+    t: RevealResponse,
+) -> (RevealResponse, RevealResponse) {
+    match e.trim(Event::RevealedBoth {
+        range,
+        source: s,
+        target: t,
+    }) {
+        Event::RevealedBoth { source, target, .. } => (source, target),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn both_sides_reveals_keep_only_the_differing_columns_of_a_changed_row() {
+    let (e, range) = at_a_two_sided_reveal();
+    // key 500 is the changed row: its amount differs, a third column is equal
+    let (s, t) = both_trimmed(
+        &e,
+        range,
+        revealed(&[(500, &[Some("500"), Some("4500"), Some("same")])]),
+        revealed(&[(500, &[Some("500"), Some("1"), Some("same")])]),
+    );
+    assert_eq!(
+        s.rows[0].values,
+        vec![Some("500".to_string()), Some("4500".to_string()), None]
+    );
+    assert_eq!(
+        t.rows[0].values,
+        vec![Some("500".to_string()), Some("1".to_string()), None]
+    );
+    // a key shown twice on a side is kept whole
+    let (s, t) = both_trimmed(
+        &e,
+        range,
+        revealed(&[
+            (500, &[Some("500"), Some("4500"), Some("same")]),
+            (500, &[Some("500"), Some("4501"), Some("other")]),
+        ]),
+        revealed(&[(500, &[Some("500"), Some("1"), Some("same")])]),
+    );
+    assert!(s.rows.iter().all(|r| r.values[2].is_some()), "{s:?}");
+    assert_eq!(t.rows[0].values[2].as_deref(), Some("same"));
+    // a row not asked of a side is dropped, whatever it holds
+    let (s, _) = both_trimmed(
+        &e,
+        range,
+        revealed(&[(500, &[Some("500"), Some("4500")]), (7, &[Some("7"), Some("49")])]),
+        revealed(&[(500, &[Some("500"), Some("1")])]),
+    );
+    assert_eq!(s.rows.len(), 1);
+}
