@@ -616,7 +616,9 @@ impl Dataset {
         Ok(n)
     }
 
-    /// Rows of a segment whose key hash is in `wanted`, up to `limit`.
+    /// Rows of a segment whose key hash is in `wanted`, up to `limit`: one row per key
+    /// hash (of a repeated key, the first; rows sharing a key are compared as one, and
+    /// a second row must not take another key's place within `limit`).
     pub async fn rows_by_key_hash(
         &self,
         b: &Bound,
@@ -626,10 +628,12 @@ impl Dataset {
         limit: usize,
     ) -> Result<(Vec<(u64, CanonRow)>, bool)> {
         let mut out = Vec::new();
+        let mut taken = HashSet::new();
         let mut truncated = false;
         self.scan_segment(b, h, seg, true, true, &mut |row, kh| {
-            if wanted.contains(&kh) {
+            if wanted.contains(&kh) && !taken.contains(&kh) {
                 if out.len() < limit {
+                    taken.insert(kh);
                     out.push((kh, row));
                 } else {
                     truncated = true;

@@ -5,7 +5,8 @@
 //! `*`, a number, a range `a-b`, a step `*/n`, `a-b/n` or `a/n`, or a comma list of those;
 //! months and weekdays also by name (`JAN`…`DEC`, `SUN`…`SAT`, any case), Sunday as 0 or
 //! 7. As in Vixie cron, when both day-of-month and day-of-week are restricted a day
-//! matches if either does. Macros: `@yearly` (`@annually`), `@monthly`, `@weekly`,
+//! matches if either does; a day field that starts with `*` (`*/2`) is not a
+//! restriction of that kind: the fields then both apply. Macros: `@yearly` (`@annually`), `@monthly`, `@weekly`,
 //! `@daily` (`@midnight`), `@hourly`. Times are UTC: there are no DST gaps or repeats.
 
 use std::fmt;
@@ -23,8 +24,9 @@ pub struct Cron {
     months: u64,
     /// Bits 0..=6, Sunday = 0.
     weekdays: u64,
-    days_any: bool,
-    weekdays_any: bool,
+    /// Day of month, day of week starting with `*` (Vixie cron's `DOM_STAR`, `DOW_STAR`).
+    days_star: bool,
+    weekdays_star: bool,
 }
 
 /// Why a cron expression was refused: which field, what it said, what is allowed.
@@ -113,10 +115,10 @@ impl Field {
         Ok(v)
     }
 
-    /// The field's set as bits, and whether it was `*` (or `*/1`).
+    /// The field's set as bits, and whether it starts with `*` (`*`, `*/2`: Vixie cron
+    /// then ANDs the day fields, see [`Cron::day_matches`]).
     fn parse(&self, text: &str) -> Result<(u64, bool), CronError> {
         let mut bits = 0u64;
-        let mut any = false;
         for part in text.split(',') {
             let (range, step) = match part.split_once('/') {
                 Some((r, s)) => {
@@ -131,7 +133,6 @@ impl Field {
                 None => (part, None),
             };
             let (lo, hi) = if range == "*" {
-                any |= step.unwrap_or(1) == 1;
                 (self.min, self.max)
             } else if let Some((a, b)) = range.split_once('-') {
                 let (a, b) = (self.value(a, text)?, self.value(b, text)?);
@@ -149,14 +150,12 @@ impl Field {
                 // `a/n` runs from a to the end
                 (a, if step.is_some() { self.max } else { a })
             };
-            let step = step.unwrap_or(1);
-            let mut v = lo;
-            while v <= hi {
+            // a step past the field's end (up to u32::MAX) takes `lo` alone; never an overflow
+            for v in (lo..=hi).step_by(step.unwrap_or(1) as usize) {
                 bits |= 1 << v;
-                v += step;
             }
         }
-        Ok((bits, any))
+        Ok((bits, text.starts_with('*')))
     }
 }
 
@@ -191,9 +190,9 @@ impl std::str::FromStr for Cron {
         let (seconds, _) = SECOND.parse(second)?;
         let (minutes, _) = MINUTE.parse(rest[0])?;
         let (hours, _) = HOUR.parse(rest[1])?;
-        let (days, days_any) = DAY.parse(rest[2])?;
+        let (days, days_star) = DAY.parse(rest[2])?;
         let (months, _) = MONTH.parse(rest[3])?;
-        let (mut weekdays, weekdays_any) = WEEKDAY.parse(rest[4])?;
+        let (mut weekdays, weekdays_star) = WEEKDAY.parse(rest[4])?;
         if weekdays & (1 << 7) != 0 {
             weekdays = (weekdays & !(1 << 7)) | 1;
         }
@@ -205,12 +204,12 @@ impl std::str::FromStr for Cron {
             days,
             months,
             weekdays,
-            days_any,
-            weekdays_any,
+            days_star,
+            weekdays_star,
         };
         // e.g. `0 0 31 2 *`: a day that never comes would never run, silently
         if !(1..=12).any(|m| cron.months & (1 << m) != 0 && cron.days & month_days(m) != 0)
-            && cron.weekdays_any
+            && (cron.days_star || cron.weekdays_star)
         {
             return Err(CronError(format!(
                 "cron expression {text:?} names no day that exists (day of month and month never meet)"
@@ -245,11 +244,12 @@ impl Cron {
         }
         let dom = self.days & (1 << date.day()) != 0;
         let dow = self.weekdays & (1 << date.weekday().number_days_from_sunday()) != 0;
-        match (self.days_any, self.weekdays_any) {
-            (true, true) => true,
-            (false, true) => dom,
-            (true, false) => dow,
-            (false, false) => dom || dow,
+        // Vixie cron: a day field starting with `*` (`*`, `*/2`) restricts with the other
+        // (AND); when neither does, a day matches if either field does (OR)
+        if self.days_star || self.weekdays_star {
+            dom && dow
+        } else {
+            dom || dow
         }
     }
 
@@ -389,6 +389,13 @@ mod tests {
         // restricted day of month alone: not every Friday
         let c = cron("0 0 15 * *");
         assert_eq!(c.next_after(t), Some(at("2026-12-15T00:00:00Z")));
+        // a day field starting with `*` restricts with the other (Vixie's DOM_STAR):
+        // odd days that are Fridays, not odd days or Fridays
+        let c = cron("0 0 */2 * fri");
+        assert_eq!(c.next_after(t), Some(at("2026-12-11T00:00:00Z")));
+        let c = cron("0 0 1 * */2");
+        // the 1st on a Sunday, Tuesday, Thursday or Saturday
+        assert_eq!(c.next_after(t), Some(at("2027-04-01T00:00:00Z")));
     }
 
     #[test]
@@ -464,5 +471,40 @@ mod tests {
             let e = expr.parse::<Cron>().unwrap_err().to_string();
             assert!(e.contains(says), "{expr}: {e}");
         }
+    }
+
+    #[test]
+    fn steps_and_edge_fields_parse_to_what_crontab_means_and_nothing_panics() {
+        let t = at("2026-12-01T16:53:26Z");
+        for (expr, same_as) in [
+            // a step longer than the field is its first value alone, up to u32::MAX
+            ("*/60 * * * *", "0 * * * *"),
+            ("5/4294967295 * * * *", "5 * * * *"),
+            ("1/4294967295 * * * *", "1 * * * *"),
+            ("0 0 1/4294967295 * *", "0 0 1 * *"),
+            ("*/4294967295 * * * *", "0 * * * *"),
+            ("0 0 * * 7-7", "0 0 * * 0"),
+            ("0 0 * * sun-sat", "0 0 * * *"),
+            ("0 0 * * 0-7", "0 0 * * *"),
+        ] {
+            let (a, b) = (cron(expr), cron(same_as));
+            assert_eq!(a.next_after(t), b.next_after(t), "{expr}");
+            assert_eq!(a.latest_at_or_before(t, 0), b.latest_at_or_before(t, 0), "{expr}");
+        }
+        for (expr, says) in [
+            ("0-59/0 * * * *", "must be a positive number"),
+            ("*/4294967296 * * * *", "must be a positive number"),
+            ("99999999999 * * * *", "is not a number"),
+            ("", "has 0 fields"),
+            ("é * * * *", "minute field \"é\""),
+            ("* * * * mon-sun", "runs backwards"),
+        ] {
+            let e = expr.parse::<Cron>().unwrap_err().to_string();
+            assert!(e.contains(says), "{expr}: {e}");
+        }
+        // year 2038 and the last second `time` can show: no overflow, no tick past 9999
+        let c = cron("* * * * *");
+        assert_eq!(c.next_after(2_147_483_647), Some(2_147_483_700));
+        assert_eq!(c.next_after(at("9999-12-31T23:59:59Z")), None);
     }
 }

@@ -443,6 +443,12 @@ async fn spawn_run(
     // the term this replica leads (a group only): the run is closed only in it
     let term = cluster::leading_term(&st);
     let mut running = st.running.lock().await;
+    // one task per run: a new leader's resume and the scheduler (or a start) that
+    // committed the run's first event just before it may both spawn it
+    if running.contains_key(&id) {
+        tracing::info!(run = %id, "the run is driven already");
+        return;
+    }
     let run_id = id.clone();
     let task_state = st.clone();
     let task = tokio::spawn(async move {
@@ -747,4 +753,74 @@ async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
         "events": { "seq": events_seq, "head": events_head, "entries": events },
     }))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runlog::MemoryRunLog;
+    use std::time::{Duration, Instant};
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_run_spawned_twice_is_driven_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        tally_common::pki::init_dir(d, &[tally_common::pki::AgentLeaf::new("dc1")]).unwrap();
+        let tls = TlsMaterial::read(
+            "tls",
+            &d.join("ca.pem"),
+            &d.join("coordinator.pem"),
+            &d.join("coordinator-key.pem"),
+        )
+        .unwrap();
+        // nothing listens on port 1: each run fails its describe (after its retries)
+        let agent = |name: &str| Agent::new(name, "https://127.0.0.1:1", &tls).unwrap();
+        let runlog = Arc::new(MemoryRunLog::default());
+        let state = Arc::new(ServeState {
+            agents: [
+                ("dc1".to_string(), agent("dc1")),
+                ("vpc2".to_string(), agent("vpc2")),
+            ]
+            .into(),
+            store: RunStore::open(d).unwrap(),
+            runlog: runlog.clone(),
+            node: None,
+            audit: AuditLog::open(d).unwrap(),
+            credentials: Credentials::from_config(&Default::default()),
+            running: Mutex::new(BTreeMap::new()),
+            permits: Semaphore::new(CONCURRENT_RUNS),
+            counter: AtomicU64::new(0),
+        });
+        let spec: Spec = parse_yaml(
+            Path::new("spec.yaml"),
+            "name: twice\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n",
+        )
+        .unwrap();
+        // the scheduler committed the tick's start; a new leader's resume found it
+        // unfinished and not running yet, and both spawn it
+        let event = json!({"event": "started", "name": "twice", "started": now(), "spec": spec});
+        runlog.start("r1", object(event)).await.unwrap();
+        let hold = state.permits.acquire_many(CONCURRENT_RUNS as u32).await.unwrap();
+        spawn_run(state.clone(), "r1".into(), spec.clone(), now(), Vec::new(), None).await;
+        let events = runlog.load("r1").await.unwrap();
+        spawn_run(state.clone(), "r1".into(), spec, now(), events, None).await;
+        drop(hold);
+        let until = Instant::now() + Duration::from_secs(60);
+        while state.running.lock().await.contains_key("r1") {
+            assert!(Instant::now() < until, "the run did not end");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // a second task would end within moments of the first
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let kinds: Vec<String> = runlog
+            .load("r1")
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e["event"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(kinds, ["started", "failed", "finished"]);
+        let stored = state.store.entries().unwrap();
+        assert_eq!(stored.iter().filter(|e| e.id == "r1").count(), 1, "stored twice");
+    }
 }

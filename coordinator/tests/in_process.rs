@@ -504,3 +504,305 @@ async fn another_runs_events_stored_under_a_run_id_do_not_load() {
     let loaded = log.load("run-b").await;
     assert!(loaded.is_err(), "run-b loaded run-a's events: {loaded:?}");
 }
+
+// --- review of `revealed_both` (both sides' reveals recorded as one event, equal
+// columns dropped): what it keeps must change no result and keep nothing the result
+// leaves out ---
+
+/// Two agents over SQLite tables `t (id INTEGER, a TEXT, b TEXT)` without a primary key
+/// (so a key can repeat), released up to detailed; `policy` is added to each side's
+/// dataset policy. Returns the agents and a detailed spec over them.
+async fn detailed_tables(
+    dir: &Path,
+    source_rows: &[(i64, &str, &str)],
+    target_rows: &[(i64, &str, &str)],
+    source_policy: &str,
+    target_policy: &str,
+) -> (InProcessAgent, InProcessAgent, Spec) {
+    tally_agent::install_crypto_provider();
+    pki::init_dir(dir, &[pki::AgentLeaf::new("dc1"), pki::AgentLeaf::new("vpc2")]).unwrap();
+    for (name, rows, policy) in [
+        ("dc1", source_rows, source_policy),
+        ("vpc2", target_rows, target_policy),
+    ] {
+        let db = dir.join(format!("{name}.sqlite"));
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&db)
+            .create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::raw_sql("CREATE TABLE t (id INTEGER NOT NULL, a TEXT, b TEXT)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        for (id, a, b) in rows {
+            sqlx::query("INSERT INTO t (id, a, b) VALUES (?, ?, ?)")
+                .bind(id)
+                .bind(a)
+                .bind(b)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+        std::fs::write(
+            dir.join(format!("{name}.yaml")),
+            format!(
+                "listen: 127.0.0.1:0\n\
+                 tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, zone_key: {name}-zone.key }}\n\
+                 release_log: {name}-release.jsonl\n\
+                 datasets:\n  t: {{ url: 'sqlite://{}', table: t, key: [id], policy: {{ max_level: detailed{policy} }} }}\n",
+                db.display()
+            ),
+        )
+        .unwrap();
+    }
+    let a = InProcessAgent::from_config("dc1", &dir.join("dc1.yaml")).unwrap();
+    let b = InProcessAgent::from_config("vpc2", &dir.join("vpc2.yaml")).unwrap();
+    let path = dir.join("detailed.yaml");
+    std::fs::write(
+        &path,
+        "name: review\nsource: { agent: dc1, dataset: t }\ntarget: { agent: vpc2, dataset: t }\n\
+         reporting: { level: detailed, sample_limit: 100, consent_acknowledged: true }\n",
+    )
+    .unwrap();
+    (a, b, Spec::load(&path).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_the_source_holds_twice_is_one_row_and_takes_no_other_keys_place() {
+    // key 7 is on the source twice (the same row written twice); keys 7, 8 and 9 differ
+    // in b only
+    let mut source: Vec<(i64, &str, &str)> = (1..=40).map(|i| (i, "same", "x")).collect();
+    let mut target = source.clone();
+    source.insert(7, (7, "same", "x"));
+    for row in &mut target[6..9] {
+        row.2 = "y";
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, spec) = detailed_tables(dir.path(), &source, &target, "", "").await;
+    let log = Arc::new(MemoryRunLog::default());
+    let r = run(&spec, &a, &b, &recording(log.clone(), vec![])).await;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(
+        r.duplicate_keys.as_ref().map(|d| (d.source, d.target)),
+        Some((1, 0))
+    );
+    // every changed row is listed: the repeated key's second row took no other's place
+    let diffs = r.differences.as_ref().unwrap();
+    let mut keys: Vec<String> = diffs.iter().map(|d| format!("{:?}", d.key)).collect();
+    keys.sort();
+    assert_eq!(keys, ["[Int(7)]", "[Int(8)]", "[Int(9)]"], "{diffs:?}");
+    assert!(
+        !r.truncated && r.warnings.iter().all(|w| !w.contains("revealed fewer")),
+        "nothing was left out: {:?}",
+        r.warnings
+    );
+    for d in diffs {
+        assert_eq!(d.kind, DiffKind::Changed);
+        // the target's `a` is "same", never NULL: a is no difference
+        assert_eq!(d.columns.as_deref(), Some(&["b".to_string()][..]), "{d:?}");
+        let values = d.values.as_ref().unwrap();
+        assert_eq!(values.len(), 1, "{values:?}");
+        assert_eq!(
+            (values["b"].source.as_deref(), values["b"].target.as_deref()),
+            (Some("x"), Some("y"))
+        );
+    }
+    // and the run resumed from its log, answer by answer, says the same
+    let events = log.load("r1").await.unwrap();
+    let replayed = run(&spec, &a, &b, &recording(log_of(&events).await, events.clone())).await;
+    assert_eq!(
+        serde_json::to_value(&replayed.differences).unwrap(),
+        serde_json::to_value(&r.differences).unwrap()
+    );
+}
+
+/// Values (the key column not counted) per key in the run log's reveals, and the keys
+/// its reveals name at all.
+fn logged_keys_and_values(
+    events: &[serde_json::Value],
+) -> (
+    std::collections::BTreeMap<String, usize>,
+    std::collections::BTreeSet<String>,
+) {
+    let values = recorded_values(events);
+    let keys = values.keys().cloned().collect();
+    (values, keys)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_row_one_side_did_not_reveal_leaves_no_value_or_key_in_the_run_log_that_the_result_omits() {
+    // 10 changed rows (b differs), in one range; one side's reveal budget is 3 rows
+    let source: Vec<(i64, &str, &str)> = (1..=40).map(|i| (i, "same", "x")).collect();
+    let mut target = source.clone();
+    for row in target.iter_mut().take(10) {
+        row.2 = "y";
+    }
+    for (short, source_policy, target_policy) in [
+        ("target", "", ", max_reveal_rows: 3"),
+        ("source", ", max_reveal_rows: 3", ""),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, spec) = detailed_tables(dir.path(), &source, &target, source_policy, target_policy).await;
+        let log = Arc::new(MemoryRunLog::default());
+        let r = run(&spec, &a, &b, &recording(log.clone(), vec![])).await;
+        assert_eq!(r.verdict, Verdict::Differ, "{short}: {:?}", r.error);
+        assert_eq!(r.difference_counts.as_ref().unwrap().changed, 10);
+        assert!(r.truncated, "{short}: a cut-short reveal says so");
+        let mut shown: std::collections::BTreeMap<String, usize> = Default::default();
+        for d in r.differences.iter().flatten() {
+            *shown.entry(format!("{:?}", d.key)).or_default() += d.values.as_ref().map_or(0, |v| 2 * v.len());
+        }
+        let events = log.load("r1").await.unwrap();
+        let (values, keys) = logged_keys_and_values(&events);
+        let unshown: Vec<&String> = keys.iter().filter(|k| !shown.contains_key(*k)).collect();
+        assert!(
+            unshown.is_empty(),
+            "{short} cut short: the run log names keys the result does not: {unshown:?}"
+        );
+        let beyond: Vec<(&String, usize, usize)> = values
+            .iter()
+            .map(|(k, n)| (k, *n, shown.get(k).copied().unwrap_or(0)))
+            .filter(|(_, n, s)| n > s)
+            .collect();
+        assert!(
+            beyond.is_empty(),
+            "{short} cut short: values in the run log the result leaves out (key, logged, shown): {beyond:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "finding: a range with more differences than one reveal releases (the agent's MAX_REVEAL_ROWS, 1000 a \
+            call) lists 1000 of them, though the sample limit and both budgets allow all: the engine asks a \
+            range's keys in one call (rows_phase.rs ask_reveals), and the warning blames max_reveal_rows"]
+async fn a_range_with_more_differences_than_one_reveal_releases_lists_them_all() {
+    let source: Vec<(i64, &str, &str)> = (1..=2000).map(|i| (i, "same", "x")).collect();
+    let mut target = source.clone();
+    for row in target.iter_mut().take(1200) {
+        row.2 = "y";
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let budget = ", max_reveal_rows: 5000";
+    let (a, b, _) = detailed_tables(dir.path(), &source, &target, budget, budget).await;
+    let path = dir.path().join("wide.yaml");
+    std::fs::write(
+        &path,
+        "name: review\nsource: { agent: dc1, dataset: t }\ntarget: { agent: vpc2, dataset: t }\n\
+         reporting: { level: with_keys, sample_limit: 1500 }\n",
+    )
+    .unwrap();
+    let spec = Spec::load(&path).unwrap();
+    let opts = RunOptions {
+        progress: Some(false),
+        record: None,
+    };
+    let r = run(&spec, &a, &b, &opts).await;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 1200);
+    assert_eq!(
+        r.differences.as_ref().unwrap().len(),
+        1200,
+        "truncated {}, warnings {:?}",
+        r.truncated,
+        r.warnings
+    );
+}
+
+/// A real agent whose reveals, while `hang` is set, never answer (a coordinator stopped
+/// while waiting for them); `revealed` is told when a reveal of it answered.
+struct Stalling<'a> {
+    agent: &'a InProcessAgent,
+    hang: bool,
+    revealed: &'a tokio::sync::Notify,
+}
+
+#[tonic::async_trait]
+impl tally_coordinator::client::AgentApi for Stalling<'_> {
+    fn name(&self) -> &str {
+        tally_coordinator::client::AgentApi::name(self.agent)
+    }
+    async fn describe(
+        &self,
+        dataset: &str,
+    ) -> Result<tally_common::wire::Describe, tally_coordinator::error::RunError> {
+        self.agent.describe(dataset).await
+    }
+    async fn aggregate(
+        &self,
+        req: tally_common::wire::AggregateRequest,
+    ) -> Result<tally_common::wire::AggregateResponse, tally_coordinator::error::RunError> {
+        self.agent.aggregate(req).await
+    }
+    async fn row_digests(
+        &self,
+        req: tally_common::wire::RowDigestsRequest,
+    ) -> Result<Vec<tally_common::wire::RowDigest>, tally_coordinator::error::RunError> {
+        self.agent.row_digests(req).await
+    }
+    async fn reveal(
+        &self,
+        req: tally_common::wire::RevealRequest,
+        rows: bool,
+    ) -> Result<tally_common::wire::RevealResponse, tally_coordinator::error::RunError> {
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        let r = self.agent.reveal(req, rows).await;
+        self.revealed.notify_one();
+        r
+    }
+    async fn investigation_sql(
+        &self,
+        req: tally_common::wire::InvestigationSqlRequest,
+    ) -> Result<String, tally_coordinator::error::RunError> {
+        self.agent.investigation_sql(req).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "finding: a source reveal held for its partner (runtime.rs drive, `held`) is lost when the coordinator \
+            stops before the target answers; the resumed run asks the source again and its agent counts the \
+            same rows against the run's max_reveal_rows twice, so the resumed result lists fewer differences \
+            (before revealed_both the source's answer was recorded as it came)"]
+async fn a_run_stopped_while_a_reveal_waits_for_its_partner_resumes_with_every_difference() {
+    // 8 changed rows; the source releases at most 10 rows in this run
+    let source: Vec<(i64, &str, &str)> = (1..=40).map(|i| (i, "same", "x")).collect();
+    let mut target = source.clone();
+    for row in target.iter_mut().take(8) {
+        row.2 = "y";
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, spec) = detailed_tables(dir.path(), &source, &target, ", max_reveal_rows: 10", "").await;
+    let revealed = tokio::sync::Notify::new();
+    let (s, t) = (
+        Stalling {
+            agent: &a,
+            hang: false,
+            revealed: &revealed,
+        },
+        Stalling {
+            agent: &b,
+            hang: true,
+            revealed: &revealed,
+        },
+    );
+    let log = Arc::new(MemoryRunLog::default());
+    let opts = recording(log.clone(), vec![]);
+    // the coordinator stops once the source answered and the target has not
+    tokio::select! {
+        r = run(&spec, &s, &t, &opts) => panic!("the run ended: {:?}", r.error),
+        _ = revealed.notified() => {}
+    }
+    let events = log.load("r1").await.unwrap();
+    assert!(events.iter().all(|e| e["event"] != "revealed_both"));
+    let resumed = run(&spec, &a, &b, &recording(log_of(&events).await, events.clone())).await;
+    assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
+    assert_eq!(
+        resumed.differences.as_ref().unwrap().len(),
+        8,
+        "truncated {}, warnings {:?}",
+        resumed.truncated,
+        resumed.warnings
+    );
+}

@@ -158,9 +158,12 @@ impl Engine {
     }
 
     /// An answer reduced to what the run uses, before it is recorded: a reveal keeps
-    /// only the rows asked of that side, and values only for changed rows at detailed
-    /// (the result never shows a missing or extra row's values). Pure: a replayed
-    /// answer is already trimmed, and trimming it again changes nothing.
+    /// only the rows asked of that side, one per key, and values only for changed rows
+    /// at detailed (the result never shows a missing or extra row's values); both
+    /// sides' reveals of a range keep only what the result shows of them
+    /// ([`Engine::trim_reveals`]). Pure: a replayed answer is already trimmed, and
+    /// trimming it again changes nothing; the result is the one the untrimmed answer
+    /// gives.
     pub fn trim(&self, event: Event) -> Event {
         match event {
             Event::Revealed {
@@ -178,6 +181,7 @@ impl Engine {
                 target,
             } => {
                 let (source, target) = self.trim_reveals(
+                    range,
                     self.trim_reveal(range, Side::Source, source),
                     self.trim_reveal(range, Side::Target, target),
                 );

@@ -3,12 +3,12 @@
 //! the differing rows only, range by range, and the differences. The classification
 //! and reveal logic itself is [`crate::rows`]; this is its bookkeeping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
 use tally_common::segment::Segment;
-use tally_common::wire::{RevealRequest, RevealResponse, RowDigest, RowDigestsRequest};
+use tally_common::wire::{RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestsRequest};
 
 use super::drill::LEAVES_IN_FLIGHT;
 use super::{Command, Engine, Out, Side, Step};
@@ -21,6 +21,19 @@ use crate::rows::{self, Classified, Classifier, RevealWork};
 const ROWS_PHASE_AFTER_STOP: u64 = 1_000_000;
 
 type Pair<T> = (Option<T>, Option<T>);
+
+/// One row per key hash, the last: an agent before one row per key revealed every row of
+/// a repeated key, and the differences read the last one (a map built in order), so
+/// dropping the others changes no result (and `trim_reveals` compares the row shown).
+fn keep_last_per_key(rows: &mut Vec<RevealedRow>) {
+    let last: HashMap<u64, usize> = rows.iter().enumerate().map(|(i, r)| (r.key_hash, i)).collect();
+    let mut i = 0;
+    rows.retain(|r| {
+        let keep = last[&r.key_hash] == i;
+        i += 1;
+        keep
+    });
+}
 
 fn put<T>(slot: &mut Pair<T>, side: Side, v: T) {
     match side {
@@ -113,11 +126,27 @@ impl Engine {
         self.advance_rows(out)
     }
 
+    /// The key hashes of range `range`'s changed rows (none outside the reveals).
+    fn changed_in(&self, range: usize) -> HashSet<u64> {
+        let Some(rows) = self.rows.as_ref() else {
+            return HashSet::new();
+        };
+        let (Some(work), Some(found)) = (rows.work.iter().find(|w| w.leaf == range), rows.found.as_ref())
+        else {
+            return HashSet::new();
+        };
+        work.findings
+            .iter()
+            .filter_map(|&n| found.findings.get(n))
+            .filter(|f| f.kind == crate::result::DiffKind::Changed)
+            .map(|f| f.key_hash)
+            .collect()
+    }
+
     /// See [`Engine::trim`].
     pub(super) fn trim_reveal(&self, range: usize, side: Side, mut r: RevealResponse) -> RevealResponse {
         let Some(rows) = self.rows.as_ref() else { return r };
-        let (Some(work), Some(found)) = (rows.work.iter().find(|w| w.leaf == range), rows.found.as_ref())
-        else {
+        let Some(work) = rows.work.iter().find(|w| w.leaf == range) else {
             return r;
         };
         let asked = match side {
@@ -125,14 +154,9 @@ impl Engine {
             Side::Target => &work.from_target,
         };
         let detailed = self.detailed();
-        let changed: std::collections::HashSet<u64> = work
-            .findings
-            .iter()
-            .filter_map(|&n| found.findings.get(n))
-            .filter(|f| f.kind == crate::result::DiffKind::Changed)
-            .map(|f| f.key_hash)
-            .collect();
+        let changed = self.changed_in(range);
         r.rows.retain(|row| asked.contains(&row.key_hash));
+        keep_last_per_key(&mut r.rows);
         for row in &mut r.rows {
             if !(detailed && changed.contains(&row.key_hash)) {
                 row.values.clear();
@@ -141,31 +165,36 @@ impl Engine {
         r
     }
 
-    /// Both sides' (trimmed) reveals of one range: of a row both show, a column whose
-    /// canonical values are equal is kept by neither (the result names only the columns
-    /// that differ, and equal values compare equal as absent on both sides too).
+    /// Both sides' (trimmed) reveals of range `range`: what the result shows of them and
+    /// nothing more. Of a changed row both show, a column whose canonical values are
+    /// equal is kept by neither (the result names only the columns that differ, and
+    /// equal values compare equal as absent on both sides too). A changed row only the
+    /// source revealed (the target's budget ran out, or its row is in another period's
+    /// range) is listed without values, so it keeps none; one only the target revealed
+    /// is not listed at all (a changed row is listed from the source's), so it is not
+    /// kept.
     pub(super) fn trim_reveals(
         &self,
+        range: usize,
         mut source: RevealResponse,
         mut target: RevealResponse,
     ) -> (RevealResponse, RevealResponse) {
         let Some(key_len) = self.resolved.as_ref().map(|r| r.key_len) else {
             return (source, target);
         };
-        // a key shown twice on a side (duplicate keys) is left whole: which of its rows
-        // the result pairs is not this function's to guess
-        let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-        for h in source.rows.iter().chain(&target.rows).map(|r| r.key_hash) {
-            *seen.entry(h).or_default() += 1;
-        }
-        let mut by_hash: std::collections::HashMap<u64, &mut Vec<Option<String>>> = target
+        let changed = self.changed_in(range);
+        let from_source: HashSet<u64> = source.rows.iter().map(|r| r.key_hash).collect();
+        target
+            .rows
+            .retain(|r| !changed.contains(&r.key_hash) || from_source.contains(&r.key_hash));
+        let mut by_hash: HashMap<u64, &mut Vec<Option<String>>> = target
             .rows
             .iter_mut()
-            .filter(|r| seen.get(&r.key_hash) == Some(&2))
             .map(|r| (r.key_hash, &mut r.values))
             .collect();
         for row in &mut source.rows {
             let Some(other) = by_hash.get_mut(&row.key_hash) else {
+                row.values.clear();
                 continue;
             };
             for j in key_len..row.values.len().min(other.len()) {
@@ -356,8 +385,9 @@ impl Engine {
                 Side::Target => &self.agents.1,
             };
             self.res.warnings.push(format!(
-                "agent {agent} ({}) revealed fewer rows than asked (its max_reveal_rows budget for this run): \
-                 `differences` lists {} of the differences `difference_counts` counts",
+                "agent {agent} ({}) revealed fewer rows than asked (its max_reveal_rows budget for this run or \
+                 the hour, or the most rows one reveal releases): `differences` lists {} of the differences \
+                 `difference_counts` counts",
                 side.name(),
                 rows.differences.len()
             ));

@@ -289,3 +289,108 @@ fn both_sides_reveals_keep_only_the_differing_columns_of_a_changed_row() {
     );
     assert_eq!(s.rows.len(), 1);
 }
+
+/// Drives a detailed run, answering a range's two reveals as one `revealed_both` (as the
+/// runtime records them), each trimmed as the runtime trims it; `reveal` gives one
+/// side's rows (with values) for the key hashes asked.
+fn drive_detailed(
+    spec: &Spec,
+    s: &Fake,
+    t: &Fake,
+    reveal: &dyn Fn(Side, &[u64]) -> Vec<RevealedRow>,
+) -> (RunResult, Vec<Event>) {
+    let mut e = Engine::new(spec.clone(), "a", "b");
+    let mut open: Vec<Command> = e.start();
+    let mut recorded = Vec::new();
+    loop {
+        let c = open.remove(0);
+        let event = match &c {
+            Command::Reveal {
+                range, side, request, ..
+            } => {
+                let response = |side: Side, hashes: &[u64]| RevealResponse {
+                    rows: reveal(side, hashes),
+                    ..Default::default()
+                };
+                let partner = open.iter().position(
+                    |o| matches!(o, Command::Reveal { range: r, side: x, .. } if r == range && *x != *side),
+                );
+                match partner.map(|i| open.remove(i)) {
+                    Some(Command::Reveal { request: other, .. }) => {
+                        let (sr, tr) = match side {
+                            Side::Source => (&request.key_hashes, &other.key_hashes),
+                            Side::Target => (&other.key_hashes, &request.key_hashes),
+                        };
+                        Event::RevealedBoth {
+                            range: *range,
+                            source: response(Side::Source, sr),
+                            target: response(Side::Target, tr),
+                        }
+                    }
+                    _ => Event::Revealed {
+                        range: *range,
+                        side: *side,
+                        response: response(*side, &request.key_hashes),
+                    },
+                }
+            }
+            other => answer(other, s, t),
+        };
+        let event = e.trim(event);
+        // trimming is pure: a recorded (trimmed) answer trims to itself
+        assert_eq!(e.trim(event.clone()), event);
+        recorded.push(event.clone());
+        let next = e.step(event);
+        if let Some(Command::Finish { result }) = next.iter().find(|c| matches!(c, Command::Finish { .. })) {
+            return ((**result).clone(), recorded);
+        }
+        open.extend(next.into_iter().filter(|c| c.call().is_some()));
+    }
+}
+
+#[test]
+fn a_key_revealed_twice_by_one_side_keeps_the_values_the_differences_compare() {
+    // key 500 changed; the source (an agent that reveals every row of a repeated key)
+    // shows it twice, its amount 9 then 7; the target's amount is 9
+    let (s, t) = planted();
+    let spec = spec(
+        "bisection: { factor: 2, threshold: 2 }\nreporting: { level: detailed, sample_limit: 100, consent_acknowledged: true }\n",
+    );
+    let changed = tests::key_hash(500);
+    let row = |k: i64, amount: &str| RevealedRow {
+        key_hash: tests::key_hash(k),
+        key: key(k),
+        values: vec![Some(k.to_string()), Some(amount.to_string())],
+    };
+    let reveal = |side: Side, hashes: &[u64]| -> Vec<RevealedRow> {
+        let mut rows = Vec::new();
+        for h in hashes {
+            let k = (0..6000)
+                .find(|k| tests::key_hash(*k) == *h)
+                .expect("a planted key");
+            match (side, *h == changed) {
+                (Side::Source, true) => rows.extend([row(k, "9"), row(k, "7")]),
+                (Side::Target, true) => rows.push(row(k, "9")),
+                _ => rows.push(row(k, "1")),
+            }
+        }
+        rows
+    };
+    let (r, recorded) = drive_detailed(&spec, &s, &t, &reveal);
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert!(
+        recorded.iter().any(|e| matches!(e, Event::RevealedBoth { .. })),
+        "a range with a changed row is revealed by both sides at once"
+    );
+    let d = r
+        .differences
+        .iter()
+        .flatten()
+        .find(|d| d.kind == DiffKind::Changed)
+        .expect("the changed row");
+    assert_eq!(d.key, key(500));
+    // as without any trimming: the last source row (7) against the target's (9)
+    assert_eq!(d.columns.as_deref(), Some(&["amount".to_string()][..]));
+    let v = &d.values.as_ref().unwrap()["amount"];
+    assert_eq!((v.source.as_deref(), v.target.as_deref()), (Some("7"), Some("9")));
+}
