@@ -351,9 +351,6 @@ async fn stop_all(replicas: &mut [Replica]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "finding: a follower behind by 32 entries of 512 KB (each a 16384-row range's digests, the default \
-            threshold) is sent them in one AppendEntries that cannot finish in openraft's 250 ms, and retried \
-            forever: it never catches up (256 KB entries fail too, 128 KB pass)"]
 async fn a_follower_stopped_through_a_rows_phase_catches_up_from_the_entries() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();

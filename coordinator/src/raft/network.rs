@@ -31,6 +31,27 @@ use crate::client::{TlsMaterial, mtls_channel};
 /// Largest message a peer accepts or sends: a snapshot chunk or a batch of entries.
 pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
+/// About the most entry bytes one AppendEntries carries. openraft 0.9 gives a whole call
+/// (the follower's fsync'd write included) the heartbeat interval, 250 ms, and batches by
+/// count only: 32 entries of a rows phase's digests (512 KB each) never made it.
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// How many of `entries` go in one call: as many as fit in [`BATCH_BYTES`], at least one.
+fn batch_len(entries: &[openraft::Entry<TypeConfig>]) -> usize {
+    let mut bytes = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let n = match &e.payload {
+            openraft::EntryPayload::Normal(c) => serde_json::to_vec(c).map_or(0, |v| v.len()),
+            _ => 64,
+        };
+        if i > 0 && bytes + n > BATCH_BYTES {
+            return i;
+        }
+        bytes += n;
+    }
+    entries.len()
+}
+
 /// A connection to one replica's peer endpoint, for Raft and for the other calls
 /// (forwarded writes, `tally cluster`).
 #[derive(Debug, Clone)]
@@ -217,11 +238,22 @@ impl PeerTarget {
 impl RaftNetwork<TypeConfig> for PeerTarget {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpcs<AppendEntriesResponse<NodeId>> {
-        self.send(Rpc::AppendEntries, RPCTypes::AppendEntries, &rpc, &option)
-            .await
+        // openraft 0.9 gives the whole call the heartbeat interval: a batch is cut to
+        // about BATCH_BYTES (at least one entry) and the rest goes in the next call
+        let keep = batch_len(&rpc.entries);
+        let cut = keep < rpc.entries.len();
+        rpc.entries.truncate(keep);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let answer = self
+            .send(Rpc::AppendEntries, RPCTypes::AppendEntries, &rpc, &option)
+            .await?;
+        Ok(match answer {
+            AppendEntriesResponse::Success if cut => AppendEntriesResponse::PartialSuccess(last),
+            other => other,
+        })
     }
 
     async fn install_snapshot(
