@@ -140,6 +140,63 @@ fn a_schedule_starts_each_tick_once_survives_a_restart_and_stops_when_deleted() 
     assert_eq!(code, 200, "{list}");
     assert_eq!(list["schedules"][0]["name"], "every3", "{list}");
     assert_eq!(list["schedules"][0]["by"], "root", "{list}");
+
+    // the same through `tally schedule`: the role is the server's to check, a spec error
+    // is caught before anything is sent, a missing schedule is an error
+    let server = format!("http://127.0.0.1:{port}");
+    let spec_file = d.path().join("scheduled.yaml");
+    std::fs::write(&spec_file, spec).unwrap();
+    let cli = |token: &str, args: &[&str]| {
+        let out = std::process::Command::new(tally_e2e::bins::tally())
+            .arg("schedule")
+            .args(args)
+            .args(["--server", &server])
+            .env("TALLY_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let spec_arg = spec_file.to_str().unwrap();
+    let (code, _, err) = cli(OPERATOR_TOKEN, &["put", "daily", "--cron", "@daily", spec_arg]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("403") && err.contains("admin"), "{err}");
+    let (code, out, err) = cli(ADMIN_TOKEN, &["put", "daily", "--cron", "@daily", spec_arg]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("schedule daily created: @daily (UTC), next tick "),
+        "{out}"
+    );
+    let (code, out, err) = cli(OPERATOR_TOKEN, &["list", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = listed["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["daily", "every3"], "{out}");
+    let bad = d.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        spec.replace("reporting: { level: with_keys }", "reporting: { level: loud }"),
+    )
+    .unwrap();
+    let (code, _, err) = cli(
+        ADMIN_TOKEN,
+        &["put", "bad", "--cron", "@daily", bad.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("reporting.level"), "{err}");
+    let (code, out, err) = cli(ADMIN_TOKEN, &["delete", "daily"]);
+    assert_eq!((code, out.trim()), (Some(0), "schedule daily deleted"), "{err}");
+    let (code, _, err) = cli(ADMIN_TOKEN, &["delete", "daily"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("404") && err.contains("no schedule daily"), "{err}");
     // two ticks' runs, each with the planted differences, each tick once
     let until = Instant::now() + Duration::from_secs(30);
     while scheduled_runs(port).len() < 2 {
@@ -222,9 +279,10 @@ fn a_schedule_starts_each_tick_once_survives_a_restart_and_stops_when_deleted() 
     assert_eq!(code, 200, "{audit}");
     let entries = audit["events"]["entries"].as_array().unwrap();
     let actions = |a: &str| entries.iter().filter(|e| e["action"] == a).count();
-    // four refused, one stored (the operator's try is refused before it is a put)
-    assert_eq!(actions("put_schedule"), 5, "{audit}");
-    assert!(actions("request") >= 1, "{audit}");
-    assert_eq!(actions("delete_schedule"), 2, "{audit}");
+    // four refused and two stored (the operators' tries are refused before they are puts)
+    assert_eq!(actions("put_schedule"), 6, "{audit}");
+    assert!(actions("request") >= 2, "{audit}");
+    // the CLI's delete and its repeat, the API's and its repeat
+    assert_eq!(actions("delete_schedule"), 4, "{audit}");
     assert_eq!(actions("scheduled_run"), settled.len(), "{audit}");
 }
