@@ -422,9 +422,17 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     .unwrap();
     assert_eq!(code, 201, "{b}");
     let once = format!("{:x}-s-once", tick.unix_timestamp() * 1000);
+    // every replica lists it once it has applied the put (a follower may lag a moment)
     for r in &replicas {
-        let (_, list) = r.get("/v1/schedules");
-        assert_eq!(list["schedules"][0]["name"], "once", "replica {}: {list}", r.id);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, list) = r.get("/v1/schedules");
+            if list["schedules"][0]["name"] == "once" {
+                break;
+            }
+            assert!(Instant::now() < until, "replica {}: {list}", r.id);
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     let doc = wait_done(&replicas[li], &once, Duration::from_secs(120));
     assert_eq!(differences(&doc["result"]), expected());
