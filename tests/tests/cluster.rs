@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tally_e2e::https::request;
 use tally_e2e::proc::{ChildGuard, free_port, wait_for_port};
+use tally_e2e::raft_db::{levels, value as sqlite};
 use tally_e2e::zones::{Deployment, differences};
 use tally_e2e::{bins, db};
 
@@ -132,38 +133,6 @@ impl Replica {
     fn get(&self, path: &str) -> (u16, Value) {
         request(self.api, None, "GET", path, Some(TOKEN), "").unwrap_or((0, Value::Null))
     }
-}
-
-/// Runs a Python sqlite3 query read-only beside the writer (WAL) and returns the
-/// first column of the first row.
-fn sqlite(db: &Path, query: &str) -> String {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3, sys\n\
-             c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
-             r = c.execute(sys.argv[2]).fetchone()\n\
-             print('' if r is None or r[0] is None else r[0])",
-        ])
-        .arg(db)
-        .arg(query)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Level events of run `id` that a replica has applied.
-fn levels(db: &Path, id: &str) -> u64 {
-    if !db.exists() {
-        return 0;
-    }
-    // each event is its chain line stored as a JSON string
-    sqlite(
-        db,
-        &format!("SELECT count(*) FROM sm_run_event WHERE run_id = '{id}' AND event LIKE '%\\\"event\\\":\\\"level\\\"%'"),
-    )
-    .parse()
-    .unwrap_or(0)
 }
 
 /// `tally cluster status --json`, asked of replica `r`.

@@ -101,32 +101,24 @@ impl Event {
         }
     }
 
-    /// The call this event answers (`None` for `failed`, which ends the run whatever
-    /// was asked).
-    pub fn answers(&self) -> Option<Call> {
-        Some(match self {
+    /// Every call this event answers: one, both reveals of a range for `revealed_both`,
+    /// none for `failed` (which ends the run whatever was asked).
+    pub fn calls(&self) -> Vec<Call> {
+        vec![match self {
             Event::Described { .. } => Call::Describe,
             Event::NonceDrawn { .. } => Call::Nonce,
             Event::Aggregated { level, side, .. } => Call::Aggregate(*level, *side),
             Event::Digests { range, side, .. } => Call::Digests(*range, *side),
             Event::Revealed { range, side, .. } => Call::Reveal(*range, *side),
-            Event::RevealedBoth { range, .. } => Call::Reveal(*range, Side::Source),
-            Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
-            Event::Failed { .. } => return None,
-        })
-    }
-
-    /// Every call this event answers: both reveals for `revealed_both`.
-    pub fn calls(&self) -> Vec<Call> {
-        match self {
             Event::RevealedBoth { range, .. } => {
-                vec![
+                return vec![
                     Call::Reveal(*range, Side::Source),
                     Call::Reveal(*range, Side::Target),
-                ]
+                ];
             }
-            other => other.answers().into_iter().collect(),
-        }
+            Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
+            Event::Failed { .. } => return Vec::new(),
+        }]
     }
 }
 
