@@ -42,6 +42,10 @@ pub enum AgentError {
     /// not recorded (fail closed).
     #[error("the agent's release log cannot be written; nothing was released")]
     ReleaseLog,
+    /// The answer could not be signed with the agent's TLS key (DESIGN §12): it is not
+    /// sent unsigned.
+    #[error("cannot sign the answer: {0}")]
+    Sign(String),
 }
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
@@ -90,6 +94,7 @@ impl AgentError {
             AgentError::Unsupported(_) => Code::Unimplemented,
             AgentError::Config(_) => Code::FailedPrecondition,
             AgentError::ReleaseLog => Code::Unavailable,
+            AgentError::Sign(_) => Code::Internal,
         }
     }
 }

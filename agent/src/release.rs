@@ -147,7 +147,7 @@ impl Asked {
             .iter()
             .map(|s| json!({"segment": segment(s.segment.as_ref()), "split": split(s.split.as_ref())}))
             .collect();
-        let full = json!({"rpc": "Aggregate", "dataset": r.dataset, "columns": columns(&r.columns),
+        let full = json!({"rpc": "Aggregate", "run_id": r.run_id, "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "method": method_name(r.method), "segments": segments,
                           "in_process": r.in_process, "seal": seal(r.seal.as_ref())});
         let mut splits = serde_json::Map::new();
@@ -167,7 +167,7 @@ impl Asked {
     }
 
     pub fn row_digests(r: &pb::RowDigestsRequest) -> Asked {
-        let full = json!({"rpc": "RowDigests", "dataset": r.dataset, "columns": columns(&r.columns),
+        let full = json!({"rpc": "RowDigests", "run_id": r.run_id, "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "method": method_name(r.method),
                           "segment": segment(r.segment.as_ref()), "level": r.level,
                           "seal": seal(r.seal.as_ref())});
@@ -225,19 +225,20 @@ pub fn aggregate_released(buckets: &[pb::Bucket]) -> Value {
 /// and row hash, 8 bytes big-endian each, in stream order.
 #[derive(Debug, Clone, Default)]
 pub struct DigestsSent {
-    hasher: Sha256,
-    pub count: u64,
+    pub hash: tally_common::evidence::DigestsHash,
 }
 
 impl DigestsSent {
     pub fn add(&mut self, d: &pb::RowDigest) {
-        self.hasher.update(d.key_hash.to_be_bytes());
-        self.hasher.update(d.row_hash.to_be_bytes());
-        self.count += 1;
+        self.hash.add(d.key_hash, d.row_hash);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.hash.count
     }
 
     pub fn released(&self) -> Value {
-        json!({"digests": self.count, "digests_sha256": hex::encode(self.hasher.clone().finalize())})
+        json!({"digests": self.hash.count, "digests_sha256": self.hash.hex()})
     }
 }
 

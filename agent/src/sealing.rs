@@ -13,6 +13,81 @@ use crate::config::{Policy, TlsConfig};
 use crate::error::AgentError;
 use crate::policy::deny;
 
+/// The name this agent signs as (sealed runs' zone key, signed answers): `tls.name`,
+/// which must be a DNS name of its certificate, else the certificate's first DNS name.
+pub fn tls_name(cfg: &TlsConfig, chain: &[Vec<u8>]) -> Result<String, AgentError> {
+    let names = dns_names(&chain[0]);
+    match &cfg.name {
+        Some(n) if names.contains(n) => Ok(n.clone()),
+        Some(n) => Err(AgentError::Config(format!(
+            "tls.name: {n:?} is not a DNS name of {} ({}); a peer checks the name against the certificate",
+            cfg.cert.display(),
+            names.join(", ")
+        ))),
+        None => names.first().cloned().ok_or_else(|| {
+            AgentError::Config(format!(
+                "{} has no DNS name (SAN) to sign as: verifiers check the name against \
+                 the certificate's DNS names, never its common name",
+                cfg.cert.display()
+            ))
+        }),
+    }
+}
+
+/// What this agent signs its Aggregate and RowDigests answers with (DESIGN §12): the
+/// key of its TLS certificate, as the name [`tls_name`] gives.
+pub struct Identity {
+    pub name: String,
+    signer: TlsSigner,
+    /// The certificate file as configured (leaf first, then intermediates).
+    pub certificate_pem: String,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    pub fn load(cfg: &TlsConfig) -> Result<Identity, AgentError> {
+        let cert = read(&cfg.cert, "cert")?;
+        let chain = certificates_from_pem(&cert)
+            .map_err(|e| AgentError::Config(format!("tls.cert: {}: {e}", cfg.cert.display())))?;
+        let name = tls_name(cfg, &chain)?;
+        let signer = TlsSigner::from_pem(&read(&cfg.key, "key")?)
+            .map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
+        let certificate_pem = String::from_utf8(cert)
+            .map_err(|_| AgentError::Config(format!("tls.cert: {}: not PEM text", cfg.cert.display())))?;
+        Ok(Identity {
+            name,
+            signer,
+            certificate_pem,
+        })
+    }
+
+    /// An identity from PEM texts (tests and embedded agents).
+    pub fn from_pem(name: &str, certificate_pem: &str, key_pem: &str) -> Result<Identity, AgentError> {
+        let signer =
+            TlsSigner::from_pem(key_pem.as_bytes()).map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
+        Ok(Identity {
+            name: name.to_string(),
+            signer,
+            certificate_pem: certificate_pem.to_string(),
+        })
+    }
+
+    /// Signs `payload` (whose `agent` must be this agent's name).
+    pub fn sign(&self, payload: &tally_common::evidence::AgentResult) -> Result<tally_common::dsse::Envelope, AgentError> {
+        debug_assert_eq!(payload.agent, self.name);
+        payload
+            .sign(&self.signer)
+            .map_err(|e| AgentError::Sign(e.to_string()))
+    }
+}
+
 /// This agent's zone identity.
 pub struct Zone {
     pub name: String,
@@ -42,24 +117,7 @@ impl Zone {
         let secret = ZoneSecret::load(path).map_err(|e| AgentError::Config(format!("tls.zone_key: {e}")))?;
         let chain = certificates_from_pem(&read(&cfg.cert, "cert")?)
             .map_err(|e| AgentError::Config(format!("tls.cert: {}: {e}", cfg.cert.display())))?;
-        let names = dns_names(&chain[0]);
-        let name = match &cfg.name {
-            Some(n) if names.contains(n) => n.clone(),
-            Some(n) => {
-                return Err(AgentError::Config(format!(
-                    "tls.name: {n:?} is not a DNS name of {} ({}); a peer checks the name against the certificate",
-                    cfg.cert.display(),
-                    names.join(", ")
-                )));
-            }
-            None => names.first().cloned().ok_or_else(|| {
-                AgentError::Config(format!(
-                    "{} has no DNS name (SAN) to sign the zone key for: peers check the name against \
-                     the certificate's DNS names, never its common name",
-                    cfg.cert.display()
-                ))
-            })?,
-        };
+        let name = tls_name(cfg, &chain)?;
         let signer = TlsSigner::from_pem(&read(&cfg.key, "key")?)
             .map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
         let signed = sign_zone_key(&name, &secret, &signer, chain)

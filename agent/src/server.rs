@@ -94,6 +94,7 @@ pub fn service(cfg: &AgentConfig, config_path: &Path) -> Result<AgentService, Ag
         log: Arc::new(log),
         reveals: Default::default(),
         zone,
+        identity: Arc::new(crate::sealing::Identity::load(&cfg.tls)?),
     })
 }
 

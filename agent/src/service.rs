@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tally_common::PrivacyLevel;
 use tally_common::checksum::{HashMethod, Hasher};
+use tally_common::evidence::{AgentResult, SignedBucket};
 use tally_common::segment::{KeyPart, Split};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, RevealRequest,
@@ -26,7 +27,7 @@ use crate::policy;
 use crate::release::{self, Asked, DigestsSent};
 use crate::release_log::ReleaseLog;
 use crate::reveal_budget::RevealBudget;
-use crate::sealing::{self, Zone};
+use crate::sealing::{self, Identity, Zone};
 use crate::tls::client_name;
 
 pub struct AgentService {
@@ -37,6 +38,8 @@ pub struct AgentService {
     pub reveals: RevealBudget,
     /// The zone key that seals this agent's checksums; `None`: unsealed only.
     pub zone: Option<Arc<Zone>>,
+    /// The key and name Aggregate and RowDigests answers are signed with.
+    pub identity: Arc<Identity>,
 }
 
 impl std::fmt::Debug for AgentService {
@@ -168,6 +171,7 @@ impl Agent for AgentService {
                 time_columns: p.time_columns.clone(),
                 key_range: range.map(|(lo, hi)| (vec![KeyPart::Int(lo)], vec![KeyPart::Int(hi)])),
                 release_log_head: String::new(),
+                certificate_pem: self.identity.certificate_pem.clone(),
             })
         }
         .instrument(span)
@@ -195,6 +199,7 @@ impl Agent for AgentService {
         // the release log records the request as received (its digest is over the wire form)
         let asked = Asked::aggregate(&wire);
         let dataset = wire.dataset.clone();
+        let run_id = wire.run_id.clone();
         let n_segments = wire.segments.len();
         let span =
             tracing::info_span!("aggregate", dataset = %dataset, client = %client, segments = n_segments);
@@ -235,6 +240,8 @@ impl Agent for AgentService {
                 path: out.path.name().to_string(),
                 rows_scanned: policy::reported_rows_scanned(&ds.config.policy, out.rows_scanned),
                 release_log_head: String::new(),
+                // signed once the call is recorded
+                envelope: None,
             })
         }
         .instrument(span)
@@ -256,9 +263,28 @@ impl Agent for AgentService {
             Err(_) => json!({}),
         };
         let head = self.record(&client, "Aggregate", &dataset, &asked, &result, released)?;
+        let response = result?;
+        let signed = AgentResult {
+            run_id,
+            agent: self.identity.name.clone(),
+            dataset,
+            rpc: "Aggregate".into(),
+            request_sha256: asked.sha256,
+            buckets: Some(
+                response
+                    .buckets
+                    .iter()
+                    .map(|b| SignedBucket::new(b.parent.into(), b.child.into(), b.count, b.sum, b.xor))
+                    .collect(),
+            ),
+            digests_sha256: None,
+            release_log_head: head.clone(),
+        };
+        let envelope = self.identity.sign(&signed)?;
         Ok(Response::new(pb::AggregateResponse {
             release_log_head: head,
-            ..result?
+            envelope: serde_json::to_string(&envelope).map_err(|e| Status::internal(e.to_string()))?,
+            ..response
         }))
     }
 
@@ -272,6 +298,7 @@ impl Agent for AgentService {
         let wire = req.into_inner();
         let asked = Asked::row_digests(&wire);
         let dataset = wire.dataset.clone();
+        let run_id = wire.run_id.clone();
         let prepared = async {
             let r = RowDigestsRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
@@ -322,6 +349,7 @@ impl Agent for AgentService {
         };
         let opened = record_line(&self.log, &client, rpc, &dataset, &asked, "started", json!({}))?;
         let log = Arc::clone(&self.log);
+        let identity = Arc::clone(&self.identity);
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::RowDigestBatch, Status>>(4);
         let span = tracing::info_span!("row_digests", dataset = %dataset, client = %client);
         tokio::spawn(
@@ -334,7 +362,7 @@ impl Agent for AgentService {
                     .digests(&b, &h, &seg, 4096, &mut |batch| {
                         // rows written since the count cannot carry the stream past the
                         // limit: the batch that would cross it is not sent
-                        if sent.count + batch.len() as u64 > policy.max_digest_rows {
+                        if sent.count() + batch.len() as u64 > policy.max_digest_rows {
                             policy::check_digest_rows(&policy, &ds.name, u64::MAX)?;
                         }
                         let msg = pb::RowDigestBatch::from(RowDigestBatch {
@@ -343,6 +371,7 @@ impl Agent for AgentService {
                                 .map(|(key_hash, row_hash)| RowDigest { key_hash, row_hash })
                                 .collect(),
                             release_log_head: opened.clone(),
+                            envelope: None,
                         });
                         let counted = msg.digests.clone();
                         // a full channel waits for the client: memory stays bounded
@@ -363,10 +392,25 @@ impl Agent for AgentService {
                 let last = match (result, closed) {
                     (_, Err(status)) => Err(status),
                     (Err(e), _) => Err(Status::from(e)),
-                    (Ok(_), Ok(head)) => Ok(pb::RowDigestBatch::from(RowDigestBatch {
-                        digests: Vec::new(),
-                        release_log_head: head,
-                    })),
+                    (Ok(_), Ok(head)) => {
+                        let signed = AgentResult {
+                            run_id,
+                            agent: identity.name.clone(),
+                            dataset: dataset.clone(),
+                            rpc: rpc.into(),
+                            request_sha256: asked.sha256.clone(),
+                            buckets: None,
+                            digests_sha256: Some(sent.hash.hex()),
+                            release_log_head: head.clone(),
+                        };
+                        identity.sign(&signed).map_err(Status::from).map(|envelope| {
+                            pb::RowDigestBatch::from(RowDigestBatch {
+                                digests: Vec::new(),
+                                release_log_head: head,
+                                envelope: Some(envelope),
+                            })
+                        })
+                    }
                 };
                 if !cancelled {
                     let _ = tx.send(last).await;

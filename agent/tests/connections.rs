@@ -56,7 +56,15 @@ fn service(cfg: &AgentConfig, path: &Path) -> Arc<AgentService> {
         log: Arc::new(ReleaseLog::open(None).unwrap()),
         reveals: Default::default(),
         zone: None,
+        identity: Arc::new(identity()),
     })
+}
+
+/// A signing identity from a CA of the test's own.
+fn identity() -> tally_agent::sealing::Identity {
+    let ca = tally_common::pki::Ca::generate("connections test").unwrap();
+    let pem = ca.issue("a", tally_common::pki::Role::Server, &[]).unwrap();
+    tally_agent::sealing::Identity::from_pem("a", &pem.cert, &pem.key).unwrap()
 }
 
 fn aggregate_whole(dataset: &str) -> pb::AggregateRequest {
@@ -78,6 +86,7 @@ fn aggregate_whole(dataset: &str) -> pb::AggregateRequest {
         }],
         in_process: false,
         seal: None,
+        run_id: "connections".into(),
     }
 }
 

@@ -258,6 +258,7 @@ fn agg(dataset: &str, seg: Segment, split: Split) -> pb::AggregateRequest {
         }],
         in_process: false,
         seal: Some(seal()),
+        run_id: "test-run".into(),
     }
 }
 
@@ -270,6 +271,7 @@ fn digests(dataset: &str) -> pb::RowDigestsRequest {
         segment: Some(pb::Segment::default()),
         level: pb::PrivacyLevel::WithKeys as i32,
         seal: Some(seal()),
+        run_id: "test-run".into(),
     }
 }
 
@@ -509,6 +511,7 @@ async fn a_database_that_fails_mid_call_gives_unavailable_and_the_agent_keeps_se
         }],
         in_process: false,
         seal: Some(seal()),
+        run_id: "test-run".into(),
     };
     let mut c2 = c.clone();
     let r2 = req.clone();

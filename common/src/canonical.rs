@@ -9,6 +9,9 @@ use crate::civil::{self, CivilDate};
 use crate::types::TypeClass;
 
 /// Default resolved scale of floats and precision of timestamps and times.
+/// The version of the canonical form and checksum rules (the `version` of
+/// `tests/vectors/canonical.json`); evidence states it, and a rule change bumps both.
+pub const CANONICAL_FORM_VERSION: u32 = 1;
 pub const DEFAULT_FLOAT_SCALE: u32 = 6;
 pub const DEFAULT_TIME_PRECISION: u32 = 6;
 /// Fractional seconds are kept to nanoseconds at most.

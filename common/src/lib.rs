@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod civil;
 pub mod config_file;
 pub mod dsse;
+pub mod evidence;
 pub mod jcs;
 pub mod period;
 pub mod pki;

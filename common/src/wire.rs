@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 
 use crate::checksum::HashMethod;
+use crate::dsse::Envelope;
+use crate::evidence::valid_run_id;
 use crate::seal::{NONCE_LEN, SignedZoneKey};
 pub use crate::segment::WireError;
 use crate::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb, tuple_to_pb, wire_err};
@@ -215,6 +217,10 @@ pub struct Describe {
     /// The agent's signed zone key; `None` when it cannot seal.
     pub zone_key: Option<SignedZoneKey>,
     pub release_log_head: String,
+    /// The PEM of the agent's TLS certificate (and intermediates), whose key signs its
+    /// answers.
+    #[serde(default)]
+    pub certificate_pem: String,
 }
 
 impl Describe {
@@ -272,6 +278,7 @@ impl TryFrom<pb::DescribeResponse> for Describe {
                 .map(|z| SignedZoneKey::from_pb(z, "zone_key"))
                 .transpose()?,
             release_log_head: d.release_log_head,
+            certificate_pem: d.certificate_pem,
         })
     }
 }
@@ -300,6 +307,7 @@ impl From<Describe> for pb::DescribeResponse {
             release_log_head: d.release_log_head,
             time_columns: d.time_columns,
             zone_key: d.zone_key.map(|z| z.to_pb()),
+            certificate_pem: d.certificate_pem,
         }
     }
 }
@@ -317,6 +325,34 @@ pub struct AggregateRequest {
     /// Ask for the in-process path even where pushdown is possible.
     pub in_process: bool,
     pub seal: Option<Seal>,
+    /// The run the call belongs to (signed into the answer).
+    pub run_id: String,
+}
+
+fn run_id_from(id: String) -> Result<String, WireError> {
+    if valid_run_id(&id) {
+        Ok(id)
+    } else {
+        Err(wire_err(
+            "run_id",
+            "1 to 128 characters of A-Z a-z 0-9 . _ - needed (the run the answer is signed for)",
+        ))
+    }
+}
+
+/// A signed answer's envelope, sent as JSON text; empty when the agent sent none.
+fn envelope_from(text: String, field: &str) -> Result<Option<Envelope>, WireError> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| wire_err(field, format!("not a DSSE envelope: {e}")))
+}
+
+fn envelope_to(e: Option<Envelope>) -> String {
+    e.map(|e| serde_json::to_string(&e).expect("envelopes serialize"))
+        .unwrap_or_default()
 }
 
 impl TryFrom<pb::AggregateRequest> for AggregateRequest {
@@ -324,6 +360,7 @@ impl TryFrom<pb::AggregateRequest> for AggregateRequest {
     fn try_from(r: pb::AggregateRequest) -> Result<AggregateRequest, WireError> {
         let method = method_from(r.method, "method")?;
         let seal = seal_from(r.seal)?;
+        let run_id = run_id_from(r.run_id)?;
         if r.segments.is_empty() || r.segments.len() > MAX_SEGMENTS {
             return Err(wire_err(
                 "segments",
@@ -350,6 +387,7 @@ impl TryFrom<pb::AggregateRequest> for AggregateRequest {
             parents,
             in_process: r.in_process,
             seal,
+            run_id,
         })
     }
 }
@@ -371,6 +409,7 @@ impl From<AggregateRequest> for pb::AggregateRequest {
                 .collect(),
             in_process: r.in_process,
             seal: r.seal.map(pb::Seal::from),
+            run_id: r.run_id,
         }
     }
 }
@@ -395,6 +434,9 @@ pub struct AggregateResponse {
     pub path: String,
     pub rows_scanned: u64,
     pub release_log_head: String,
+    /// What the agent signed over this answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Envelope>,
 }
 
 impl TryFrom<pb::AggregateResponse> for AggregateResponse {
@@ -422,6 +464,7 @@ impl TryFrom<pb::AggregateResponse> for AggregateResponse {
             path: r.path,
             rows_scanned: r.rows_scanned,
             release_log_head: r.release_log_head,
+            envelope: envelope_from(r.envelope, "envelope")?,
         })
     }
 }
@@ -444,6 +487,7 @@ impl From<AggregateResponse> for pb::AggregateResponse {
             path: r.path,
             rows_scanned: r.rows_scanned,
             release_log_head: r.release_log_head,
+            envelope: envelope_to(r.envelope),
         }
     }
 }
@@ -458,6 +502,7 @@ pub struct RowDigestsRequest {
     pub segment: Segment,
     pub level: PrivacyLevel,
     pub seal: Option<Seal>,
+    pub run_id: String,
 }
 
 impl TryFrom<pb::RowDigestsRequest> for RowDigestsRequest {
@@ -471,6 +516,7 @@ impl TryFrom<pb::RowDigestsRequest> for RowDigestsRequest {
             columns: columns_from(r.columns)?,
             key_len: key_len(r.key_len),
             dataset: r.dataset,
+            run_id: run_id_from(r.run_id)?,
         })
     }
 }
@@ -485,6 +531,7 @@ impl From<RowDigestsRequest> for pb::RowDigestsRequest {
             segment: Some(pb::Segment::from(&r.segment)),
             level: level_to(r.level),
             seal: r.seal.map(pb::Seal::from),
+            run_id: r.run_id,
         }
     }
 }
@@ -500,11 +547,15 @@ pub struct RowDigest {
 pub struct RowDigestBatch {
     pub digests: Vec<RowDigest>,
     pub release_log_head: String,
+    /// On the last batch: what the agent signed over the whole stream.
+    pub envelope: Option<Envelope>,
 }
 
-impl From<pb::RowDigestBatch> for RowDigestBatch {
-    fn from(b: pb::RowDigestBatch) -> Self {
-        RowDigestBatch {
+impl TryFrom<pb::RowDigestBatch> for RowDigestBatch {
+    type Error = WireError;
+    fn try_from(b: pb::RowDigestBatch) -> Result<RowDigestBatch, WireError> {
+        Ok(RowDigestBatch {
+            envelope: envelope_from(b.envelope, "envelope")?,
             digests: b
                 .digests
                 .into_iter()
@@ -514,7 +565,7 @@ impl From<pb::RowDigestBatch> for RowDigestBatch {
                 })
                 .collect(),
             release_log_head: b.release_log_head,
-        }
+        })
     }
 }
 
@@ -530,6 +581,7 @@ impl From<RowDigestBatch> for pb::RowDigestBatch {
                 })
                 .collect(),
             release_log_head: b.release_log_head,
+            envelope: envelope_to(b.envelope),
         }
     }
 }
@@ -807,6 +859,7 @@ mod tests {
             time_columns: vec!["at".into()],
             zone_key: Some(zone_key("agent-a.example")),
             release_log_head: "ab".repeat(32),
+            certificate_pem: "-----BEGIN CERTIFICATE-----\n".into(),
         }
     }
 
@@ -837,7 +890,53 @@ mod tests {
             ],
             in_process: true,
             seal: Some(seal()),
+            run_id: "19b2c-0".into(),
         }
+    }
+
+    fn envelope() -> Envelope {
+        Envelope {
+            payload_type: crate::dsse::AGENT_RESULT.into(),
+            payload: "e30=".into(),
+            signatures: vec![crate::dsse::Signature {
+                keyid: "agent-a".into(),
+                sig: "AA==".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_request_without_a_plain_run_id_or_an_answer_with_a_broken_envelope_is_refused() {
+        for bad in ["", "a b", "../x", &"r".repeat(129)] {
+            let mut m = pb::AggregateRequest::from(aggregate());
+            m.run_id = bad.to_string();
+            let e = AggregateRequest::try_from(m).unwrap_err().to_string();
+            assert!(e.starts_with("run_id:"), "{bad:?}: {e}");
+            let mut m = pb::RowDigestsRequest::from(RowDigestsRequest {
+                dataset: "orders".into(),
+                columns: cols(),
+                key_len: 1,
+                method: HashMethod::Sha256_64,
+                segment: seg(),
+                level: PrivacyLevel::WithKeys,
+                seal: None,
+                run_id: "r".into(),
+            });
+            m.run_id = bad.to_string();
+            let e = RowDigestsRequest::try_from(m).unwrap_err().to_string();
+            assert!(e.starts_with("run_id:"), "{bad:?}: {e}");
+        }
+        let m = pb::AggregateResponse {
+            envelope: "{\"payloadType\": 1}".into(),
+            ..Default::default()
+        };
+        let e = AggregateResponse::try_from(m).unwrap_err().to_string();
+        assert!(e.starts_with("envelope: not a DSSE envelope"), "{e}");
+        let b = pb::RowDigestBatch {
+            envelope: "[]".into(),
+            ..Default::default()
+        };
+        assert!(RowDigestBatch::try_from(b).is_err());
     }
 
     #[test]
@@ -877,6 +976,7 @@ mod tests {
             path: "pushdown".into(),
             rows_scanned: 12,
             release_log_head: "h".into(),
+            envelope: Some(envelope()),
         });
         round_trip::<_, pb::RowDigestsRequest>(RowDigestsRequest {
             dataset: "orders".into(),
@@ -886,6 +986,7 @@ mod tests {
             segment: seg(),
             level: PrivacyLevel::Detailed,
             seal: Some(seal()),
+            run_id: "r".into(),
         });
         round_trip::<_, pb::RowDigestBatch>(RowDigestBatch {
             digests: vec![RowDigest {
@@ -893,6 +994,12 @@ mod tests {
                 row_hash: u64::MAX,
             }],
             release_log_head: "h".into(),
+            envelope: None,
+        });
+        round_trip::<_, pb::RowDigestBatch>(RowDigestBatch {
+            digests: Vec::new(),
+            release_log_head: "h".into(),
+            envelope: Some(envelope()),
         });
         round_trip::<_, pb::RevealRequest>(RevealRequest {
             dataset: "orders".into(),
@@ -1053,6 +1160,7 @@ mod tests {
         let r = AggregateRequest::try_from(pb::AggregateRequest {
             method: pb::HashMethod::Sha25664 as i32,
             segments: vec![pb::SegmentSplit::default()],
+            run_id: "r".into(),
             ..Default::default()
         })
         .unwrap();
@@ -1133,6 +1241,7 @@ mod tests {
                 path: "in_process".into(),
                 rows_scanned: 3,
                 release_log_head: String::new(),
+                envelope: None,
             });
         }
     }

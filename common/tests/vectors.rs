@@ -153,3 +153,13 @@ fn sealed_vectors_reproduce_from_the_zone_keys() {
         }
     }
 }
+
+#[test]
+fn the_vector_file_is_the_canonical_form_version_evidence_states() {
+    // evidence bundles state CANONICAL_FORM_VERSION: a rule change regenerates the
+    // vectors with a new version, and this fails until the constant follows
+    assert_eq!(
+        VectorFile::load_repo().version,
+        tally_common::canonical::CANONICAL_FORM_VERSION
+    );
+}

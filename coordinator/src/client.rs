@@ -152,7 +152,7 @@ impl Agent {
     }
 
     /// All digests of a segment, collected (a leaf is bounded by the threshold).
-    pub async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError> {
+    pub async fn row_digests(&self, req: RowDigestsRequest) -> Result<Digests, RunError> {
         let req = pb::RowDigestsRequest::from(req);
         let mut stream = self
             .retry("RowDigests", |mut c| {
@@ -160,9 +160,9 @@ impl Agent {
                 async move { c.row_digests(r).await }
             })
             .await?;
-        let mut out = Vec::new();
+        let mut out = Digests::default();
         while let Some(batch) = stream.message().await.map_err(|s| self.error("RowDigests", s))? {
-            out.extend(RowDigestBatch::from(batch).digests);
+            out.add(self.valid("RowDigests", RowDigestBatch::try_from(batch))?);
         }
         Ok(out)
     }
@@ -202,6 +202,28 @@ fn is_transient(s: &Status) -> bool {
         || (s.code() == Code::Unknown && s.message().contains("transport"))
 }
 
+/// A RowDigests stream, collected: every digest in stream order and the envelope the
+/// agent signed over them on its last batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Digests {
+    pub digests: Vec<RowDigest>,
+    pub envelope: Option<tally_common::dsse::Envelope>,
+}
+
+impl Digests {
+    /// Adds one batch; an envelope is taken from the last batch only (one that comes
+    /// with digests after it does not cover them, and is dropped).
+    pub fn add(&mut self, batch: RowDigestBatch) {
+        if !batch.digests.is_empty() {
+            self.envelope = None;
+        }
+        self.digests.extend(batch.digests);
+        if batch.envelope.is_some() {
+            self.envelope = batch.envelope;
+        }
+    }
+}
+
 /// What the runner needs of an agent: the five calls of `tally.agent.v1` on domain
 /// types. [`Agent`] speaks gRPC over mutual TLS; `in_process::InProcessAgent` calls an
 /// agent service in this process (tests, without TLS or processes).
@@ -212,7 +234,7 @@ pub trait AgentApi: Send + Sync {
     async fn describe(&self, dataset: &str) -> Result<Describe, RunError>;
     async fn aggregate(&self, req: AggregateRequest) -> Result<AggregateResponse, RunError>;
     /// All digests of a segment, collected.
-    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError>;
+    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Digests, RunError>;
     /// RevealRows when `rows`, else RevealKeys.
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError>;
     async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError>;
@@ -229,7 +251,7 @@ impl AgentApi for Agent {
     async fn aggregate(&self, req: AggregateRequest) -> Result<AggregateResponse, RunError> {
         Agent::aggregate(self, req).await
     }
-    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError> {
+    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Digests, RunError> {
         Agent::row_digests(self, req).await
     }
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError> {

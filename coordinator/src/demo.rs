@@ -16,8 +16,17 @@ use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::ClientTls;
 use tally_coordinator::result::RunResult;
-use tally_coordinator::runner::{RunOptions, run};
+use tally_coordinator::evidence;
+use tally_coordinator::runlog::{RunLog, SqliteRunLog};
+use tally_coordinator::runner::{RunOptions, RunRecord, run};
 use tally_coordinator::spec::Spec;
+
+fn object(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
 
 pub struct DemoOptions {
     pub rows: i64,
@@ -127,18 +136,62 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     let spec_path = dir.join("spec.yaml");
     std::fs::write(&spec_path, spec_text)?;
     let spec = Spec::load(&spec_path)?;
+    // recorded as `tally run --data-dir` records a run, so the evidence is signed the
+    // same way (and `tally evidence RUN --data-dir DIR` works on a kept demo)
+    let log = std::sync::Arc::new(SqliteRunLog::open(&dir.join("runlog.sqlite")).await?);
+    let run_id = format!(
+        "{:x}-demo",
+        time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000
+    );
+    let started = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    log.start(
+        &run_id,
+        object(serde_json::json!({"event": "started", "name": spec.name, "started": started,
+                                  "spec": serde_json::to_value(&spec)?})),
+    )
+    .await?;
     let result = run(
         &spec,
         &Agent::new("dc1", &ep1, &tls)?,
         &Agent::new("vpc2", &ep2, &tls)?,
         &RunOptions {
             progress: Some(!opts.json),
-            record: None,
+            record: Some(RunRecord {
+                log: log.clone(),
+                run_id: run_id.clone(),
+                resume: Vec::new(),
+            }),
         },
     )
     .await;
     let _ = stop1.send(());
     let _ = stop2.send(());
+    let verdict = serde_json::to_value(&result.verdict)?;
+    log.append(&run_id, object(serde_json::json!({"event": "finished", "verdict": verdict})))
+        .await?;
+    let signer = evidence::Signer::load(&ClientTls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("coordinator.pem"),
+        key: dir.join("coordinator-key.pem"),
+    })
+    .map_err(anyhow::Error::msg)?;
+    evidence::seal_run(log.as_ref(), &run_id, &result, &signer)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let bundle = evidence::bundle(log.as_ref(), &run_id).await?;
+    let bundle_path = dir.join("evidence.json");
+    let text = serde_json::to_vec_pretty(&bundle)?;
+    std::fs::write(&bundle_path, &text)?;
+    let checks = evidence::verify(&text, &std::fs::read(dir.join("ca.pem"))?);
+    if !evidence::valid(&checks) {
+        let failed = checks.iter().find(|c| c.outcome.is_err());
+        anyhow::bail!(
+            "the demo's own evidence bundle {} does not verify: {failed:?}",
+            bundle_path.display()
+        );
+    }
     if !opts.json {
         let release_lines = |n: &str| {
             std::fs::read_to_string(dir.join(format!("{n}-release.jsonl")))
@@ -160,6 +213,22 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
             result.differences.as_ref().map_or(0, Vec::len),
             release_lines("dc1"),
             release_lines("vpc2")
+        );
+        let kept = match &opts.keep {
+            Some(_) => format!(
+                "check it again with: tally verify {} --ca {}",
+                bundle_path.display(),
+                dir.join("ca.pem").display()
+            ),
+            None => "it is removed with the demo's files; keep them with --keep DIR".to_string(),
+        };
+        eprintln!(
+            "evidence: wrote {} ({} bytes; run {run_id}): the result, the coordinator's signed statement, {} answers              each signed by the agent that gave it, the run's {} hash-chained events and the signed checkpoint.              Verified offline against the demo CA: {} checks passed; {kept}.\n",
+            bundle_path.display(),
+            text.len(),
+            bundle.agent_results.len(),
+            bundle.events.len(),
+            checks.len(),
         );
     }
     Ok((result, planted))

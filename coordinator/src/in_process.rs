@@ -14,13 +14,13 @@ use futures::StreamExt;
 use tally_agent::service::AgentService;
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
-    InvestigationSqlResponse, RevealRequest, RevealResponse, RowDigest, RowDigestBatch, RowDigestsRequest,
+    InvestigationSqlResponse, RevealRequest, RevealResponse, RowDigestBatch, RowDigestsRequest,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent as _;
 use tonic::{Request, Status};
 
-use crate::client::AgentApi;
+use crate::client::{AgentApi, Digests};
 use crate::error::RunError;
 
 /// The endpoint errors name for an in-process agent.
@@ -96,17 +96,17 @@ impl AgentApi for InProcessAgent {
         self.valid("Aggregate", AggregateResponse::try_from(a.into_inner()))
     }
 
-    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Vec<RowDigest>, RunError> {
+    async fn row_digests(&self, req: RowDigestsRequest) -> Result<Digests, RunError> {
         let mut stream = self
             .service
             .row_digests(Request::new(pb::RowDigestsRequest::from(req)))
             .await
             .map_err(|s| self.error("RowDigests", s))?
             .into_inner();
-        let mut out = Vec::new();
+        let mut out = Digests::default();
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|s| self.error("RowDigests", s))?;
-            out.extend(RowDigestBatch::from(batch).digests);
+            out.add(self.valid("RowDigests", RowDigestBatch::try_from(batch))?);
         }
         Ok(out)
     }

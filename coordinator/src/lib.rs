@@ -18,6 +18,7 @@ pub mod config;
 pub mod cron;
 pub mod engine;
 pub mod error;
+pub mod evidence;
 pub mod in_process;
 pub mod planner;
 pub mod raft;

@@ -1,6 +1,7 @@
 //! `tally`: the coordinator's command line.
 
 mod demo;
+mod evidence_cmd;
 mod remote;
 
 use std::path::PathBuf;
@@ -106,6 +107,37 @@ enum Command {
     Schedule {
         #[command(subcommand)]
         command: ScheduleCommand,
+    },
+    /// Write a finished run's evidence bundle (docs/evidence.md): its result, the
+    /// coordinator's signed statement, every agent-signed answer, its run-log lines with
+    /// the signed checkpoint, and the certificates (exit 0 written, 2 error).
+    Evidence {
+        /// The run's id.
+        run_id: String,
+        /// Where to write the bundle (JSON).
+        #[arg(short = 'o', long = "out", value_name = "FILE")]
+        out: PathBuf,
+        /// Read the run from this data directory (`tally run --data-dir`, or a
+        /// single-node `tally serve`'s data_dir).
+        #[arg(long = "data-dir", value_name = "DIR", required_unless_present = "server", conflicts_with = "server")]
+        data_dir: Option<PathBuf>,
+        /// Fetch it from `tally serve` at URL (the auditor role).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Check an evidence bundle offline against the CA: every check of docs/evidence.md,
+    /// each printed, the first that fails named (exit 0 valid, 1 invalid, 2 usage).
+    Verify {
+        /// The bundle (from `tally evidence`).
+        bundle: PathBuf,
+        /// The CA certificate(s) (PEM) the coordinator's and agents' certificates chain to.
+        #[arg(long, value_name = "FILE")]
+        ca: PathBuf,
+        /// Print one JSON object: {valid, checks: [{check, ok, detail}]}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -348,6 +380,21 @@ fn main() -> ExitCode {
             command,
         } => rt.block_on(cmd_cluster(config, endpoint, command)),
         Command::Schedule { command } => rt.block_on(remote::cmd_schedule(command)),
+        Command::Evidence {
+            run_id,
+            out,
+            data_dir,
+            server,
+            remote,
+        } => {
+            let from = match (data_dir, server) {
+                (Some(d), _) => evidence_cmd::Source::DataDir(d),
+                (None, Some(s)) => evidence_cmd::Source::Server(s, remote),
+                (None, None) => unreachable!("clap requires one"),
+            };
+            rt.block_on(evidence_cmd::cmd_evidence(run_id, out, from))
+        }
+        Command::Verify { bundle, ca, json } => evidence_cmd::cmd_verify(&bundle, &ca, json),
         Command::Demo { rows, json, keep } => rt.block_on(async move {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });
             tokio::select! {
@@ -467,15 +514,28 @@ async fn cmd_run(
         progress: progress.then_some(true),
         record: record.clone(),
     };
+    let signer = tally_coordinator::evidence::Signer::load(&cfg.tls);
     tokio::select! {
         result = run(&spec, &source, &target, &opts) => {
             if let Some(r) = &record {
                 let verdict = serde_json::to_value(&result.verdict).unwrap_or_default();
                 let event = serde_json::json!({"event": "finished", "verdict": verdict});
-                if let serde_json::Value::Object(e) = event
-                    && let Err(e) = r.log.append(&r.run_id, e).await
-                {
-                    eprintln!("tally run: cannot close the run's record: {e}");
+                if let serde_json::Value::Object(e) = event {
+                    match r.log.append(&r.run_id, e).await {
+                        Err(e) => eprintln!("tally run: cannot close the run's record: {e}"),
+                        Ok(_) => match signer.as_ref() {
+                            Ok(s) => match tally_coordinator::evidence::seal_run(r.log.as_ref(), &r.run_id, &result, s).await {
+                                Ok(()) => eprintln!(
+                                    "tally run: signed the run's evidence; write its bundle with: tally evidence {} --data-dir {} -o {}.evidence.json",
+                                    r.run_id,
+                                    data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+                                    r.run_id
+                                ),
+                                Err(e) => eprintln!("tally run: cannot sign the run's evidence: {e}"),
+                            },
+                            Err(e) => eprintln!("tally run: cannot sign the run's evidence: {}: tls: {e}", config.display()),
+                        },
+                    }
                 }
             }
             print_result(&result, json)

@@ -53,7 +53,7 @@ fn level_line(started: Instant, l: &LevelOut) -> String {
     )
 }
 
-fn client(server: &str, args: RemoteArgs) -> Result<ApiClient, String> {
+pub(crate) fn client(server: &str, args: RemoteArgs) -> Result<ApiClient, String> {
     let token = token(&args)?;
     let opts = ClientOptions {
         ca: args.ca,

@@ -91,8 +91,20 @@ pub trait RunLog: Send + Sync {
     async fn put_schedule(&self, name: &str, schedule: Schedule) -> Result<(), RunLogError>;
     /// Removes a schedule; whether there was one.
     async fn delete_schedule(&self, name: &str) -> Result<bool, RunLogError>;
+    /// Every line of `run` as stored, in order (empty for an unknown run): the bytes
+    /// its chain hashes. Unverified: [`RunLog::load`] and [`RunLog::verified_lines`] check.
+    async fn lines(&self, run: &str) -> Result<Vec<String>, RunLogError>;
     /// Every event of `run` in order, its chain verified (empty for an unknown run).
-    async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError>;
+    async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
+        verified(run, self.lines(run).await?)
+    }
+    /// Every line of `run` with its parsed event, the chain verified: what an evidence
+    /// bundle carries (the exact bytes) beside what it says.
+    async fn verified_lines(&self, run: &str) -> Result<Vec<(String, Value)>, RunLogError> {
+        let lines = self.lines(run).await?;
+        let events = verified(run, lines.clone())?;
+        Ok(lines.into_iter().zip(events).collect())
+    }
     /// Every run with its event count and head, in the order runs were started.
     async fn runs(&self) -> Result<Vec<RunHead>, RunLogError>;
 }
@@ -264,7 +276,7 @@ impl RunLog for SqliteRunLog {
         Ok(done.rows_affected() > 0)
     }
 
-    async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
+    async fn lines(&self, run: &str) -> Result<Vec<String>, RunLogError> {
         // one transaction: a load beside a running run's appends sees the lines and the
         // head of the same moment
         let mut tx = self.pool.begin().await.map_err(store_err)?;
@@ -281,16 +293,16 @@ impl RunLog for SqliteRunLog {
                 .await
                 .map_err(store_err)?;
         tx.commit().await.map_err(store_err)?;
-        let events = verified(run, lines.into_iter().map(|(l,)| l).collect())?;
+        let lines: Vec<String> = lines.into_iter().map(|(l,)| l).collect();
         if let Some((n, _)) = &recorded
-            && *n as usize != events.len()
+            && *n as usize != lines.len()
         {
             return Err(RunLogError::Broken {
                 run: run.to_string(),
-                what: format!("{} events stored, the run's head counts {n}", events.len()),
+                what: format!("{} events stored, the run's head counts {n}", lines.len()),
             });
         }
-        Ok(events)
+        Ok(lines)
     }
 
     async fn runs(&self) -> Result<Vec<RunHead>, RunLogError> {
@@ -367,12 +379,9 @@ impl RunLog for MemoryRunLog {
         Ok(g.remove(name).is_some())
     }
 
-    async fn load(&self, run: &str) -> Result<Vec<Value>, RunLogError> {
-        let lines = {
-            let g = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-            g.1.get(run).cloned().unwrap_or_default()
-        };
-        verified(run, lines)
+    async fn lines(&self, run: &str) -> Result<Vec<String>, RunLogError> {
+        let g = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(g.1.get(run).cloned().unwrap_or_default())
     }
 
     async fn runs(&self) -> Result<Vec<RunHead>, RunLogError> {

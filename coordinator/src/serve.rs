@@ -92,6 +92,9 @@ struct ServeState {
     running: Mutex<BTreeMap<String, Running>>,
     permits: Semaphore,
     counter: AtomicU64,
+    /// Signs each finished run's statement and checkpoint (DESIGN §12): the key of the
+    /// coordinator's client certificate.
+    signer: crate::evidence::Signer,
 }
 
 /// What a request to be audited tried: (method, path), the action, the run it names.
@@ -154,6 +157,7 @@ pub async fn serve(
         ),
     };
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let signer = crate::evidence::Signer::load(&cfg.tls).map_err(|e| format!("{}: tls: {e}", config_path.display()))?;
     let mut agents = BTreeMap::new();
     for (name, a) in &cfg.agents {
         agents.insert(
@@ -171,6 +175,7 @@ pub async fn serve(
         running: Mutex::new(BTreeMap::new()),
         permits: Semaphore::new(CONCURRENT_RUNS),
         counter: AtomicU64::new(0),
+        signer,
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     match &state.node {
@@ -193,6 +198,10 @@ pub async fn serve(
         .route(
             "/v1/runs/{id}/cancel",
             post(cancel_run).layer(need(Role::Operator)),
+        )
+        .route(
+            "/v1/runs/{id}/evidence",
+            get(run_evidence).layer(need(Role::Auditor)),
         )
         .route("/v1/audit", get(audit_log).layer(need(Role::Auditor)))
         .route("/v1/schedules", get(schedules::list).layer(need(Role::Viewer)))
@@ -497,6 +506,7 @@ async fn spawn_run(
                 // a cancelled run's last append, dropped in flight, may still commit ahead
                 // of this one (Raft goes on with a write its caller stopped waiting for):
                 // the next number is then taken, and this one is tried again after it
+                let mut closed = false;
                 for attempt in 1..=5 {
                     match st.runlog.append(&run_id, object(event.clone())).await {
                         Err(crate::runlog::RunLogError::Conflict { .. }) if attempt < 5 => {
@@ -506,8 +516,14 @@ async fn spawn_run(
                             tracing::error!(run = %run_id, error = %e, "cannot close the run's record");
                             break;
                         }
-                        Ok(_) => break,
+                        Ok(_) => {
+                            closed = true;
+                            break;
+                        }
                     }
+                }
+                if closed {
+                    seal(&st, &run_id, &result).await;
                 }
             }
             Err(e) => tracing::error!(run = %run_id, error = %e, "cannot store the run"),
@@ -526,6 +542,27 @@ async fn spawn_run(
     );
 }
 
+/// Signs a finished run's evidence into its record (see [`crate::evidence::seal_run`]);
+/// a failure is logged (the run's result stands; its bundle is refused until a restart
+/// seals it).
+async fn seal(st: &ServeState, run_id: &str, result: &crate::result::RunResult) {
+    if let Err(e) = crate::evidence::seal_run(st.runlog.as_ref(), run_id, result, &st.signer).await {
+        tracing::error!(run = %run_id, error = %e, "cannot sign the run's evidence");
+    }
+}
+
+/// The result of a finished run from its record: the finished event's document (a
+/// group) or the run store's (a single node).
+fn recorded_result(st: &ServeState, run_id: &str, events: &[serde_json::Value]) -> Option<crate::result::RunResult> {
+    let doc = events
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "finished")
+        .and_then(|e| e.get("document").cloned())
+        .or_else(|| st.store.document(run_id))?;
+    serde_json::from_value(doc["result"].clone()).ok()
+}
+
 /// Resumes every run the run log holds unfinished: started, without a `finished`
 /// event, and not in the run store (a run stored before its record was closed is
 /// closed now).
@@ -538,6 +575,12 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
         }
         let events = state.runlog.load(&r.run_id).await.map_err(|e| e.to_string())?;
         if events.iter().any(|e| e["event"] == "finished") {
+            // stopped between closing the record and signing it
+            if !events.iter().any(|e| e["event"] == "evidence")
+                && let Some(result) = recorded_result(state, &r.run_id, &events)
+            {
+                seal(state, &r.run_id, &result).await;
+            }
             continue;
         }
         if let Some(entry) = stored.iter().find(|e| e.id == r.run_id) {
@@ -573,6 +616,20 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
         spawn_run(state.clone(), r.run_id.clone(), spec, started, events, schedule).await;
     }
     Ok(())
+}
+
+/// `GET /v1/runs/{id}/evidence` (auditor): the run's evidence bundle (DESIGN §12).
+async fn run_evidence(State(state): State<Arc<ServeState>>, UrlPath(id): UrlPath<String>) -> Response {
+    use crate::evidence::BundleError;
+    if !tally_common::evidence::valid_run_id(&id) {
+        return error(StatusCode::NOT_FOUND, format!("no run {id}"));
+    }
+    match crate::evidence::bundle(state.runlog.as_ref(), &id).await {
+        Ok(b) => Json(b).into_response(),
+        Err(e @ BundleError::NoRun(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ BundleError::NotSealed(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
@@ -790,6 +847,12 @@ mod tests {
             running: Mutex::new(BTreeMap::new()),
             permits: Semaphore::new(CONCURRENT_RUNS),
             counter: AtomicU64::new(0),
+            signer: crate::evidence::Signer::load(&crate::config::ClientTls {
+                ca: d.join("ca.pem"),
+                cert: d.join("coordinator.pem"),
+                key: d.join("coordinator-key.pem"),
+            })
+            .unwrap(),
         });
         let spec: Spec = parse_yaml(
             Path::new("spec.yaml"),
@@ -819,7 +882,8 @@ mod tests {
             .iter()
             .map(|e| e["event"].as_str().unwrap_or_default().to_string())
             .collect();
-        assert_eq!(kinds, ["started", "failed", "finished"]);
+        // one record: closed once, its evidence signed once
+        assert_eq!(kinds, ["started", "failed", "finished", "evidence"]);
         let stored = state.store.entries().unwrap();
         assert_eq!(stored.iter().filter(|e| e.id == "r1").count(), 1, "stored twice");
     }

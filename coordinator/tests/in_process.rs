@@ -737,7 +737,7 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     async fn row_digests(
         &self,
         req: tally_common::wire::RowDigestsRequest,
-    ) -> Result<Vec<tally_common::wire::RowDigest>, tally_coordinator::error::RunError> {
+    ) -> Result<tally_coordinator::client::Digests, tally_coordinator::error::RunError> {
         self.agent.row_digests(req).await
     }
     async fn reveal(

@@ -207,6 +207,8 @@ impl Engine {
             method: r.method,
             parents: plan.parents.iter().cloned().zip(splits.iter().cloned()).collect(),
             in_process: false,
+            // the runtime names the run
+            run_id: String::new(),
         };
         let level = plan.level;
         self.ask(out, Command::Aggregate { level, side, request });

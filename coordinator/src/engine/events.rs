@@ -64,6 +64,9 @@ pub enum Event {
         side: Side,
         #[serde(with = "packed_digests")]
         digests: Vec<RowDigest>,
+        /// What the agent signed over the stream (DESIGN §12).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        envelope: Option<tally_common::dsse::Envelope>,
     },
     /// One side's revealed rows of rows-phase range `range` (when only that side was
     /// asked: missing or extra rows).

@@ -28,7 +28,7 @@ pub use events::{Call, Command, Event, Side};
 
 /// Event kinds of a run's log that others write (`tally serve` and `tally run` open
 /// and close the record; `level` is for progress readers): replay skips them.
-const NOT_MINE: [&str; 3] = ["started", "finished", "level"];
+const NOT_MINE: [&str; 4] = ["started", "finished", "level", "evidence"];
 
 /// A sealed run's seals: the run nonce with the peer's signed zone key, one per side
 /// (the source's names the target, the target's the source).
@@ -251,7 +251,9 @@ impl Engine {
                 elapsed_ms,
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
-            Event::Digests { range, side, digests } => self.on_digests(&mut out, range, side, digests),
+            Event::Digests {
+                range, side, digests, ..
+            } => self.on_digests(&mut out, range, side, digests),
             Event::Revealed {
                 range,
                 side,

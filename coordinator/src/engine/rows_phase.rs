@@ -287,6 +287,8 @@ impl Engine {
                     segment: segment.clone(),
                     level,
                     seal: self.seal(side),
+                    // the runtime names the run
+                    run_id: String::new(),
                 };
                 self.ask(out, Command::RowDigests { range, side, request });
             }

@@ -28,8 +28,29 @@ struct Runtime<'a> {
     source: &'a dyn AgentApi,
     target: &'a dyn AgentApi,
     record: Option<&'a RunRecord>,
+    /// The run id every Aggregate and RowDigests call carries (the record's, or a fresh
+    /// one for a run without a record), which the agents sign into their answers.
+    run_id: String,
     started: Instant,
     progress: bool,
+}
+
+/// A run id for a run without a record: unique enough to tell its signed answers from
+/// another run's.
+fn adhoc_run_id() -> String {
+    let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    let nonce = tally_common::seal::run_nonce();
+    format!("{millis:x}-adhoc-{}", hex::encode(&nonce[..6]))
+}
+
+/// An answer whose signed envelope is missing or does not say what the answer says:
+/// the run stops (it could not be evidenced, and the answer is not the agent's word).
+fn unsigned(agent: &str, rpc: &str, message: String) -> RunError {
+    RunError::MalformedAnswer {
+        agent: agent.to_string(),
+        rpc: rpc.to_string(),
+        message: format!("its signed envelope {message}"),
+    }
 }
 
 fn failed(e: &RunError) -> Event {
@@ -60,6 +81,10 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
         source,
         target,
         record: opts.record.as_ref(),
+        run_id: opts
+            .record
+            .as_ref()
+            .map_or_else(adhoc_run_id, |r| r.run_id.clone()),
         started: Instant::now(),
         progress: opts.progress.unwrap_or_else(|| std::io::stderr().is_terminal()),
     };
@@ -253,10 +278,22 @@ impl Runtime<'_> {
                 Command::DrawNonce => Ok(Event::NonceDrawn {
                     nonce: tally_common::seal::run_nonce(),
                 }),
-                Command::Aggregate { level, side, request } => {
-                    self.agent(side)
+                Command::Aggregate {
+                    level,
+                    side,
+                    mut request,
+                } => {
+                    request.run_id = self.run_id.clone();
+                    let agent = self.agent(side);
+                    let dataset = request.dataset.clone();
+                    agent
                         .aggregate(request)
                         .await
+                        .and_then(|response| {
+                            crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
+                                .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
+                            Ok(response)
+                        })
                         .map(|response| Event::Aggregated {
                             level,
                             side,
@@ -264,11 +301,29 @@ impl Runtime<'_> {
                             elapsed_ms: t0.elapsed().as_millis() as u64,
                         })
                 }
-                Command::RowDigests { range, side, request } => self
-                    .agent(side)
-                    .row_digests(request)
-                    .await
-                    .map(|digests| Event::Digests { range, side, digests }),
+                Command::RowDigests {
+                    range,
+                    side,
+                    mut request,
+                } => {
+                    request.run_id = self.run_id.clone();
+                    let agent = self.agent(side);
+                    let dataset = request.dataset.clone();
+                    agent
+                        .row_digests(request)
+                        .await
+                        .and_then(|d| {
+                            crate::evidence::check_digests(&self.run_id, &dataset, &d)
+                                .map_err(|m| unsigned(agent.name(), "RowDigests", m))?;
+                            Ok(d)
+                        })
+                        .map(|d| Event::Digests {
+                            range,
+                            side,
+                            digests: d.digests,
+                            envelope: d.envelope,
+                        })
+                }
                 Command::Reveal {
                     range,
                     side,

@@ -94,6 +94,7 @@ impl Fake {
             path: "pushdown".into(),
             rows_scanned: scanned,
             release_log_head: String::new(),
+            envelope: None,
         }
     }
 
@@ -210,6 +211,7 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             range: *range,
             side: *x,
             digests: side(x).digests(&request.segment),
+            envelope: None,
         },
         Command::Reveal {
             range,

@@ -1,0 +1,815 @@
+//! Evidence a third party can check (DESIGN §12, docs/evidence.md): the agents' signed
+//! answers as they arrive, the coordinator's signed statement and checkpoint when a run
+//! ends, the bundle `tally evidence` writes, and the offline checks of `tally verify`.
+//!
+//! What is signed is always bytes kept as they were signed (DSSE payloads, the result
+//! text, the run log's lines): nothing here re-serialises a signed document to check it.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use rustls::pki_types::UnixTime;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tally_common::chain::{line_hash, verify_lines};
+use tally_common::dsse::{AGENT_RESULT, CHECKPOINT, CertificateChecker, Envelope, IN_TOTO, Usage};
+use tally_common::evidence::{AgentResult, DigestsHash, SignedBucket, hex64, parse_hex64};
+use tally_common::seal::{TlsSigner, certificates_from_pem, dns_names};
+use tally_common::wire::AggregateResponse;
+
+use crate::client::Digests;
+use crate::config::ClientTls;
+use crate::engine::Event;
+use crate::result::{DiffCounts, RunResult};
+use crate::runlog::RunLog;
+
+/// The bundle's `format`.
+pub const FORMAT: &str = "tally-evidence/1";
+/// The in-toto Statement's `_type`.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// The Statement's `predicateType`.
+pub const PREDICATE_TYPE: &str = "https://tally.dev/reconciliation/v1";
+
+// ---------------------------------------------------------------------------------
+// As answers arrive
+
+/// The parts of a signed answer every RPC shares.
+fn check_common(p: &AgentResult, run_id: &str, dataset: &str, rpc: &str, head: &str) -> Result<(), String> {
+    if p.run_id != run_id {
+        return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
+    }
+    if p.dataset != dataset {
+        return Err(format!("names dataset {:?}, not {dataset:?}", p.dataset));
+    }
+    if p.rpc != rpc {
+        return Err(format!("signs a {} answer, not {rpc}", p.rpc));
+    }
+    if p.release_log_head != head {
+        return Err("names another release-log head than the answer".into());
+    }
+    Ok(())
+}
+
+/// The buckets of an aggregate as they are signed.
+pub fn signed_buckets(r: &AggregateResponse) -> Vec<SignedBucket> {
+    r.buckets
+        .iter()
+        .map(|b| SignedBucket::new(b.parent as u64, b.child as u64, b.count, b.sum, b.xor))
+        .collect()
+}
+
+/// Checks that an Aggregate answer carries its agent's envelope over exactly what it
+/// says, for this run and dataset (the signature itself is checked against the agent's
+/// certificate by [`verify`]).
+pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
+    let env = r.envelope.as_ref().ok_or("is missing")?;
+    let p = AgentResult::open(env)?;
+    check_common(&p, run_id, dataset, "Aggregate", &r.release_log_head)?;
+    if p.buckets.as_deref() != Some(&signed_buckets(r)[..]) {
+        return Err("signs other buckets than the answer's".into());
+    }
+    Ok(())
+}
+
+/// The digests hash of a RowDigests answer.
+pub fn digests_hash(d: &[tally_common::wire::RowDigest]) -> String {
+    let mut h = DigestsHash::default();
+    for r in d {
+        h.add(r.key_hash, r.row_hash);
+    }
+    h.hex()
+}
+
+/// As [`check_aggregate`], for a collected RowDigests stream.
+pub fn check_digests(run_id: &str, dataset: &str, d: &Digests) -> Result<(), String> {
+    let env = d.envelope.as_ref().ok_or("is missing")?;
+    let p = AgentResult::open(env)?;
+    if p.run_id != run_id {
+        return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
+    }
+    if p.dataset != dataset || p.rpc != "RowDigests" {
+        return Err(format!(
+            "signs {} of dataset {:?}, not RowDigests of {dataset:?}",
+            p.rpc, p.dataset
+        ));
+    }
+    if p.digests_sha256.as_deref() != Some(digests_hash(&d.digests).as_str()) {
+        return Err("signs other digests than the stream's".into());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// When a run ends
+
+/// The coordinator's signing identity: the key of its TLS client certificate, as the
+/// certificate's first DNS name.
+pub struct Signer {
+    pub name: String,
+    signer: TlsSigner,
+    pub certificate_pem: String,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Signer {
+    pub fn load(tls: &ClientTls) -> Result<Signer, String> {
+        let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let cert = read(&tls.cert)?;
+        let chain = certificates_from_pem(&cert).map_err(|e| format!("{}: {e}", tls.cert.display()))?;
+        let name = dns_names(&chain[0]).into_iter().next().ok_or_else(|| {
+            format!(
+                "{} has no DNS name to sign evidence as (verifiers match names, never common names)",
+                tls.cert.display()
+            )
+        })?;
+        let signer =
+            TlsSigner::from_pem(&read(&tls.key)?).map_err(|e| format!("{}: {e}", tls.key.display()))?;
+        Ok(Signer {
+            name,
+            signer,
+            certificate_pem: String::from_utf8(cert)
+                .map_err(|_| format!("{}: not PEM text", tls.cert.display()))?,
+        })
+    }
+
+    pub fn sign(&self, payload_type: &str, payload: &[u8]) -> Result<Envelope, String> {
+        Envelope::sign(payload_type, payload, &self.name, &self.signer).map_err(|e| e.to_string())
+    }
+}
+
+/// One side's level-1 totals as the statement states them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Totals {
+    pub agent: String,
+    pub dataset: String,
+    pub count: u64,
+    pub sum: String,
+    pub xor: Option<String>,
+}
+
+/// The Statement's predicate (`predicateType` [`PREDICATE_TYPE`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Predicate {
+    pub run_id: String,
+    pub spec_sha256: String,
+    pub verdict: String,
+    pub hash_method: String,
+    pub canonical_form_version: u32,
+    /// The privacy level the run reported at.
+    pub level: String,
+    /// `null` when the run ended before that side's level-1 answer.
+    pub source: Option<Totals>,
+    pub target: Option<Totals>,
+    /// The number of differing leaf segments.
+    pub leaves: u64,
+    pub difference_counts: Option<DiffCounts>,
+    pub false_match_bound: f64,
+    pub started: String,
+    pub finished: String,
+    pub events_head: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subject {
+    pub name: String,
+    pub digest: BTreeMap<String, String>,
+}
+
+/// An in-toto Statement v1 over the run's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Statement {
+    #[serde(rename = "_type")]
+    pub type_: String,
+    pub subject: Vec<Subject>,
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    pub predicate: Predicate,
+}
+
+/// A signed head of a chain (payloadType [`CHECKPOINT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    pub seq: u64,
+    pub head: String,
+    pub time: String,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The SHA-256 of a spec's RFC 8785 canonical JSON.
+pub fn spec_sha256(spec: &Value) -> Result<String, String> {
+    let text = tally_common::jcs::canonical_json(&spec.to_string()).map_err(|e| format!("the spec: {e}"))?;
+    Ok(sha256_hex(text.as_bytes()))
+}
+
+/// The sum of buckets: count, SUM mod 2^64, XOR (when every bucket has one).
+fn total(buckets: &[SignedBucket]) -> Result<(u64, u64, Option<u64>), String> {
+    let (mut count, mut sum, mut xor) = (0u64, 0u64, Some(0u64));
+    for b in buckets {
+        count = count
+            .checked_add(b.count)
+            .ok_or("the bucket counts overflow")?;
+        sum = sum.wrapping_add(parse_hex64(&b.sum).ok_or_else(|| format!("sum {:?} is not 16 hex digits", b.sum))?);
+        xor = match (xor, &b.xor) {
+            (Some(x), Some(t)) => Some(x ^ parse_hex64(t).ok_or_else(|| format!("xor {t:?} is not 16 hex digits"))?),
+            _ => None,
+        };
+    }
+    Ok((count, sum, xor))
+}
+
+/// Each side's level-1 totals from the run's events (the signed buckets of its
+/// level-1 aggregate answers).
+fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
+    let mut out: [Option<(String, String, Vec<SignedBucket>)>; 2] = [None, None];
+    for v in events {
+        if v["event"] != "aggregated" || v["level"] != 1 {
+            continue;
+        }
+        let Ok(Event::Aggregated { side, response, .. }) = serde_json::from_value::<Event>(v.clone()) else {
+            return Err(format!("event {} does not load", v["seq"]));
+        };
+        let env = response.envelope.as_ref().ok_or("a level-1 answer is unsigned")?;
+        let p = AgentResult::open(env)?;
+        let slot = &mut out[side as usize];
+        let buckets = p.buckets.unwrap_or_default();
+        match slot {
+            Some((a, d, all)) if *a == p.agent && *d == p.dataset => all.extend(buckets),
+            Some(_) => return Err("one side's level-1 answers name two agents or datasets".into()),
+            None => *slot = Some((p.agent, p.dataset, buckets)),
+        }
+    }
+    let mut totals = [None, None];
+    for (i, s) in out.into_iter().enumerate() {
+        if let Some((agent, dataset, buckets)) = s {
+            let (count, sum, xor) = total(&buckets)?;
+            totals[i] = Some(Totals {
+                agent,
+                dataset,
+                count,
+                sum: hex64(sum),
+                xor: xor.map(hex64),
+            });
+        }
+    }
+    Ok(totals)
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Signs a finished run's evidence and appends it to its record as one `evidence`
+/// event: the result text, the statement over it, the checkpoint of the run's log head
+/// before this event, and the signer's certificate. A run sealed already is left as
+/// it is. Call only once the run's last other event is in.
+pub async fn seal_run(log: &dyn RunLog, run_id: &str, result: &RunResult, signer: &Signer) -> Result<(), String> {
+    let lines = log.verified_lines(run_id).await.map_err(|e| e.to_string())?;
+    if lines.iter().any(|(_, v)| v["event"] == "evidence") {
+        return Ok(());
+    }
+    let Some((last, _)) = lines.last() else {
+        return Err(format!("run {run_id} has no events"));
+    };
+    let head = line_hash(last);
+    let events: Vec<Value> = lines.iter().map(|(_, v)| v.clone()).collect();
+    let result_text = serde_json::to_string(result).map_err(|e| e.to_string())?;
+    let started = events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .ok_or_else(|| format!("run {run_id} has no started event"))?;
+    let [source, target] = level_one(&events)?;
+    let predicate = Predicate {
+        run_id: run_id.to_string(),
+        spec_sha256: spec_sha256(&started["spec"])?,
+        verdict: serde_json::to_value(&result.verdict)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        hash_method: result.hash_method.clone(),
+        canonical_form_version: tally_common::canonical::CANONICAL_FORM_VERSION,
+        level: result.level.clone(),
+        source,
+        target,
+        leaves: result.leaves.len() as u64,
+        difference_counts: result.difference_counts.clone(),
+        false_match_bound: result.false_match_bound,
+        started: started["started"].as_str().unwrap_or_default().to_string(),
+        finished: now_rfc3339(),
+        events_head: head.clone(),
+    };
+    let statement = Statement {
+        type_: STATEMENT_TYPE.into(),
+        subject: vec![Subject {
+            name: format!("tally-run:{run_id}"),
+            digest: BTreeMap::from([("sha256".to_string(), sha256_hex(result_text.as_bytes()))]),
+        }],
+        predicate_type: PREDICATE_TYPE.into(),
+        predicate,
+    };
+    let statement = signer.sign(IN_TOTO, &serde_json::to_vec(&statement).map_err(|e| e.to_string())?)?;
+    let checkpoint = Checkpoint {
+        seq: lines.len() as u64,
+        head,
+        time: now_rfc3339(),
+    };
+    let checkpoint = signer.sign(CHECKPOINT, &serde_json::to_vec(&checkpoint).map_err(|e| e.to_string())?)?;
+    let event = json!({"event": "evidence", "result": result_text, "statement": statement,
+                       "checkpoint": checkpoint, "signer": signer.name,
+                       "certificate": signer.certificate_pem});
+    let Value::Object(fields) = event else { unreachable!() };
+    log.append(run_id, fields).await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// The bundle
+
+/// A certificate (leaf first, then intermediates) of a party that signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertEntry {
+    /// The DNS name the party signs as (its envelopes' keyid).
+    pub name: String,
+    /// `coordinator` or `agent`.
+    pub role: String,
+    pub pem: String,
+}
+
+/// `tally-evidence/1` (docs/evidence.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    pub format: String,
+    /// Base64 of the result's exact bytes.
+    pub result: String,
+    pub statement: Envelope,
+    pub agent_results: Vec<Envelope>,
+    /// Base64 of each run-log line up to the checkpointed head.
+    pub events: Vec<String>,
+    pub checkpoint: Envelope,
+    pub certificates: Vec<CertEntry>,
+}
+
+/// The envelope an event carries, if it is a signed answer.
+fn envelope_of(v: &Value) -> Option<Value> {
+    match v["event"].as_str() {
+        Some("aggregated") => v["response"].get("envelope").cloned(),
+        Some("digests") => v.get("envelope").cloned(),
+        _ => None,
+    }
+}
+
+/// The bundle of a sealed run, from its record.
+pub async fn bundle(log: &dyn RunLog, run_id: &str) -> Result<Bundle, BundleError> {
+    let lines = log
+        .verified_lines(run_id)
+        .await
+        .map_err(|e| BundleError::Store(e.to_string()))?;
+    if lines.is_empty() {
+        return Err(BundleError::NoRun(run_id.to_string()));
+    }
+    let Some(at) = lines.iter().position(|(_, v)| v["event"] == "evidence") else {
+        return Err(BundleError::NotSealed(run_id.to_string()));
+    };
+    let sealed = &lines[at].1;
+    let field = |k: &str| -> Result<Envelope, BundleError> {
+        serde_json::from_value(sealed[k].clone())
+            .map_err(|e| BundleError::Store(format!("run {run_id}: its evidence event's {k}: {e}")))
+    };
+    let (statement, checkpoint) = (field("statement")?, field("checkpoint")?);
+    let events = &lines[..at];
+    let mut agent_results = Vec::new();
+    let mut agents: Vec<CertEntry> = Vec::new();
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    for (_, v) in events {
+        if let Some(e) = envelope_of(v) {
+            let env: Envelope = serde_json::from_value(e)
+                .map_err(|e| BundleError::Store(format!("event {}: its envelope: {e}", v["seq"])))?;
+            if let Ok(p) = AgentResult::open(&env) {
+                names.entry(v["side"].as_str().unwrap_or_default().to_string()).or_insert(p.agent);
+            }
+            agent_results.push(env);
+        }
+    }
+    if let Some((_, d)) = events.iter().find(|(_, v)| v["event"] == "described") {
+        for side in ["source", "target"] {
+            let pem = d[side]["certificate_pem"].as_str().unwrap_or_default().to_string();
+            if pem.is_empty() {
+                continue;
+            }
+            let name = match names.get(side) {
+                Some(n) => n.clone(),
+                None => certificates_from_pem(pem.as_bytes())
+                    .ok()
+                    .and_then(|c| c.first().map(|l| dns_names(l)))
+                    .and_then(|n| n.into_iter().next())
+                    .unwrap_or_default(),
+            };
+            // an agent reconciling two of its own datasets signs once for both
+            if !agents.iter().any(|a| a.name == name && a.pem == pem) {
+                agents.push(CertEntry {
+                    name,
+                    role: "agent".into(),
+                    pem,
+                });
+            }
+        }
+    }
+    let mut certificates = vec![CertEntry {
+        name: sealed["signer"].as_str().unwrap_or_default().to_string(),
+        role: "coordinator".into(),
+        pem: sealed["certificate"].as_str().unwrap_or_default().to_string(),
+    }];
+    certificates.extend(agents);
+    Ok(Bundle {
+        format: FORMAT.into(),
+        result: STANDARD.encode(sealed["result"].as_str().unwrap_or_default()),
+        statement,
+        agent_results,
+        events: events.iter().map(|(l, _)| STANDARD.encode(l)).collect(),
+        checkpoint,
+        certificates,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("no run {0}")]
+    NoRun(String),
+    #[error("run {0} has no evidence yet: it is running, or it ended before this coordinator signed runs")]
+    NotSealed(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+// ---------------------------------------------------------------------------------
+// tally verify
+
+/// One check of [`verify`]: what was checked and what it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub outcome: Result<String, String>,
+}
+
+/// Whether every check passed.
+pub fn valid(checks: &[Check]) -> bool {
+    !checks.is_empty() && checks.iter().all(|c| c.outcome.is_ok())
+}
+
+struct Checks(Vec<Check>);
+
+impl Checks {
+    /// Records a check; `false` (stop) when it failed.
+    fn check(&mut self, name: impl Into<String>, outcome: Result<String, String>) -> bool {
+        let ok = outcome.is_ok();
+        self.0.push(Check {
+            name: name.into(),
+            outcome,
+        });
+        ok
+    }
+}
+
+fn b64(field: &str, text: &str) -> Result<Vec<u8>, String> {
+    STANDARD
+        .decode(text)
+        .map_err(|_| format!("{field} is not strict base64"))
+}
+
+/// Checks a bundle offline against `ca_pem` (one or more CA certificates), in the
+/// order of docs/evidence.md; stops at the first check that fails.
+pub fn verify(bundle_text: &[u8], ca_pem: &[u8]) -> Vec<Check> {
+    let mut c = Checks(Vec::new());
+    let _ = verify_into(&mut c, bundle_text, ca_pem);
+    c.0
+}
+
+fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> {
+    let checker = CertificateChecker::from_ca_pem(ca_pem);
+    if !c.check("the CA", checker.as_ref().map(|_| "loaded".to_string()).map_err(Clone::clone)) {
+        return None;
+    }
+    let checker = checker.ok()?;
+    let bundle: Result<Bundle, String> = serde_json::from_slice(bundle_text)
+        .map_err(|e| format!("not a bundle: {e}"))
+        .and_then(|b: Bundle| {
+            if b.format == FORMAT {
+                Ok(b)
+            } else {
+                Err(format!("format is {:?}, expected {FORMAT:?}", b.format))
+            }
+        });
+    if !c.check("bundle format", bundle.as_ref().map(|_| FORMAT.to_string()).map_err(Clone::clone)) {
+        return None;
+    }
+    let b = bundle.ok()?;
+
+    // the certificates are checked at the checkpoint's time: when the coordinator says
+    // it signed (an expired certificate does not void evidence signed while it was valid)
+    let at = b
+        .checkpoint
+        .payload_bytes()
+        .map_err(|e| e.to_string())
+        .and_then(|p| serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}")))
+        .and_then(|cp| {
+            time::OffsetDateTime::parse(&cp.time, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| format!("checkpoint time {:?}: {e}", cp.time))
+        });
+    if !c.check("checkpoint time", at.as_ref().map(|t| t.to_string()).map_err(Clone::clone)) {
+        return None;
+    }
+    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(at.ok()?.unix_timestamp().max(0) as u64));
+    let mut certs: BTreeMap<(String, &str), Vec<u8>> = BTreeMap::new();
+    for (i, e) in b.certificates.iter().enumerate() {
+        let name = format!("certificates[{i}] ({} {:?})", e.role, e.name);
+        let usage = match e.role.as_str() {
+            "coordinator" => Some(Usage::Coordinator),
+            "agent" => Some(Usage::Agent),
+            _ => None,
+        };
+        let outcome = (|| {
+            let usage = usage.ok_or_else(|| format!("role {:?} is neither coordinator nor agent", e.role))?;
+            let chain = certificates_from_pem(e.pem.as_bytes())?;
+            checker.check(&chain, &e.name, usage, at).map_err(|e| e.to_string())?;
+            let role = if usage == Usage::Agent { "agent" } else { "coordinator" };
+            if certs.insert((e.name.clone(), role), chain[0].clone()).is_some() {
+                return Err("a second certificate for the same name and role".to_string());
+            }
+            Ok("chains to the CA, for its role and name".to_string())
+        })();
+        if !c.check(name, outcome) {
+            return None;
+        }
+    }
+    let signed_by = |env: &Envelope, role: &'static str, payload_type: &str| -> Result<(String, Vec<u8>), String> {
+        let [sig] = env.signatures.as_slice() else {
+            return Err(format!("{} signatures, expected one", env.signatures.len()));
+        };
+        let cert = certs
+            .get(&(sig.keyid.clone(), role))
+            .ok_or_else(|| format!("signed as {:?}, which has no {role} certificate in the bundle", sig.keyid))?;
+        let payload = env.verify(payload_type, &sig.keyid, cert).map_err(|e| e.to_string())?;
+        Ok((sig.keyid.clone(), payload))
+    };
+
+    // the statement
+    let statement = signed_by(&b.statement, "coordinator", IN_TOTO);
+    if !c.check(
+        "statement signature",
+        statement.as_ref().map(|(k, _)| format!("by coordinator {k:?}")).map_err(Clone::clone),
+    ) {
+        return None;
+    }
+    let (coordinator, payload) = statement.ok()?;
+    let st: Result<Statement, String> = serde_json::from_slice(&payload)
+        .map_err(|e| format!("does not parse: {e}"))
+        .and_then(|s: Statement| {
+            if s.type_ != STATEMENT_TYPE || s.predicate_type != PREDICATE_TYPE {
+                return Err(format!("_type {:?} / predicateType {:?}", s.type_, s.predicate_type));
+            }
+            match s.subject.as_slice() {
+                [one] if one.name == format!("tally-run:{}", s.predicate.run_id) => Ok(s),
+                _ => Err("the subject must be the one result, named tally-run:<run_id>".into()),
+            }
+        });
+    if !c.check("statement", st.as_ref().map(|s| format!("run {}", s.predicate.run_id)).map_err(Clone::clone)) {
+        return None;
+    }
+    let st = st.ok()?;
+    let p = &st.predicate;
+    let run_id = p.run_id.as_str();
+
+    // the result
+    let result = b64("result", &b.result).and_then(|bytes| {
+        let want = st.subject[0].digest.get("sha256").cloned().unwrap_or_default();
+        if sha256_hex(&bytes) == want {
+            Ok(bytes)
+        } else {
+            Err("the SHA-256 of the result bytes is not the statement's subject digest".into())
+        }
+    });
+    if !c.check("result digest", result.as_ref().map(|r| format!("{} bytes", r.len())).map_err(Clone::clone)) {
+        return None;
+    }
+    let outcome = serde_json::from_slice::<Value>(&result.ok()?)
+        .map_err(|e| format!("the result is not JSON: {e}"))
+        .and_then(|r| {
+            let same = |k: &str, v: Value| {
+                if r[k] == v {
+                    Ok(())
+                } else {
+                    Err(format!("the result's {k} is {}, the statement's {v}", r[k]))
+                }
+            };
+            same("verdict", json!(p.verdict))?;
+            same("hash_method", json!(p.hash_method))?;
+            same("level", json!(p.level))?;
+            same("false_match_bound", json!(p.false_match_bound))?;
+            let leaves = r["leaves"].as_array().map_or(0, Vec::len) as u64;
+            if leaves != p.leaves {
+                return Err(format!("the result has {leaves} leaves, the statement {}", p.leaves));
+            }
+            same("difference_counts", serde_json::to_value(&p.difference_counts).unwrap_or_default())?;
+            Ok("says what the statement says".to_string())
+        });
+    if !c.check("result", outcome) {
+        return None;
+    }
+
+    // the events: one chain of this run, ending at the statement's head
+    let mut lines = Vec::with_capacity(b.events.len());
+    for (i, e) in b.events.iter().enumerate() {
+        match b64(&format!("events[{i}]"), e).and_then(|l| String::from_utf8(l).map_err(|_| format!("events[{i}] is not UTF-8"))) {
+            Ok(l) => lines.push(l),
+            Err(e) => {
+                c.check("event chain", Err(e));
+                return None;
+            }
+        }
+    }
+    let mut events = Vec::with_capacity(lines.len());
+    let chained = verify_lines("events", lines.iter().cloned().map(Ok), |v| {
+        if v["run"] != run_id {
+            return Err(format!("names run {}, not {run_id}", v["run"]));
+        }
+        events.push(v);
+        Ok(())
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|(seq, head)| {
+        if head == p.events_head {
+            Ok(format!("{seq} events link, ending at the statement's head"))
+        } else {
+            Err(format!("the events end at {head}, the statement says {}", p.events_head))
+        }
+    });
+    if !c.check("event chain", chained) {
+        return None;
+    }
+
+    // the checkpoint
+    let cp = signed_by(&b.checkpoint, "coordinator", CHECKPOINT).and_then(|(k, payload)| {
+        let cp: Checkpoint = serde_json::from_slice(&payload).map_err(|e| format!("does not parse: {e}"))?;
+        if cp.head != p.events_head || cp.seq != events.len() as u64 {
+            return Err(format!(
+                "signs seq {} head {}, the events end at seq {} head {}",
+                cp.seq,
+                cp.head,
+                events.len(),
+                p.events_head
+            ));
+        }
+        Ok(format!("by coordinator {k:?} at {}", cp.time))
+    });
+    if !c.check("checkpoint", cp) {
+        return None;
+    }
+
+    // the spec the run started with
+    let spec = events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .ok_or_else(|| "no started event".to_string())
+        .and_then(|s| {
+            if spec_sha256(&s["spec"])? != p.spec_sha256 {
+                return Err("the started event's spec is not the statement's spec_sha256".into());
+            }
+            if s["started"] != json!(p.started) {
+                return Err(format!("started at {}, the statement says {}", s["started"], p.started));
+            }
+            Ok(format!("spec {:?}", s["spec"]["name"].as_str().unwrap_or_default()))
+        });
+    if !c.check("spec", spec) {
+        return None;
+    }
+
+    // every signed answer
+    let mut n = 0usize;
+    for v in &events {
+        let Some(env) = envelope_of(v) else { continue };
+        let name = format!("agent_results[{n}] (event {} {} {})", v["seq"], v["event"], v["side"]);
+        let outcome = (|| {
+            let env: Envelope = serde_json::from_value(env).map_err(|e| format!("the event's envelope: {e}"))?;
+            match b.agent_results.get(n) {
+                Some(listed) if *listed == env => {}
+                Some(_) => return Err("is not the envelope the event recorded".into()),
+                None => return Err("is missing: the events carry more signed answers".into()),
+            }
+            let (agent, payload) = signed_by(&env, "agent", AGENT_RESULT)?;
+            let sp: AgentResult = serde_json::from_slice(&payload).map_err(|e| format!("payload: {e}"))?;
+            if sp.agent != agent {
+                return Err(format!("signed by {agent:?} but names agent {:?}", sp.agent));
+            }
+            if sp.run_id != run_id {
+                return Err(format!("names run {:?}, not {run_id:?}", sp.run_id));
+            }
+            let event: Event = serde_json::from_value(v.clone()).map_err(|e| format!("the event: {e}"))?;
+            match event {
+                Event::Aggregated { response, .. } => {
+                    if sp.rpc != "Aggregate" || sp.buckets.as_deref() != Some(&signed_buckets(&response)[..]) {
+                        return Err("the event's buckets are not the ones the agent signed".into());
+                    }
+                    if sp.release_log_head != response.release_log_head {
+                        return Err("the event's release-log head is not the one the agent signed".into());
+                    }
+                }
+                Event::Digests { digests, .. } => {
+                    if sp.rpc != "RowDigests" || sp.digests_sha256.as_deref() != Some(digests_hash(&digests).as_str())
+                    {
+                        return Err("the event's digests are not the ones the agent signed".into());
+                    }
+                }
+                _ => return Err("not a signed answer".into()),
+            }
+            Ok(format!("by agent {agent:?}, {} of {}", sp.rpc, sp.dataset))
+        })();
+        if !c.check(name, outcome) {
+            return None;
+        }
+        n += 1;
+    }
+    let all = if n == b.agent_results.len() {
+        Ok(format!("{n} signed answers, each the one its event recorded"))
+    } else {
+        Err(format!("{} listed, the events carry {n}", b.agent_results.len()))
+    };
+    if !c.check("agent_results", all) {
+        return None;
+    }
+
+    // the totals the statement states are the agents' signed level-1 buckets
+    let signed = level_one(&events);
+    let totals = signed.as_ref().map_err(Clone::clone).and_then(|[s, t]| {
+        for (side, signed, stated) in [("source", s, &p.source), ("target", t, &p.target)] {
+            if signed != stated {
+                return Err(format!(
+                    "the {side} totals stated ({}) are not the sums of its agent-signed level-1 buckets ({})",
+                    serde_json::to_string(stated).unwrap_or_default(),
+                    serde_json::to_string(signed).unwrap_or_default()
+                ));
+            }
+        }
+        Ok("each side's equals the sum of its agent-signed level-1 buckets".to_string())
+    });
+    if !c.check("level-1 totals", totals) {
+        return None;
+    }
+    let verdict = (|| {
+        let equal = match (&p.source, &p.target) {
+            (Some(s), Some(t)) => {
+                s.count == t.count
+                    && s.sum == t.sum
+                    && match (&s.xor, &t.xor) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    }
+            }
+            _ => false,
+        };
+        let follows = match p.verdict.as_str() {
+            "match" => equal && p.leaves == 0,
+            "differ" => !(equal && p.leaves == 0),
+            "error" => true,
+            v => return Err(format!("verdict {v:?} is none of match, differ, error")),
+        };
+        if follows {
+            Ok(format!(
+                "{} (totals {}, {} differing leaves), signed by {coordinator:?}",
+                p.verdict,
+                if equal { "equal" } else { "differ" },
+                p.leaves
+            ))
+        } else {
+            Err(format!(
+                "verdict {} does not follow from totals that {} and {} differing leaves",
+                p.verdict,
+                if equal { "are equal" } else { "differ" },
+                p.leaves
+            ))
+        }
+    })();
+    if !c.check("verdict", verdict) {
+        return None;
+    }
+    Some(())
+}

@@ -1,0 +1,132 @@
+//! `tally evidence RUN_ID -o FILE` and `tally verify FILE --ca CA` (DESIGN §12,
+//! docs/evidence.md).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use hyper::Method;
+use tally_coordinator::evidence::{self, Bundle};
+use tally_coordinator::runlog::SqliteRunLog;
+
+use crate::RemoteArgs;
+
+/// Where `tally evidence` reads a run from.
+pub enum Source {
+    /// A `tally run --data-dir` (or single-node `tally serve`) data directory.
+    DataDir(PathBuf),
+    /// `tally serve` at this URL (the auditor role).
+    Server(String, RemoteArgs),
+}
+
+async fn fetch(run_id: &str, from: Source) -> Result<Bundle, String> {
+    match from {
+        Source::DataDir(dir) => {
+            let path = dir.join("runlog.sqlite");
+            if !path.exists() {
+                return Err(format!(
+                    "--data-dir {}: no runlog.sqlite (the directory of `tally run --data-dir` or of a single-node `tally serve`)",
+                    dir.display()
+                ));
+            }
+            let log = SqliteRunLog::open(&path)
+                .await
+                .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+            evidence::bundle(&log, run_id).await.map_err(|e| e.to_string())
+        }
+        Source::Server(url, args) => {
+            let client = crate::remote::client(&url, args)?;
+            let (status, body) = client
+                .request(Method::GET, &format!("/v1/runs/{run_id}/evidence"), "")
+                .await
+                .map_err(|e| e.to_string())?;
+            if status != 200 {
+                let msg = body["error"].as_str().map_or_else(|| body.to_string(), str::to_string);
+                return Err(format!("{url}: {status}: {msg}"));
+            }
+            serde_json::from_value(body).map_err(|e| format!("{url}: the answer is not a bundle: {e}"))
+        }
+    }
+}
+
+/// `tally evidence`: writes the bundle (exit 0), or says why not (exit 2).
+pub async fn cmd_evidence(run_id: String, out: PathBuf, from: Source) -> ExitCode {
+    let started = std::time::Instant::now();
+    let bundle = match fetch(&run_id, from).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("tally evidence: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = serde_json::to_vec_pretty(&bundle).expect("bundles serialize");
+    if let Err(e) = write_new(&out, &text) {
+        eprintln!("tally evidence: {}: {e}", out.display());
+        return ExitCode::from(2);
+    }
+    eprintln!(
+        "tally evidence: wrote {} ({} bytes: the result, the signed statement, {} agent-signed answers, {} events, the checkpoint, {} certificates) in {:.2} s; check it with: tally verify {} --ca CA.pem",
+        out.display(),
+        text.len(),
+        bundle.agent_results.len(),
+        bundle.events.len(),
+        bundle.certificates.len(),
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Writes `text` to `path` through a temporary file beside it, so a reader never sees
+/// half a bundle.
+fn write_new(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp-evidence");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `tally verify`: prints each check; exit 0 valid, 1 invalid, 2 usage.
+pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
+    let read = |p: &Path, what: &str| std::fs::read(p).map_err(|e| format!("{what} {}: {e}", p.display()));
+    let (text, ca_pem) = match (read(bundle, "bundle"), read(ca, "--ca")) {
+        (Ok(t), Ok(c)) => (t, c),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("tally verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = std::time::Instant::now();
+    let checks = evidence::verify(&text, &ca_pem);
+    let ok = evidence::valid(&checks);
+    if json {
+        let list: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| match &c.outcome {
+                Ok(d) => serde_json::json!({"check": c.name, "ok": true, "detail": d}),
+                Err(d) => serde_json::json!({"check": c.name, "ok": false, "detail": d}),
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"valid": ok, "checks": list})).unwrap_or_default()
+        );
+    } else {
+        for c in &checks {
+            match &c.outcome {
+                Ok(d) => println!("ok    {}: {d}", c.name),
+                Err(d) => println!("FAIL  {}: {d}", c.name),
+            }
+        }
+        if ok {
+            println!(
+                "{}: valid ({} checks, {:.0} ms)",
+                bundle.display(),
+                checks.len(),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        } else {
+            let first = checks.iter().find(|c| c.outcome.is_err()).map_or("?", |c| c.name.as_str());
+            println!("{}: INVALID: {first} failed", bundle.display());
+        }
+    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
