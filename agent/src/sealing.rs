@@ -70,8 +70,8 @@ impl Identity {
 
     /// An identity from PEM texts (tests and embedded agents).
     pub fn from_pem(name: &str, certificate_pem: &str, key_pem: &str) -> Result<Identity, AgentError> {
-        let signer =
-            TlsSigner::from_pem(key_pem.as_bytes()).map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
+        let signer = TlsSigner::from_pem(key_pem.as_bytes())
+            .map_err(|e| AgentError::Config(format!("tls.key: {e}")))?;
         Ok(Identity {
             name: name.to_string(),
             signer,
@@ -80,7 +80,10 @@ impl Identity {
     }
 
     /// Signs `payload` (whose `agent` must be this agent's name).
-    pub fn sign(&self, payload: &tally_common::evidence::AgentResult) -> Result<tally_common::dsse::Envelope, AgentError> {
+    pub fn sign(
+        &self,
+        payload: &tally_common::evidence::AgentResult,
+    ) -> Result<tally_common::dsse::Envelope, AgentError> {
         debug_assert_eq!(payload.agent, self.name);
         payload
             .sign(&self.signer)

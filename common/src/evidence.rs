@@ -57,7 +57,11 @@ pub fn hex64(v: u64) -> String {
 
 /// Parses 16 lowercase hex digits.
 pub fn parse_hex64(s: &str) -> Option<u64> {
-    if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if s.len() != 16
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     u64::from_str_radix(s, 16).ok()

@@ -15,8 +15,8 @@ use tally_agent::sample_data::write_orders;
 use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::ClientTls;
-use tally_coordinator::result::RunResult;
 use tally_coordinator::evidence;
+use tally_coordinator::result::RunResult;
 use tally_coordinator::runlog::{RunLog, SqliteRunLog};
 use tally_coordinator::runner::{RunOptions, RunRecord, run};
 use tally_coordinator::spec::Spec;
@@ -148,8 +148,10 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
         .unwrap_or_default();
     log.start(
         &run_id,
-        object(serde_json::json!({"event": "started", "name": spec.name, "started": started,
-                                  "spec": serde_json::to_value(&spec)?})),
+        object(
+            serde_json::json!({"event": "started", "name": spec.name, "started": started,
+                                  "spec": serde_json::to_value(&spec)?}),
+        ),
     )
     .await?;
     let result = run(
@@ -169,8 +171,11 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     let _ = stop1.send(());
     let _ = stop2.send(());
     let verdict = serde_json::to_value(&result.verdict)?;
-    log.append(&run_id, object(serde_json::json!({"event": "finished", "verdict": verdict})))
-        .await?;
+    log.append(
+        &run_id,
+        object(serde_json::json!({"event": "finished", "verdict": verdict})),
+    )
+    .await?;
     let signer = evidence::Signer::load(&ClientTls {
         ca: dir.join("ca.pem"),
         cert: dir.join("coordinator.pem"),
@@ -223,7 +228,9 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
             None => "it is removed with the demo's files; keep them with --keep DIR".to_string(),
         };
         eprintln!(
-            "evidence: wrote {} ({} bytes; run {run_id}): the result, the coordinator's signed statement, {} answers              each signed by the agent that gave it, the run's {} hash-chained events and the signed checkpoint.              Verified offline against the demo CA: {} checks passed; {kept}.\n",
+            "evidence: wrote {} ({} bytes; run {run_id}): the result, the coordinator's signed statement, {} answers \
+             each signed by the agent that gave it, the run's {} hash-chained events and the signed checkpoint. \
+             Verified offline against the demo CA: {} checks passed; {kept}.\n",
             bundle_path.display(),
             text.len(),
             bundle.agent_results.len(),

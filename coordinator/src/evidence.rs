@@ -114,7 +114,9 @@ pub struct Signer {
 
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signer").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Signer")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -220,12 +222,14 @@ pub fn spec_sha256(spec: &Value) -> Result<String, String> {
 fn total(buckets: &[SignedBucket]) -> Result<(u64, u64, Option<u64>), String> {
     let (mut count, mut sum, mut xor) = (0u64, 0u64, Some(0u64));
     for b in buckets {
-        count = count
-            .checked_add(b.count)
-            .ok_or("the bucket counts overflow")?;
-        sum = sum.wrapping_add(parse_hex64(&b.sum).ok_or_else(|| format!("sum {:?} is not 16 hex digits", b.sum))?);
+        count = count.checked_add(b.count).ok_or("the bucket counts overflow")?;
+        sum = sum.wrapping_add(
+            parse_hex64(&b.sum).ok_or_else(|| format!("sum {:?} is not 16 hex digits", b.sum))?,
+        );
         xor = match (xor, &b.xor) {
-            (Some(x), Some(t)) => Some(x ^ parse_hex64(t).ok_or_else(|| format!("xor {t:?} is not 16 hex digits"))?),
+            (Some(x), Some(t)) => {
+                Some(x ^ parse_hex64(t).ok_or_else(|| format!("xor {t:?} is not 16 hex digits"))?)
+            }
             _ => None,
         };
     }
@@ -281,7 +285,12 @@ fn now_rfc3339() -> String {
 /// event: the result text, the statement over it, the checkpoint of the run's log head
 /// before this event, and the signer's certificate. A run sealed already is left as
 /// it is. Call only once the run's last other event is in.
-pub async fn seal_run(log: &dyn RunLog, run_id: &str, result: &RunResult, signer: &Signer) -> Result<(), String> {
+pub async fn seal_run(
+    log: &dyn RunLog,
+    run_id: &str,
+    result: &RunResult,
+    signer: &Signer,
+) -> Result<(), String> {
     let lines = log.verified_lines(run_id).await.map_err(|e| e.to_string())?;
     if lines.iter().any(|(_, v)| v["event"] == "evidence") {
         return Ok(());
@@ -325,17 +334,25 @@ pub async fn seal_run(log: &dyn RunLog, run_id: &str, result: &RunResult, signer
         predicate_type: PREDICATE_TYPE.into(),
         predicate,
     };
-    let statement = signer.sign(IN_TOTO, &serde_json::to_vec(&statement).map_err(|e| e.to_string())?)?;
+    let statement = signer.sign(
+        IN_TOTO,
+        &serde_json::to_vec(&statement).map_err(|e| e.to_string())?,
+    )?;
     let checkpoint = Checkpoint {
         seq: lines.len() as u64,
         head,
         time: now_rfc3339(),
     };
-    let checkpoint = signer.sign(CHECKPOINT, &serde_json::to_vec(&checkpoint).map_err(|e| e.to_string())?)?;
+    let checkpoint = signer.sign(
+        CHECKPOINT,
+        &serde_json::to_vec(&checkpoint).map_err(|e| e.to_string())?,
+    )?;
     let event = json!({"event": "evidence", "result": result_text, "statement": statement,
                        "checkpoint": checkpoint, "signer": signer.name,
                        "certificate": signer.certificate_pem});
-    let Value::Object(fields) = event else { unreachable!() };
+    let Value::Object(fields) = event else {
+        unreachable!()
+    };
     log.append(run_id, fields).await.map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -405,14 +422,19 @@ pub async fn bundle(log: &dyn RunLog, run_id: &str) -> Result<Bundle, BundleErro
             let env: Envelope = serde_json::from_value(e)
                 .map_err(|e| BundleError::Store(format!("event {}: its envelope: {e}", v["seq"])))?;
             if let Ok(p) = AgentResult::open(&env) {
-                names.entry(v["side"].as_str().unwrap_or_default().to_string()).or_insert(p.agent);
+                names
+                    .entry(v["side"].as_str().unwrap_or_default().to_string())
+                    .or_insert(p.agent);
             }
             agent_results.push(env);
         }
     }
     if let Some((_, d)) = events.iter().find(|(_, v)| v["event"] == "described") {
         for side in ["source", "target"] {
-            let pem = d[side]["certificate_pem"].as_str().unwrap_or_default().to_string();
+            let pem = d[side]["certificate_pem"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             if pem.is_empty() {
                 continue;
             }
@@ -506,7 +528,13 @@ pub fn verify(bundle_text: &[u8], ca_pem: &[u8]) -> Vec<Check> {
 
 fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> {
     let checker = CertificateChecker::from_ca_pem(ca_pem);
-    if !c.check("the CA", checker.as_ref().map(|_| "loaded".to_string()).map_err(Clone::clone)) {
+    if !c.check(
+        "the CA",
+        checker
+            .as_ref()
+            .map(|_| "loaded".to_string())
+            .map_err(Clone::clone),
+    ) {
         return None;
     }
     let checker = checker.ok()?;
@@ -519,7 +547,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 Err(format!("format is {:?}, expected {FORMAT:?}", b.format))
             }
         });
-    if !c.check("bundle format", bundle.as_ref().map(|_| FORMAT.to_string()).map_err(Clone::clone)) {
+    if !c.check(
+        "bundle format",
+        bundle.as_ref().map(|_| FORMAT.to_string()).map_err(Clone::clone),
+    ) {
         return None;
     }
     let b = bundle.ok()?;
@@ -530,15 +561,29 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .checkpoint
         .payload_bytes()
         .map_err(|e| e.to_string())
-        .and_then(|p| serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}")))
+        .and_then(|p| {
+            serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}"))
+        })
         .and_then(|cp| {
             time::OffsetDateTime::parse(&cp.time, &time::format_description::well_known::Rfc3339)
                 .map_err(|e| format!("checkpoint time {:?}: {e}", cp.time))
         });
-    if !c.check("checkpoint time", at.as_ref().map(|t| t.to_string()).map_err(Clone::clone)) {
+    let shown = at
+        .as_ref()
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default();
+    if !c.check(
+        "checkpoint time",
+        at.as_ref()
+            .map(|_| format!("{shown}: certificates are checked as of then"))
+            .map_err(Clone::clone),
+    ) {
         return None;
     }
-    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(at.ok()?.unix_timestamp().max(0) as u64));
+    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        at.ok()?.unix_timestamp().max(0) as u64
+    ));
     let mut certs: BTreeMap<(String, &str), Vec<u8>> = BTreeMap::new();
     for (i, e) in b.certificates.iter().enumerate() {
         let name = format!("certificates[{i}] ({} {:?})", e.role, e.name);
@@ -550,8 +595,14 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         let outcome = (|| {
             let usage = usage.ok_or_else(|| format!("role {:?} is neither coordinator nor agent", e.role))?;
             let chain = certificates_from_pem(e.pem.as_bytes())?;
-            checker.check(&chain, &e.name, usage, at).map_err(|e| e.to_string())?;
-            let role = if usage == Usage::Agent { "agent" } else { "coordinator" };
+            checker
+                .check(&chain, &e.name, usage, at)
+                .map_err(|e| e.to_string())?;
+            let role = if usage == Usage::Agent {
+                "agent"
+            } else {
+                "coordinator"
+            };
             if certs.insert((e.name.clone(), role), chain[0].clone()).is_some() {
                 return Err("a second certificate for the same name and role".to_string());
             }
@@ -561,22 +612,31 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             return None;
         }
     }
-    let signed_by = |env: &Envelope, role: &'static str, payload_type: &str| -> Result<(String, Vec<u8>), String> {
-        let [sig] = env.signatures.as_slice() else {
-            return Err(format!("{} signatures, expected one", env.signatures.len()));
+    let signed_by =
+        |env: &Envelope, role: &'static str, payload_type: &str| -> Result<(String, Vec<u8>), String> {
+            let [sig] = env.signatures.as_slice() else {
+                return Err(format!("{} signatures, expected one", env.signatures.len()));
+            };
+            let cert = certs.get(&(sig.keyid.clone(), role)).ok_or_else(|| {
+                format!(
+                    "signed as {:?}, which has no {role} certificate in the bundle",
+                    sig.keyid
+                )
+            })?;
+            let payload = env
+                .verify(payload_type, &sig.keyid, cert)
+                .map_err(|e| e.to_string())?;
+            Ok((sig.keyid.clone(), payload))
         };
-        let cert = certs
-            .get(&(sig.keyid.clone(), role))
-            .ok_or_else(|| format!("signed as {:?}, which has no {role} certificate in the bundle", sig.keyid))?;
-        let payload = env.verify(payload_type, &sig.keyid, cert).map_err(|e| e.to_string())?;
-        Ok((sig.keyid.clone(), payload))
-    };
 
     // the statement
     let statement = signed_by(&b.statement, "coordinator", IN_TOTO);
     if !c.check(
         "statement signature",
-        statement.as_ref().map(|(k, _)| format!("by coordinator {k:?}")).map_err(Clone::clone),
+        statement
+            .as_ref()
+            .map(|(k, _)| format!("by coordinator {k:?}"))
+            .map_err(Clone::clone),
     ) {
         return None;
     }
@@ -585,14 +645,22 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .map_err(|e| format!("does not parse: {e}"))
         .and_then(|s: Statement| {
             if s.type_ != STATEMENT_TYPE || s.predicate_type != PREDICATE_TYPE {
-                return Err(format!("_type {:?} / predicateType {:?}", s.type_, s.predicate_type));
+                return Err(format!(
+                    "_type {:?} / predicateType {:?}",
+                    s.type_, s.predicate_type
+                ));
             }
             match s.subject.as_slice() {
                 [one] if one.name == format!("tally-run:{}", s.predicate.run_id) => Ok(s),
                 _ => Err("the subject must be the one result, named tally-run:<run_id>".into()),
             }
         });
-    if !c.check("statement", st.as_ref().map(|s| format!("run {}", s.predicate.run_id)).map_err(Clone::clone)) {
+    if !c.check(
+        "statement",
+        st.as_ref()
+            .map(|s| format!("run {}", s.predicate.run_id))
+            .map_err(Clone::clone),
+    ) {
         return None;
     }
     let st = st.ok()?;
@@ -608,7 +676,13 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             Err("the SHA-256 of the result bytes is not the statement's subject digest".into())
         }
     });
-    if !c.check("result digest", result.as_ref().map(|r| format!("{} bytes", r.len())).map_err(Clone::clone)) {
+    if !c.check(
+        "result digest",
+        result
+            .as_ref()
+            .map(|r| format!("{} bytes", r.len()))
+            .map_err(Clone::clone),
+    ) {
         return None;
     }
     let outcome = serde_json::from_slice::<Value>(&result.ok()?)
@@ -627,9 +701,15 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             same("false_match_bound", json!(p.false_match_bound))?;
             let leaves = r["leaves"].as_array().map_or(0, Vec::len) as u64;
             if leaves != p.leaves {
-                return Err(format!("the result has {leaves} leaves, the statement {}", p.leaves));
+                return Err(format!(
+                    "the result has {leaves} leaves, the statement {}",
+                    p.leaves
+                ));
             }
-            same("difference_counts", serde_json::to_value(&p.difference_counts).unwrap_or_default())?;
+            same(
+                "difference_counts",
+                serde_json::to_value(&p.difference_counts).unwrap_or_default(),
+            )?;
             Ok("says what the statement says".to_string())
         });
     if !c.check("result", outcome) {
@@ -639,7 +719,9 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     // the events: one chain of this run, ending at the statement's head
     let mut lines = Vec::with_capacity(b.events.len());
     for (i, e) in b.events.iter().enumerate() {
-        match b64(&format!("events[{i}]"), e).and_then(|l| String::from_utf8(l).map_err(|_| format!("events[{i}] is not UTF-8"))) {
+        match b64(&format!("events[{i}]"), e)
+            .and_then(|l| String::from_utf8(l).map_err(|_| format!("events[{i}] is not UTF-8")))
+        {
             Ok(l) => lines.push(l),
             Err(e) => {
                 c.check("event chain", Err(e));
@@ -660,7 +742,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         if head == p.events_head {
             Ok(format!("{seq} events link, ending at the statement's head"))
         } else {
-            Err(format!("the events end at {head}, the statement says {}", p.events_head))
+            Err(format!(
+                "the events end at {head}, the statement says {}",
+                p.events_head
+            ))
         }
     });
     if !c.check("event chain", chained) {
@@ -695,9 +780,15 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 return Err("the started event's spec is not the statement's spec_sha256".into());
             }
             if s["started"] != json!(p.started) {
-                return Err(format!("started at {}, the statement says {}", s["started"], p.started));
+                return Err(format!(
+                    "started at {}, the statement says {}",
+                    s["started"], p.started
+                ));
             }
-            Ok(format!("spec {:?}", s["spec"]["name"].as_str().unwrap_or_default()))
+            Ok(format!(
+                "spec {:?}",
+                s["spec"]["name"].as_str().unwrap_or_default()
+            ))
         });
     if !c.check("spec", spec) {
         return None;
@@ -705,17 +796,19 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
 
     // every signed answer
     let mut n = 0usize;
+    let mut sides: BTreeMap<String, (String, String)> = BTreeMap::new();
     for v in &events {
         let Some(env) = envelope_of(v) else { continue };
-        let name = format!("agent_results[{n}] (event {} {} {})", v["seq"], v["event"], v["side"]);
+        let name = format!(
+            "agent_results[{n}] (event {} {} {})",
+            v["seq"], v["event"], v["side"]
+        );
         let outcome = (|| {
-            let env: Envelope = serde_json::from_value(env).map_err(|e| format!("the event's envelope: {e}"))?;
-            match b.agent_results.get(n) {
-                Some(listed) if *listed == env => {}
-                Some(_) => return Err("is not the envelope the event recorded".into()),
-                None => return Err("is missing: the events carry more signed answers".into()),
-            }
-            let (agent, payload) = signed_by(&env, "agent", AGENT_RESULT)?;
+            let listed = b
+                .agent_results
+                .get(n)
+                .ok_or("is missing: the events carry more signed answers")?;
+            let (agent, payload) = signed_by(listed, "agent", AGENT_RESULT)?;
             let sp: AgentResult = serde_json::from_slice(&payload).map_err(|e| format!("payload: {e}"))?;
             if sp.agent != agent {
                 return Err(format!("signed by {agent:?} but names agent {:?}", sp.agent));
@@ -723,10 +816,27 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             if sp.run_id != run_id {
                 return Err(format!("names run {:?}, not {run_id:?}", sp.run_id));
             }
+            let env: Envelope =
+                serde_json::from_value(env).map_err(|e| format!("the event's envelope: {e}"))?;
+            if *listed != env {
+                return Err("is not the envelope the event recorded".into());
+            }
+            // one agent and dataset answer for each side, throughout the run
+            let side = v["side"].as_str().unwrap_or_default().to_string();
+            let (a, d) = sides
+                .entry(side.clone())
+                .or_insert_with(|| (sp.agent.clone(), sp.dataset.clone()));
+            if *a != sp.agent || *d != sp.dataset {
+                return Err(format!(
+                    "{:?} signs for the {side} side's dataset {:?}, whose answers are {a:?}'s of {d:?}",
+                    sp.agent, sp.dataset
+                ));
+            }
             let event: Event = serde_json::from_value(v.clone()).map_err(|e| format!("the event: {e}"))?;
             match event {
                 Event::Aggregated { response, .. } => {
-                    if sp.rpc != "Aggregate" || sp.buckets.as_deref() != Some(&signed_buckets(&response)[..]) {
+                    if sp.rpc != "Aggregate" || sp.buckets.as_deref() != Some(&signed_buckets(&response)[..])
+                    {
                         return Err("the event's buckets are not the ones the agent signed".into());
                     }
                     if sp.release_log_head != response.release_log_head {
@@ -734,7 +844,8 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     }
                 }
                 Event::Digests { digests, .. } => {
-                    if sp.rpc != "RowDigests" || sp.digests_sha256.as_deref() != Some(digests_hash(&digests).as_str())
+                    if sp.rpc != "RowDigests"
+                        || sp.digests_sha256.as_deref() != Some(digests_hash(&digests).as_str())
                     {
                         return Err("the event's digests are not the ones the agent signed".into());
                     }

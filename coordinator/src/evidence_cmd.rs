@@ -40,7 +40,9 @@ async fn fetch(run_id: &str, from: Source) -> Result<Bundle, String> {
                 .await
                 .map_err(|e| e.to_string())?;
             if status != 200 {
-                let msg = body["error"].as_str().map_or_else(|| body.to_string(), str::to_string);
+                let msg = body["error"]
+                    .as_str()
+                    .map_or_else(|| body.to_string(), str::to_string);
                 return Err(format!("{url}: {status}: {msg}"));
             }
             serde_json::from_value(body).map_err(|e| format!("{url}: the answer is not a bundle: {e}"))
@@ -107,7 +109,8 @@ pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
             .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"valid": ok, "checks": list})).unwrap_or_default()
+            serde_json::to_string_pretty(&serde_json::json!({"valid": ok, "checks": list}))
+                .unwrap_or_default()
         );
     } else {
         for c in &checks {
@@ -124,7 +127,10 @@ pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
                 started.elapsed().as_secs_f64() * 1000.0
             );
         } else {
-            let first = checks.iter().find(|c| c.outcome.is_err()).map_or("?", |c| c.name.as_str());
+            let first = checks
+                .iter()
+                .find(|c| c.outcome.is_err())
+                .map_or("?", |c| c.name.as_str());
             println!("{}: INVALID: {first} failed", bundle.display());
         }
     }

@@ -119,7 +119,12 @@ enum Command {
         out: PathBuf,
         /// Read the run from this data directory (`tally run --data-dir`, or a
         /// single-node `tally serve`'s data_dir).
-        #[arg(long = "data-dir", value_name = "DIR", required_unless_present = "server", conflicts_with = "server")]
+        #[arg(
+            long = "data-dir",
+            value_name = "DIR",
+            required_unless_present = "server",
+            conflicts_with = "server"
+        )]
         data_dir: Option<PathBuf>,
         /// Fetch it from `tally serve` at URL (the auditor role).
         #[arg(long, value_name = "URL")]

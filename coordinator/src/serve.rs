@@ -157,7 +157,8 @@ pub async fn serve(
         ),
     };
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let signer = crate::evidence::Signer::load(&cfg.tls).map_err(|e| format!("{}: tls: {e}", config_path.display()))?;
+    let signer = crate::evidence::Signer::load(&cfg.tls)
+        .map_err(|e| format!("{}: tls: {e}", config_path.display()))?;
     let mut agents = BTreeMap::new();
     for (name, a) in &cfg.agents {
         agents.insert(
@@ -553,7 +554,11 @@ async fn seal(st: &ServeState, run_id: &str, result: &crate::result::RunResult) 
 
 /// The result of a finished run from its record: the finished event's document (a
 /// group) or the run store's (a single node).
-fn recorded_result(st: &ServeState, run_id: &str, events: &[serde_json::Value]) -> Option<crate::result::RunResult> {
+fn recorded_result(
+    st: &ServeState,
+    run_id: &str,
+    events: &[serde_json::Value],
+) -> Option<crate::result::RunResult> {
     let doc = events
         .iter()
         .rev()

@@ -10,6 +10,9 @@ use serde_json::Value;
 use tally_e2e::db;
 use tally_e2e::zones::{Deployment, differences, parse_run};
 
+/// Evidence bundles and `tally verify`: in tests/tests/e2e/evidence.rs.
+#[path = "e2e/evidence.rs"]
+mod evidence;
 /// `tally run --server`: in tests/tests/e2e/remote.rs.
 #[path = "e2e/remote.rs"]
 mod remote;

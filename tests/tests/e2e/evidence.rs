@@ -1,0 +1,490 @@
+//! Evidence bundles (DESIGN §12, docs/evidence.md) from a real PostgreSQL → MariaDB
+//! run: the bundle `tally evidence` writes verifies with `tally verify`; every part,
+//! changed by one byte or swapped for another run's, makes `tally verify` exit 1
+//! naming that part; and a coordinator that forges what it holds (it can re-chain its
+//! log and re-sign its own statement) cannot forge what the agents signed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use tally_common::chain::{GENESIS, line_hash};
+use tally_common::dsse::{AGENT_RESULT, CHECKPOINT, Envelope, IN_TOTO};
+use tally_common::pki::{Ca, Role};
+use tally_common::seal::TlsSigner;
+use tally_e2e::bins;
+
+use super::{OPEN, deploy, plant, spec};
+
+/// `tally run --data-dir DIR --json SPEC`; the run id it recorded.
+fn recorded_run(d: &tally_e2e::zones::Deployment, data: &Path, spec: &str) -> String {
+    let spec_path = d.path().join("evidence-spec.yaml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = Command::new(bins::tally())
+        .arg("run")
+        .arg(&spec_path)
+        .arg("-c")
+        .arg(d.coordinator_config())
+        .arg("--json")
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "the planted run differs: {stderr}");
+    assert!(stderr.contains("signed the run's evidence"), "{stderr}");
+    stderr
+        .split("recording run ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id on stderr: {stderr}"))
+        .to_string()
+}
+
+fn export(data: &Path, run: &str, out: &Path) {
+    let o = Command::new(bins::tally())
+        .args(["evidence", run, "--data-dir"])
+        .arg(data)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `tally verify FILE --ca CA`: exit code and stdout.
+fn verify(bundle: &Path, ca: &Path) -> (i32, String) {
+    let o = Command::new(bins::tally())
+        .arg("verify")
+        .arg(bundle)
+        .arg("--ca")
+        .arg(ca)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+fn b64d(s: &Value) -> Vec<u8> {
+    STANDARD.decode(s.as_str().unwrap()).unwrap()
+}
+
+fn b64e(b: &[u8]) -> Value {
+    json!(STANDARD.encode(b))
+}
+
+/// Flips the lowest bit of the byte at `at` of a base64 field's decoded bytes.
+fn flip(field: &mut Value, at: usize) {
+    let mut bytes = b64d(field);
+    let at = at.min(bytes.len() - 1);
+    bytes[at] ^= 1;
+    *field = b64e(&bytes);
+}
+
+fn payload(env: &Value) -> Value {
+    serde_json::from_slice(&b64d(&env["payload"])).unwrap()
+}
+
+fn signer(certs: &Path, name: &str) -> TlsSigner {
+    TlsSigner::from_pem(&std::fs::read(certs.join(format!("{name}-key.pem"))).unwrap()).unwrap()
+}
+
+fn sign(payload_type: &str, payload: &Value, keyid: &str, key: &TlsSigner) -> Value {
+    let bytes = serde_json::to_vec(payload).unwrap();
+    serde_json::to_value(Envelope::sign(payload_type, &bytes, keyid, key).unwrap()).unwrap()
+}
+
+/// What a coordinator that forges its own record can do: edit the run's events (as
+/// JSON), then re-chain them, list their envelopes again and re-sign the statement
+/// and the checkpoint with its own key, so that everything it signs is consistent.
+fn reseal(bundle: &Value, certs: &Path, edit: impl FnOnce(&mut Vec<Value>, &mut Value)) -> Value {
+    let mut b = bundle.clone();
+    let mut events: Vec<Value> = b["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_slice(&b64d(e)).unwrap())
+        .collect();
+    let mut statement = payload(&b["statement"]);
+    edit(&mut events, &mut statement);
+    let mut prev = GENESIS.to_string();
+    let mut lines = Vec::new();
+    for (i, e) in events.iter_mut().enumerate() {
+        e["seq"] = json!(i + 1);
+        e["prev"] = json!(prev);
+        let line = serde_json::to_string(e).unwrap();
+        prev = line_hash(&line);
+        lines.push(b64e(line.as_bytes()));
+    }
+    b["events"] = json!(lines);
+    b["agent_results"] = json!(
+        events
+            .iter()
+            .filter_map(|e| match e["event"].as_str() {
+                Some("aggregated") => Some(e["response"]["envelope"].clone()),
+                Some("digests") => Some(e["envelope"].clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    );
+    statement["predicate"]["events_head"] = json!(prev);
+    let coordinator = signer(certs, "coordinator");
+    b["statement"] = sign(IN_TOTO, &statement, "coordinator", &coordinator);
+    let mut cp = payload(&b["checkpoint"]);
+    cp["head"] = json!(prev);
+    cp["seq"] = json!(events.len());
+    b["checkpoint"] = sign(CHECKPOINT, &cp, "coordinator", &coordinator);
+    b
+}
+
+/// Re-signs every answer of `agent` in `events` with `key` (keyid unchanged).
+fn resign_answers(events: &mut [Value], agent: &str, key: &TlsSigner) {
+    for e in events.iter_mut() {
+        let slot = match e["event"].as_str() {
+            Some("aggregated") => &mut e["response"]["envelope"],
+            Some("digests") => &mut e["envelope"],
+            _ => continue,
+        };
+        let p = payload(slot);
+        if p["agent"] == agent {
+            *slot = sign(AGENT_RESULT, &p, agent, key);
+        }
+    }
+}
+
+fn write(dir: &Path, name: &str, b: &Value) -> PathBuf {
+    let p = dir.join(format!("{name}.json"));
+    std::fs::write(&p, serde_json::to_vec_pretty(b).unwrap()).unwrap();
+    p
+}
+
+/// The first level-1 aggregate event's index (source side) in a bundle's events.
+fn level_one_source(events: &[Value]) -> usize {
+    events
+        .iter()
+        .position(|e| e["event"] == "aggregated" && e["level"] == 1 && e["side"] == "source")
+        .expect("a level-1 source aggregate")
+}
+
+#[test]
+fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
+    let p = plant();
+    let d = deploy("e2e_evidence", Some(&p), OPEN, OPEN);
+    let data = d.path().join("evidence-data");
+    let certs = d.path().join("certs");
+    let ca = certs.join("ca.pem");
+    let run_a = recorded_run(&d, &data, &spec("quantile", "with_keys"));
+    let run_b = recorded_run(&d, &data, &spec("hash", "with_keys"));
+    let (file_a, file_b) = (d.path().join("a.json"), d.path().join("b.json"));
+    let t0 = std::time::Instant::now();
+    export(&data, &run_a, &file_a);
+    export(&data, &run_b, &file_b);
+    eprintln!("exported two bundles in {:?}", t0.elapsed());
+
+    let (code, out) = verify(&file_a, &ca);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": valid ("), "{out}");
+    for check in [
+        "certificates[0] (coordinator \"coordinator\")",
+        "certificates[1] (agent \"dc1\")",
+        "certificates[2] (agent \"vpc2\")",
+        "statement signature",
+        "result digest",
+        "event chain",
+        "checkpoint:",
+        "level-1 totals",
+        "verdict: differ",
+    ] {
+        assert!(out.contains(&format!("ok    {check}")), "{check}: {out}");
+    }
+    assert_eq!(verify(&file_b, &ca).0, 0);
+
+    let a: Value = serde_json::from_slice(&std::fs::read(&file_a).unwrap()).unwrap();
+    let b: Value = serde_json::from_slice(&std::fs::read(&file_b).unwrap()).unwrap();
+    // the statement speaks of this run and says what the result says
+    let st = payload(&a["statement"]);
+    assert_eq!(st["predicate"]["run_id"], run_a.as_str());
+    assert_eq!(st["predicate"]["verdict"], "differ");
+    assert_eq!(st["predicate"]["source"]["agent"], "dc1");
+    assert_eq!(st["predicate"]["target"]["agent"], "vpc2");
+    assert_eq!(st["predicate"]["source"]["count"], super::N);
+    let result: Value = serde_json::from_slice(&b64d(&a["result"])).unwrap();
+    assert_eq!(result["verdict"], "differ");
+    let n_events = a["events"].as_array().unwrap().len();
+    let events: Vec<Value> = a["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_slice(&b64d(e)).unwrap())
+        .collect();
+    let first_answer = events.iter().position(|e| e["event"] == "aggregated").unwrap();
+
+    // (name, the bundle, what `tally verify` must name as the first failing check)
+    type Case = (&'static str, Value, &'static str);
+    let mut cases: Vec<Case> = Vec::new();
+    let mut case = |name, f: &dyn Fn(&mut Value), expect| {
+        let mut t = a.clone();
+        f(&mut t);
+        cases.push((name, t, expect));
+    };
+    case("a result byte", &|t| flip(&mut t["result"], 40), "result digest");
+    case(
+        "another run's result",
+        &|t| t["result"] = b["result"].clone(),
+        "result digest",
+    );
+    case(
+        "a statement payload byte",
+        &|t| flip(&mut t["statement"]["payload"], 60),
+        "statement signature",
+    );
+    case(
+        "the statement signature",
+        &|t| flip(&mut t["statement"]["signatures"][0]["sig"], 20),
+        "statement signature",
+    );
+    case(
+        "another run's statement",
+        &|t| t["statement"] = b["statement"].clone(),
+        "result digest",
+    );
+    case(
+        "an event line byte",
+        &|t| flip(&mut t["events"][first_answer], 30),
+        "event chain",
+    );
+    case(
+        "a removed event line",
+        &|t| {
+            t["events"].as_array_mut().unwrap().remove(2);
+        },
+        "event chain",
+    );
+    case(
+        "the last event line",
+        &|t| {
+            t["events"].as_array_mut().unwrap().pop();
+        },
+        "event chain",
+    );
+    case(
+        "another run's event line",
+        &|t| t["events"][0] = b["events"][0].clone(),
+        "event chain",
+    );
+    case(
+        "the checkpoint signature",
+        &|t| flip(&mut t["checkpoint"]["signatures"][0]["sig"], 20),
+        "checkpoint",
+    );
+    case(
+        "another run's checkpoint",
+        &|t| t["checkpoint"] = b["checkpoint"].clone(),
+        "checkpoint",
+    );
+    case(
+        "an agent envelope's signature",
+        &|t| flip(&mut t["agent_results"][0]["signatures"][0]["sig"], 20),
+        "agent_results[0]",
+    );
+    case(
+        "an agent envelope's bucket sum",
+        &|t| {
+            let env = &mut t["agent_results"][0];
+            let mut p = payload(env);
+            let sum = p["buckets"][0]["sum"].as_str().unwrap().to_string();
+            let bumped = format!("{:016x}", u64::from_str_radix(&sum, 16).unwrap().wrapping_add(1));
+            p["buckets"][0]["sum"] = json!(bumped);
+            env["payload"] = b64e(&serde_json::to_vec(&p).unwrap());
+        },
+        "agent_results[0]",
+    );
+    case(
+        "another run's agent envelope",
+        &|t| t["agent_results"][0] = b["agent_results"][0].clone(),
+        "agent_results[0]",
+    );
+    case(
+        "a missing agent envelope",
+        &|t| {
+            t["agent_results"].as_array_mut().unwrap().pop();
+        },
+        "agent_results[",
+    );
+    case(
+        "an agent certificate byte",
+        &|t| {
+            let pem = t["certificates"][1]["pem"].as_str().unwrap().to_string();
+            let at = pem.find('\n').unwrap() + 80;
+            let mut bytes = pem.into_bytes();
+            bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+            t["certificates"][1]["pem"] = json!(String::from_utf8(bytes).unwrap());
+        },
+        "certificates[1]",
+    );
+    case(
+        "the coordinator certificate swapped for an agent's",
+        &|t| {
+            t["certificates"][0]["pem"] = t["certificates"][1]["pem"].clone();
+        },
+        "certificates[0]",
+    );
+    case(
+        "the format",
+        &|t| t["format"] = json!("tally-evidence/0"),
+        "bundle format",
+    );
+
+    // what a forging coordinator can re-sign: its own statement, its own chain
+    let forger = |f: &dyn Fn(&mut Vec<Value>, &mut Value)| reseal(&a, &certs, f);
+    let control = forger(&|_, _| {});
+    cases.push(("(control) a re-chained, re-signed, unchanged record", control, ""));
+    cases.push((
+        "a level-1 bucket count changed in the event",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            let c = ev[i]["response"]["buckets"][0]["count"].as_u64().unwrap();
+            ev[i]["response"]["buckets"][0]["count"] = json!(c + 1);
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "a level-1 bucket count changed in the event and in its envelope",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            let c = ev[i]["response"]["buckets"][0]["count"].as_u64().unwrap();
+            ev[i]["response"]["buckets"][0]["count"] = json!(c + 1);
+            let env = &mut ev[i]["response"]["envelope"];
+            let mut p = payload(env);
+            p["buckets"][0]["count"] = json!(c + 1);
+            env["payload"] = b64e(&serde_json::to_vec(&p).unwrap());
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "totals stated for the source that its agent did not sign",
+        forger(&|_, st| {
+            let c = st["predicate"]["source"]["count"].as_u64().unwrap();
+            st["predicate"]["source"]["count"] = json!(c + 1);
+        }),
+        "level-1 totals",
+    ));
+    cases.push((
+        "a match claimed for data that differs",
+        {
+            let mut forged_result = result.clone();
+            forged_result["verdict"] = json!("match");
+            forged_result["leaves"] = json!([]);
+            forged_result.as_object_mut().unwrap().remove("difference_counts");
+            let bytes = serde_json::to_vec(&forged_result).unwrap();
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+            let mut t = forger(&|_, st| {
+                st["predicate"]["verdict"] = json!("match");
+                st["predicate"]["leaves"] = json!(0);
+                st["predicate"]["difference_counts"] = Value::Null;
+                st["subject"][0]["digest"]["sha256"] = json!(digest);
+            });
+            t["result"] = b64e(&bytes);
+            t
+        },
+        "verdict",
+    ));
+    // agents' answers signed by a certificate of another CA, with the same names
+    let other = Ca::generate("a forger's CA").unwrap();
+    let fake_dc1 = other.issue("dc1", Role::Server, &[]).unwrap();
+    let fake_key = TlsSigner::from_pem(fake_dc1.key.as_bytes()).unwrap();
+    let mut from_other_ca = forger(&|ev, _| resign_answers(ev, "dc1", &fake_key));
+    from_other_ca["certificates"][1]["pem"] = json!(fake_dc1.cert);
+    cases.push((
+        "dc1's answers signed by another CA's dc1",
+        from_other_ca.clone(),
+        "certificates[1]",
+    ));
+    // ... and left with the real certificate
+    let mut with_real_cert = from_other_ca;
+    with_real_cert["certificates"][1] = a["certificates"][1].clone();
+    cases.push((
+        "dc1's answers signed by another CA's key",
+        with_real_cert,
+        "agent_results[",
+    ));
+    // dc1's answers signed with the other agent's (valid) key
+    let vpc2_key = signer(&certs, "vpc2");
+    cases.push((
+        "dc1's answers signed by vpc2's certificate",
+        forger(&|ev, _| resign_answers(ev, "dc1", &vpc2_key)),
+        "agent_results[",
+    ));
+    // dc1's answers relabelled as vpc2's and signed by it: the source side then has
+    // two agents
+    cases.push((
+        "a source answer relabelled as the target agent's",
+        forger(&|ev, _| {
+            for e in ev
+                .iter_mut()
+                .filter(|e| e["event"] == "digests" && e["side"] == "source")
+                .take(1)
+            {
+                let mut p = payload(&e["envelope"]);
+                p["agent"] = json!("vpc2");
+                e["envelope"] = sign(AGENT_RESULT, &p, "vpc2", &vpc2_key);
+            }
+        }),
+        "agent_results[",
+    ));
+
+    let dir = d.path().join("tampered");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (name, bundle, expect)) in cases.iter().enumerate() {
+        let f = write(&dir, &format!("case{i}"), bundle);
+        let (code, out) = verify(&f, &ca);
+        if expect.is_empty() {
+            assert_eq!(
+                code, 0,
+                "{name}: the forging tool itself must produce a valid bundle: {out}"
+            );
+            continue;
+        }
+        assert_eq!(code, 1, "{name}: expected invalid, got exit {code}: {out}");
+        let failed = out
+            .lines()
+            .find(|l| l.starts_with("FAIL  "))
+            .unwrap_or_else(|| panic!("{name}: no failing check printed: {out}"));
+        assert!(
+            failed["FAIL  ".len()..].starts_with(expect),
+            "{name}: expected the first failure to be {expect:?}, got {failed:?}\n{out}"
+        );
+        assert!(
+            out.contains(&format!("INVALID: {}", expect.trim_end_matches([':', '[']))),
+            "{name}: {out}"
+        );
+    }
+    assert!(n_events > 5);
+
+    // usage: a missing file or CA is exit 2; a file that is not a bundle is invalid (1)
+    assert_eq!(verify(&d.path().join("nothing.json"), &ca).0, 2);
+    assert_eq!(verify(&file_a, &d.path().join("no-ca.pem")).0, 2);
+    let junk = d.path().join("junk.json");
+    std::fs::write(&junk, "{\"format\": 1}").unwrap();
+    assert_eq!(verify(&junk, &ca).0, 1);
+    // a bundle checked against another CA is invalid at its first certificate
+    let other_ca = d.path().join("other-ca.pem");
+    std::fs::write(&other_ca, &other.pem.cert).unwrap();
+    let (code, out) = verify(&file_a, &other_ca);
+    assert_eq!(code, 1);
+    assert!(out.contains("FAIL  certificates[0]"), "{out}");
+    // an unknown run and a run dir without a log are usage errors, named
+    let o = Command::new(bins::tally())
+        .args(["evidence", "nope", "--data-dir"])
+        .arg(&data)
+        .arg("-o")
+        .arg(d.path().join("x.json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no run nope"));
+}
