@@ -185,6 +185,9 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     evidence::seal_run(log.as_ref(), &run_id, &result, &signer)
         .await
         .map_err(anyhow::Error::msg)?;
+    tally_coordinator::ledger::checkpoint(log.as_ref(), &signer)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let bundle = evidence::bundle(log.as_ref(), &run_id).await?;
     let bundle_path = dir.join("evidence.json");
     let text = serde_json::to_vec_pretty(&bundle)?;

@@ -8,7 +8,7 @@ use hyper::Method;
 use tally_coordinator::evidence::{self, Bundle};
 use tally_coordinator::runlog::SqliteRunLog;
 
-use crate::RemoteArgs;
+use crate::{AuditCommand, RemoteArgs};
 
 /// Where `tally evidence` reads a run from.
 pub enum Source {
@@ -135,4 +135,147 @@ pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
         }
     }
     if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+fn source(data_dir: Option<PathBuf>, server: Option<String>, remote: RemoteArgs) -> Source {
+    match (data_dir, server) {
+        (Some(d), _) => Source::DataDir(d),
+        (None, Some(s)) => Source::Server(s, remote),
+        (None, None) => unreachable!("clap requires one"),
+    }
+}
+
+async fn open_dir(dir: &Path) -> Result<SqliteRunLog, String> {
+    let path = dir.join("runlog.sqlite");
+    if !path.exists() {
+        return Err(format!("--data-dir {}: no runlog.sqlite", dir.display()));
+    }
+    SqliteRunLog::open(&path)
+        .await
+        .map_err(|e| format!("--data-dir {}: {e}", dir.display()))
+}
+
+async fn get(url: &str, args: RemoteArgs, path: &str) -> Result<serde_json::Value, String> {
+    let client = crate::remote::client(url, args)?;
+    let (status, body) = client
+        .request(Method::GET, path, "")
+        .await
+        .map_err(|e| e.to_string())?;
+    if status != 200 {
+        let msg = body["error"]
+            .as_str()
+            .map_or_else(|| body.to_string(), str::to_string);
+        return Err(format!("{url}: {status}: {msg}"));
+    }
+    Ok(body)
+}
+
+/// `tally audit export|checkpoint|verify`.
+pub async fn cmd_audit(command: AuditCommand) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("tally audit: {m}");
+        ExitCode::from(2)
+    };
+    match command {
+        AuditCommand::Export {
+            out,
+            data_dir,
+            server,
+            remote,
+        } => {
+            let lines = match source(data_dir, server, remote) {
+                Source::DataDir(d) => match open_dir(&d).await {
+                    Ok(log) => tally_coordinator::ledger::export(&log).await,
+                    Err(e) => Err(e),
+                },
+                Source::Server(url, args) => get(&url, args, "/v1/log").await.and_then(|b| {
+                    serde_json::from_value::<Vec<String>>(b["lines"].clone())
+                        .map_err(|e| format!("{url}: not a log export: {e}"))
+                }),
+            };
+            let lines = match lines {
+                Ok(l) => l,
+                Err(e) => return fail(e),
+            };
+            let mut text = lines.join("\n");
+            text.push('\n');
+            if let Err(e) = write_new(&out, text.as_bytes()) {
+                return fail(format!("{}: {e}", out.display()));
+            }
+            eprintln!("tally audit: wrote {} ({} lines)", out.display(), lines.len());
+            ExitCode::SUCCESS
+        }
+        AuditCommand::Checkpoint {
+            out,
+            data_dir,
+            server,
+            remote,
+        } => {
+            let cp = match source(data_dir, server, remote) {
+                Source::DataDir(d) => match open_dir(&d).await {
+                    Ok(log) => tally_coordinator::ledger::latest(&log).await.and_then(|c| {
+                        c.ok_or_else(|| "no checkpoint yet: one is signed after the first run".into())
+                    }),
+                    Err(e) => Err(e),
+                },
+                Source::Server(url, args) => get(&url, args, "/v1/checkpoint").await.and_then(|b| {
+                    serde_json::from_value::<tally_coordinator::ledger::SignedCheckpoint>(b)
+                        .map_err(|e| format!("{url}: not a checkpoint: {e}"))
+                }),
+            };
+            let cp = match cp {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            };
+            let text = serde_json::to_vec_pretty(&cp).expect("checkpoints serialize");
+            if let Err(e) = write_new(&out, &text) {
+                return fail(format!("{}: {e}", out.display()));
+            }
+            eprintln!("tally audit: wrote {}", out.display());
+            ExitCode::SUCCESS
+        }
+        AuditCommand::Verify { export, ca, since } => {
+            let read =
+                |p: &Path, what: &str| std::fs::read(p).map_err(|e| format!("{what} {}: {e}", p.display()));
+            let (text, ca_pem) = match (read(&export, "export"), read(&ca, "--ca")) {
+                (Ok(t), Ok(c)) => (t, c),
+                (Err(e), _) | (_, Err(e)) => return fail(e),
+            };
+            let Ok(text) = String::from_utf8(text) else {
+                return fail(format!("export {}: not UTF-8 text", export.display()));
+            };
+            let since = match since {
+                None => None,
+                Some(p) => match read(&p, "--since").and_then(|t| {
+                    serde_json::from_slice::<tally_coordinator::ledger::SignedCheckpoint>(&t).map_err(|e| {
+                        format!(
+                            "--since {}: not a checkpoint (from tally audit checkpoint): {e}",
+                            p.display()
+                        )
+                    })
+                }) {
+                    Ok(c) => Some(c),
+                    Err(e) => return fail(e),
+                },
+            };
+            let checks = tally_coordinator::ledger::verify(&text, &ca_pem, since.as_ref());
+            for c in &checks {
+                match &c.outcome {
+                    Ok(d) => println!("ok    {}: {d}", c.name),
+                    Err(d) => println!("FAIL  {}: {d}", c.name),
+                }
+            }
+            if evidence::valid(&checks) {
+                println!("{}: valid", export.display());
+                ExitCode::SUCCESS
+            } else {
+                let first = checks
+                    .iter()
+                    .find(|c| c.outcome.is_err())
+                    .map_or("?", |c| c.name.as_str());
+                println!("{}: INVALID: {first} failed", export.display());
+                ExitCode::from(1)
+            }
+        }
+    }
 }

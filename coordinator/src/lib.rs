@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod in_process;
+pub mod ledger;
 pub mod planner;
 pub mod raft;
 pub mod redact;

@@ -132,6 +132,13 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// The run log as an auditor checks it over time: export it, fetch its latest
+    /// signed checkpoint, and verify that an export extends an older checkpoint
+    /// (exit 0 ok / valid, 1 invalid, 2 usage or error).
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Check an evidence bundle offline against the CA: every check of docs/evidence.md,
     /// each printed, the first that fails named (exit 0 valid, 1 invalid, 2 usage).
     Verify {
@@ -196,6 +203,58 @@ struct RemoteArgs {
     /// The client certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "cert")]
     key: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum AuditCommand {
+    /// Write every line of the run log (each run's chain, the ledger of run heads and
+    /// the signed checkpoints) to FILE, one per line.
+    Export {
+        #[arg(short = 'o', long = "out", value_name = "FILE")]
+        out: PathBuf,
+        #[arg(
+            long = "data-dir",
+            value_name = "DIR",
+            required_unless_present = "server",
+            conflicts_with = "server"
+        )]
+        data_dir: Option<PathBuf>,
+        /// `tally serve` at URL (the auditor role).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Write the log's latest signed checkpoint to FILE: keep it, and check later
+    /// exports against it with `tally audit verify --since FILE`.
+    Checkpoint {
+        #[arg(short = 'o', long = "out", value_name = "FILE")]
+        out: PathBuf,
+        #[arg(
+            long = "data-dir",
+            value_name = "DIR",
+            required_unless_present = "server",
+            conflicts_with = "server"
+        )]
+        data_dir: Option<PathBuf>,
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Check an export offline: every chain links, every run head the ledger pinned is
+    /// in it, every checkpoint is the coordinator's; with --since, that it extends that
+    /// older checkpoint (no run recorded before it was rewritten).
+    Verify {
+        /// The export (from `tally audit export`).
+        export: PathBuf,
+        /// The CA the coordinator's certificate chains to.
+        #[arg(long, value_name = "FILE")]
+        ca: PathBuf,
+        /// An older signed checkpoint (from `tally audit checkpoint`).
+        #[arg(long, value_name = "CHECKPOINT")]
+        since: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -400,6 +459,7 @@ fn main() -> ExitCode {
             rt.block_on(evidence_cmd::cmd_evidence(run_id, out, from))
         }
         Command::Verify { bundle, ca, json } => evidence_cmd::cmd_verify(&bundle, &ca, json),
+        Command::Audit { command } => rt.block_on(evidence_cmd::cmd_audit(command)),
         Command::Demo { rows, json, keep } => rt.block_on(async move {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });
             tokio::select! {
@@ -530,12 +590,16 @@ async fn cmd_run(
                         Err(e) => eprintln!("tally run: cannot close the run's record: {e}"),
                         Ok(_) => match signer.as_ref() {
                             Ok(s) => match tally_coordinator::evidence::seal_run(r.log.as_ref(), &r.run_id, &result, s).await {
-                                Ok(()) => eprintln!(
+                                Ok(()) => {
+                                    if let Err(e) = tally_coordinator::ledger::checkpoint(r.log.as_ref(), s).await {
+                                        eprintln!("tally run: cannot checkpoint the run log: {e}");
+                                    }
+                                    eprintln!(
                                     "tally run: signed the run's evidence; write its bundle with: tally evidence {} --data-dir {} -o {}.evidence.json",
                                     r.run_id,
                                     data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
                                     r.run_id
-                                ),
+                                )},
                                 Err(e) => eprintln!("tally run: cannot sign the run's evidence: {e}"),
                             },
                             Err(e) => eprintln!("tally run: cannot sign the run's evidence: {}: tls: {e}", config.display()),

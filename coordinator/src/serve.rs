@@ -95,6 +95,8 @@ struct ServeState {
     /// Signs each finished run's statement and checkpoint (DESIGN §12): the key of the
     /// coordinator's client certificate.
     signer: crate::evidence::Signer,
+    /// One checkpoint of the log at a time (after a run, or the minute's).
+    checkpointing: Mutex<()>,
 }
 
 /// What a request to be audited tried: (method, path), the action, the run it names.
@@ -177,6 +179,7 @@ pub async fn serve(
         permits: Semaphore::new(CONCURRENT_RUNS),
         counter: AtomicU64::new(0),
         signer,
+        checkpointing: Mutex::new(()),
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     match &state.node {
@@ -191,6 +194,7 @@ pub async fn serve(
         None => resume_unfinished(&state).await?,
     }
     schedules::start(state.clone());
+    start_checkpoints(state.clone());
     let need = |role: Role| middleware::from_fn_with_state((state.clone(), role), require);
     let api = Router::new()
         .route("/v1/runs", get(list_runs).layer(need(Role::Viewer)))
@@ -205,6 +209,11 @@ pub async fn serve(
             get(run_evidence).layer(need(Role::Auditor)),
         )
         .route("/v1/audit", get(audit_log).layer(need(Role::Auditor)))
+        .route("/v1/log", get(export_log).layer(need(Role::Auditor)))
+        .route(
+            "/v1/checkpoint",
+            get(latest_checkpoint).layer(need(Role::Auditor)),
+        )
         .route("/v1/schedules", get(schedules::list).layer(need(Role::Viewer)))
         .route(
             "/v1/schedules/{name}",
@@ -550,6 +559,54 @@ async fn seal(st: &ServeState, run_id: &str, result: &crate::result::RunResult) 
     if let Err(e) = crate::evidence::seal_run(st.runlog.as_ref(), run_id, result, &st.signer).await {
         tracing::error!(run = %run_id, error = %e, "cannot sign the run's evidence");
     }
+    checkpoint(st).await;
+}
+
+/// Pins the runs that moved in the log's ledger and signs its head (crate::ledger).
+async fn checkpoint(st: &ServeState) {
+    let _one = st.checkpointing.lock().await;
+    if let Err(e) = crate::ledger::checkpoint(st.runlog.as_ref(), &st.signer).await {
+        tracing::warn!(error = %e, "cannot checkpoint the run log");
+    }
+}
+
+/// How often the log is checkpointed while runs move.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every minute, on the leader (or a single node), a checkpoint of what moved.
+fn start_checkpoints(st: Arc<ServeState>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            if st.node.is_some() && cluster::leading_term(&st).is_none() {
+                continue;
+            }
+            checkpoint(&st).await;
+        }
+    });
+}
+
+/// `GET /v1/log` (auditor): every line of the run log, the ledger and the signed
+/// checkpoints included, for `tally audit verify`.
+async fn export_log(State(state): State<Arc<ServeState>>) -> Response {
+    match crate::ledger::export(state.runlog.as_ref()).await {
+        Ok(lines) => Json(json!({ "lines": lines })).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `GET /v1/checkpoint` (auditor): the latest signed checkpoint of the log.
+async fn latest_checkpoint(State(state): State<Arc<ServeState>>) -> Response {
+    match crate::ledger::latest(state.runlog.as_ref()).await {
+        Ok(Some(cp)) => Json(cp).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            "no checkpoint yet: one is signed after the first run",
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }
 
 /// The result of a finished run from its record: the finished event's document (a
@@ -575,7 +632,7 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
     let runs = state.runlog.runs().await.map_err(|e| e.to_string())?;
     let stored = state.store.entries().map_err(|e| e.to_string())?;
     for r in runs {
-        if state.running.lock().await.contains_key(&r.run_id) {
+        if crate::ledger::is_internal(&r.run_id) || state.running.lock().await.contains_key(&r.run_id) {
             continue;
         }
         let events = state.runlog.load(&r.run_id).await.map_err(|e| e.to_string())?;
@@ -626,7 +683,7 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
 /// `GET /v1/runs/{id}/evidence` (auditor): the run's evidence bundle (DESIGN §12).
 async fn run_evidence(State(state): State<Arc<ServeState>>, UrlPath(id): UrlPath<String>) -> Response {
     use crate::evidence::BundleError;
-    if !tally_common::evidence::valid_run_id(&id) {
+    if !tally_common::evidence::valid_run_id(&id) || crate::ledger::is_internal(&id) {
         return error(StatusCode::NOT_FOUND, format!("no run {id}"));
     }
     match crate::evidence::bundle(state.runlog.as_ref(), &id).await {
@@ -796,6 +853,7 @@ async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
         let (events_seq, events_head) = state.audit.head();
         let runs: Vec<serde_json::Value> = heads
             .iter()
+            .filter(|h| !crate::ledger::is_internal(&h.run_id))
             .map(|h| json!({ "id": h.run_id, "events": h.events, "head": h.head }))
             .collect();
         return Json(json!({
@@ -858,6 +916,7 @@ mod tests {
                 key: d.join("coordinator-key.pem"),
             })
             .unwrap(),
+            checkpointing: Mutex::new(()),
         });
         let spec: Spec = parse_yaml(
             Path::new("spec.yaml"),
