@@ -254,7 +254,12 @@ impl ApiClient {
                 .await
                 .map_err(|e| proto(&e))?;
             // drives the connection; ends when the answer is read and the connection closes
-            tokio::spawn(conn);
+            let (conn_err_tx, conn_err) = tokio::sync::oneshot::channel::<String>();
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    let _ = conn_err_tx.send(format!("{e} ({e:?})"));
+                }
+            });
             let mut req = Request::builder()
                 .method(method)
                 .uri(path)
@@ -266,7 +271,24 @@ impl ApiClient {
             let req = req
                 .body(Full::new(Bytes::from(body.to_string())))
                 .map_err(|e| proto(&e))?;
-            let resp = sender.send_request(req).await.map_err(|e| proto(&e))?;
+            let resp = match sender.send_request(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // the connection's own error says more than "canceled"
+                    let why = tokio::time::timeout(Duration::from_secs(1), conn_err)
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                    return Err(proto(&match why {
+                        // TLS 1.3 refuses a client certificate after the handshake
+                        Some(w) if w.contains("AlertReceived") => format!(
+                            "{e}: {w}: the server refused the connection: is --cert from the API's CA?"
+                        ),
+                        Some(w) => format!("{e}: {w}"),
+                        None => e.to_string(),
+                    }));
+                }
+            };
             let status = resp.status().as_u16();
             let bytes = resp
                 .into_body()

@@ -891,6 +891,91 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
     // alice is an auditor, so she sees keys as well
     let (_, by_alice) = http(&alice, "GET", &format!("/v1/runs/{id}"), None, "");
     assert_eq!(differences(&by_alice["result"]), expected(&plant()));
+    // evidence is for auditors: the bundle verifies offline against the agents' CA
+    let (code, body) = http(
+        &anon,
+        "GET",
+        &format!("/v1/runs/{id}/evidence"),
+        Some(OPERATOR_TOKEN),
+        "",
+    );
+    assert_eq!(code, 403);
+    assert!(body["error"].as_str().unwrap().contains("auditor"), "{body}");
+    let (code, bundle) = http(&alice, "GET", &format!("/v1/runs/{id}/evidence"), None, "");
+    assert_eq!(code, 200, "{bundle}");
+    assert_eq!(bundle["format"], "tally-evidence/1");
+    assert_eq!(http(&alice, "GET", "/v1/runs/nope/evidence", None, "").0, 404);
+    assert_eq!(http(&alice, "GET", "/v1/runs/_ledger/evidence", None, "").0, 404);
+    let tally = |args: &[&str]| {
+        let out = std::process::Command::new(tally_e2e::bins::tally())
+            .args(args)
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let server = format!("https://127.0.0.1:{port}");
+    // alice's files were overwritten by mallory's (same name, another CA): issue hers again
+    let (alice_cert, alice_key) = client_cert(d.path(), "alice", None);
+    let (alice_cert_s, alice_key_s) = (alice_cert.display().to_string(), alice_key.display().to_string());
+    let remote = [
+        "--ca",
+        "certs/api-ca.pem",
+        "--cert",
+        &alice_cert_s,
+        "--key",
+        &alice_key_s,
+    ];
+    let (code, out) = tally(
+        &[
+            &["evidence", &id, "--server", &server, "-o", "served.json"][..],
+            &remote[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = tally(&["verify", "served.json", "--ca", "certs/ca.pem"]);
+    assert_eq!(code, 0, "{out}");
+    let served: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("served.json")).unwrap()).unwrap();
+    assert_eq!(served, bundle, "the CLI writes the bundle the API serves");
+    // the log's signed checkpoint, and an export that extends it
+    let (code, out) = tally(
+        &[
+            &["audit", "checkpoint", "--server", &server, "-o", "cp.json"][..],
+            &remote[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = tally(
+        &[
+            &["audit", "export", "--server", &server, "-o", "log.jsonl"][..],
+            &remote[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = tally(&[
+        "audit",
+        "verify",
+        "log.jsonl",
+        "--ca",
+        "certs/ca.pem",
+        "--since",
+        "cp.json",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok    --since"), "{out}");
+    // an operator may not export the log
+    assert_eq!(http(&anon, "GET", "/v1/log", Some(OPERATOR_TOKEN), "").0, 403);
     // bob's certificate is valid but has no role; his token still counts
     assert_eq!(http(&bob, "GET", "/v1/runs", None, "").0, 403);
     assert_eq!(http(&bob, "GET", "/v1/runs", Some(VIEWER_TOKEN), "").0, 200);

@@ -178,7 +178,56 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
     let certs = d.path().join("certs");
     let ca = certs.join("ca.pem");
     let run_a = recorded_run(&d, &data, &spec("quantile", "with_keys"));
+    // the log's checkpoint after the first run; the second run's log extends it
+    let audit = |args: &[&str]| {
+        let o = Command::new(bins::tally())
+            .arg("audit")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let s = |p: &Path| p.display().to_string();
+    let cp_a = d.path().join("cp-a.json");
+    let (code, out) = audit(&["checkpoint", "--data-dir", &s(&data), "-o", &s(&cp_a)]);
+    assert_eq!(code, 0, "{out}");
     let run_b = recorded_run(&d, &data, &spec("hash", "with_keys"));
+    let log = d.path().join("log.jsonl");
+    let (code, out) = audit(&["export", "--data-dir", &s(&data), "-o", &s(&log)]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = audit(&["verify", &s(&log), "--ca", &s(&ca), "--since", &s(&cp_a)]);
+    assert_eq!(code, 0, "{out}");
+    // run a's verdict rewritten and its chain re-linked: the ledger's pin of run a fails
+    let mut prev = GENESIS.to_string();
+    let forged: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if v["run"] != run_a.as_str() {
+                return l.to_string();
+            }
+            if v["event"] == "finished" {
+                v["verdict"] = json!("match");
+            }
+            v["prev"] = json!(prev);
+            let line = serde_json::to_string(&v).unwrap();
+            prev = line_hash(&line);
+            line
+        })
+        .collect();
+    let forged_log = d.path().join("forged.jsonl");
+    std::fs::write(&forged_log, forged.join("\n")).unwrap();
+    let (code, out) = audit(&["verify", &s(&forged_log), "--ca", &s(&ca), "--since", &s(&cp_a)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  ledger line 1"), "{out}");
     let (file_a, file_b) = (d.path().join("a.json"), d.path().join("b.json"));
     let t0 = std::time::Instant::now();
     export(&data, &run_a, &file_a);
