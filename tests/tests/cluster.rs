@@ -358,6 +358,63 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
         );
     }
 
+    // the run that failed over has evidence that verifies, the same from every live
+    // replica (the new leader signed it; the answers were asked by both leaders)
+    let mut bundles = Vec::new();
+    for r in replicas.iter().filter(|r| r.id != first) {
+        let until = Instant::now() + Duration::from_secs(30);
+        let fetched = Instant::now();
+        let bundle = loop {
+            let (code, b) = request(
+                r.api,
+                None,
+                "GET",
+                &format!("/v1/runs/{id}/evidence"),
+                Some(ADMIN),
+                "",
+            )
+            .unwrap_or((0, Value::Null));
+            if code == 200 {
+                break b;
+            }
+            assert!(
+                code == 409 && Instant::now() < until,
+                "replica {}: evidence: {code} {b}\n{}",
+                r.id,
+                r.log_excerpt()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let fetch_time = fetched.elapsed();
+        let file = dir.join(format!("evidence-{}.json", r.id));
+        let text = serde_json::to_vec_pretty(&bundle).unwrap();
+        std::fs::write(&file, &text).unwrap();
+        let verified = Instant::now();
+        let out = Command::new(bins::tally())
+            .arg("verify")
+            .arg(&file)
+            .arg("--ca")
+            .arg(dir.join("certs/ca.pem"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "replica {}: {stdout}", r.id);
+        eprintln!(
+            "evidence of the failed-over run ({N} rows per side) from replica {}: {} bytes, {} agent-signed answers, \
+             {} events, fetched in {fetch_time:?}, verified in {:?}",
+            r.id,
+            text.len(),
+            bundle["agent_results"].as_array().map_or(0, Vec::len),
+            bundle["events"].as_array().map_or(0, Vec::len),
+            verified.elapsed()
+        );
+        bundles.push(bundle);
+    }
+    assert!(
+        bundles.windows(2).all(|w| w[0] == w[1]),
+        "the replicas serve different bundles"
+    );
+
     // the killed leader, back as a follower, has the run it started
     replicas[li].start(&dir);
     let doc = wait_done(&replicas[li], &id, Duration::from_secs(60));
