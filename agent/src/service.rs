@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tally_common::PrivacyLevel;
 use tally_common::checksum::{HashMethod, Hasher};
-use tally_common::evidence::{AgentResult, SignedBucket};
-use tally_common::segment::{KeyPart, Split};
+use tally_common::evidence::{AgentResult, Scope, SignedBucket};
+use tally_common::segment::{KeyPart, Segment, Split};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, RevealRequest,
     RevealResponse, RevealedRow, RowDigest, RowDigestBatch, RowDigestsRequest, Seal,
@@ -204,8 +204,17 @@ impl Agent for AgentService {
         let span =
             tracing::info_span!("aggregate", dataset = %dataset, client = %client, segments = n_segments);
         let started = std::time::Instant::now();
+        let mut scope = None;
         let result = async {
             let r = AggregateRequest::try_from(wire)?;
+            let parents: Vec<&Segment> = r.parents.iter().map(|(s, _)| s).collect();
+            scope = Some(Scope::of(
+                r.method,
+                &r.columns,
+                r.key_len,
+                &parents,
+                r.seal.as_ref(),
+            ));
             let ds = self.dataset(&r.dataset)?;
             let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
             policy::check_disjoint(&r.parents)?;
@@ -270,6 +279,7 @@ impl Agent for AgentService {
             dataset,
             rpc: "Aggregate".into(),
             request_sha256: asked.sha256,
+            scope: scope.ok_or_else(|| Status::internal("the answered request has no scope"))?,
             buckets: Some(
                 response
                     .buckets
@@ -301,6 +311,7 @@ impl Agent for AgentService {
         let run_id = wire.run_id.clone();
         let prepared = async {
             let r = RowDigestsRequest::try_from(wire)?;
+            let scope = Scope::of(r.method, &r.columns, r.key_len, &[&r.segment], r.seal.as_ref());
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
             let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
@@ -325,14 +336,14 @@ impl Agent for AgentService {
                 .await?;
             let rows: u64 = counted.buckets.iter().map(|b| b.agg.count()).sum();
             policy::check_digest_rows(&ds.config.policy, &ds.name, rows)?;
-            Ok((ds, h, seg, b))
+            Ok((ds, h, seg, b, scope))
         }
         .await;
         // a refused request is recorded as such; an accepted one opens with a
         // `started` line (nothing is streamed unless it is written) and closes with the
         // count and outcome once the stream has ended
         let rpc = "RowDigests";
-        let (ds, h, seg, b) = match prepared {
+        let (ds, h, seg, b, scope) = match prepared {
             Err(e) => {
                 record_line(
                     &self.log,
@@ -399,6 +410,7 @@ impl Agent for AgentService {
                             dataset: dataset.clone(),
                             rpc: rpc.into(),
                             request_sha256: asked.sha256.clone(),
+                            scope,
                             buckets: None,
                             digests_sha256: Some(sent.hash.hex()),
                             release_log_head: head.clone(),

@@ -67,6 +67,60 @@ pub fn parse_hex64(s: &str) -> Option<u64> {
     u64::from_str_radix(s, 16).ok()
 }
 
+/// The seal a sealed request carried, as the agent checked it: the peer zone it was
+/// paired with and the run nonce. The two sides of a sealed run vouch for each other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedSeal {
+    /// The peer agent's name, as its signed zone key names it.
+    pub peer: String,
+    pub peer_dataset: String,
+    /// The run nonce, lowercase hex.
+    pub nonce: String,
+}
+
+impl SignedSeal {
+    pub fn of(seal: &crate::wire::Seal) -> SignedSeal {
+        SignedSeal {
+            peer: seal.peer.agent.clone(),
+            peer_dataset: seal.peer_dataset.clone(),
+            nonce: hex::encode(seal.nonce),
+        }
+    }
+}
+
+/// What an answer covered, as the agent read the request: the method, the columns of
+/// the row string (key columns first) and whether it was the whole dataset (one parent,
+/// or one segment, with no bound, hash range or period).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scope {
+    pub method: String,
+    pub columns: Vec<String>,
+    pub key_len: usize,
+    pub whole: bool,
+    /// `null` for an unsealed method.
+    pub seal: Option<SignedSeal>,
+}
+
+impl Scope {
+    pub fn of(
+        method: crate::HashMethod,
+        columns: &[crate::segment::ColumnSpec],
+        key_len: usize,
+        segments: &[&crate::segment::Segment],
+        seal: Option<&crate::wire::Seal>,
+    ) -> Scope {
+        Scope {
+            method: method.name().to_string(),
+            columns: columns.iter().map(|c| c.name.clone()).collect(),
+            key_len,
+            whole: matches!(segments, [one] if **one == crate::segment::Segment::whole()),
+            seal: seal.map(SignedSeal::of),
+        }
+    }
+}
+
 /// What an agent signs over one answer (payloadType [`AGENT_RESULT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +133,8 @@ pub struct AgentResult {
     pub rpc: String,
     /// The SHA-256 of the request's canonical JSON, as in the agent's release log.
     pub request_sha256: String,
+    /// What the request covered.
+    pub scope: Scope,
     /// Aggregate: every bucket of the response, in response order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buckets: Option<Vec<SignedBucket>>,
@@ -164,6 +220,13 @@ mod tests {
             dataset: "orders".into(),
             rpc: "Aggregate".into(),
             request_sha256: "ab".into(),
+            scope: Scope {
+                method: "sha256_64".into(),
+                columns: vec!["id".into()],
+                key_len: 1,
+                whole: true,
+                seal: None,
+            },
             buckets: Some(vec![SignedBucket::new(0, 1, 2, u64::MAX, None)]),
             digests_sha256: None,
             release_log_head: "cd".into(),
@@ -171,7 +234,7 @@ mod tests {
         let env = p.sign(&signer).unwrap();
         assert_eq!(
             String::from_utf8(env.payload_bytes().unwrap()).unwrap(),
-            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd"}"#
+            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","scope":{"method":"sha256_64","columns":["id"],"key_len":1,"whole":true,"seal":null},"buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd"}"#
         );
         assert_eq!(AgentResult::open(&env).unwrap(), p);
         let chain = crate::seal::certificates_from_pem(pem.cert.as_bytes()).unwrap();

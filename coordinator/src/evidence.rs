@@ -236,10 +236,11 @@ fn total(buckets: &[SignedBucket]) -> Result<(u64, u64, Option<u64>), String> {
     Ok((count, sum, xor))
 }
 
-/// Each side's level-1 totals from the run's events (the signed buckets of its
-/// level-1 aggregate answers).
+/// Each side's level-1 totals from the run's events: the signed buckets of its one
+/// level-1 aggregate answer, which must cover the whole dataset.
 fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     let mut out: [Option<(String, String, Vec<SignedBucket>)>; 2] = [None, None];
+    let mut scopes: [Option<tally_common::evidence::Scope>; 2] = [None, None];
     for v in events {
         if v["event"] != "aggregated" || v["level"] != 1 {
             continue;
@@ -250,12 +251,31 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
         let env = response.envelope.as_ref().ok_or("a level-1 answer is unsigned")?;
         let p = AgentResult::open(env)?;
         let slot = &mut out[side as usize];
-        let buckets = p.buckets.unwrap_or_default();
-        match slot {
-            Some((a, d, all)) if *a == p.agent && *d == p.dataset => all.extend(buckets),
-            Some(_) => return Err("one side's level-1 answers name two agents or datasets".into()),
-            None => *slot = Some((p.agent, p.dataset, buckets)),
+        if slot.is_some() {
+            return Err(format!("the {} side has two level-1 answers", side.name()));
         }
+        if !p.scope.whole {
+            return Err(format!(
+                "the {} side's level-1 answer (event {}) was not asked of the whole dataset",
+                side.name(),
+                v["seq"]
+            ));
+        }
+        *slot = Some((p.agent, p.dataset, p.buckets.unwrap_or_default()));
+        scopes[side as usize] = Some(p.scope);
+    }
+    if let [Some(s), Some(t)] = &scopes
+        && (s.method != t.method || s.columns.len() != t.columns.len() || s.key_len != t.key_len)
+    {
+        return Err(format!(
+            "the sides' level-1 answers hash differently: source {} over {} columns ({} key), target {} over {} ({} key)",
+            s.method,
+            s.columns.len(),
+            s.key_len,
+            t.method,
+            t.columns.len(),
+            t.key_len
+        ));
     }
     let mut totals = [None, None];
     for (i, s) in out.into_iter().enumerate() {
@@ -386,13 +406,19 @@ pub struct Bundle {
     pub certificates: Vec<CertEntry>,
 }
 
-/// The envelope an event carries, if it is a signed answer.
-fn envelope_of(v: &Value) -> Option<Value> {
+/// The envelope an event carries, if it is an agent's answer: `Some(None)` for an
+/// answer without one.
+fn answer_envelope(v: &Value) -> Option<Option<Value>> {
     match v["event"].as_str() {
-        Some("aggregated") => v["response"].get("envelope").cloned(),
-        Some("digests") => v.get("envelope").cloned(),
+        Some("aggregated") => Some(v["response"].get("envelope").cloned()),
+        Some("digests") => Some(v.get("envelope").cloned()),
         _ => None,
     }
+}
+
+/// The envelope an event carries, if it is a signed answer.
+fn envelope_of(v: &Value) -> Option<Value> {
+    answer_envelope(v).flatten()
 }
 
 /// The bundle of a sealed run, from its record.
@@ -685,33 +711,44 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     ) {
         return None;
     }
-    let outcome = serde_json::from_slice::<Value>(&result.ok()?)
-        .map_err(|e| format!("the result is not JSON: {e}"))
-        .and_then(|r| {
-            let same = |k: &str, v: Value| {
-                if r[k] == v {
-                    Ok(())
-                } else {
-                    Err(format!("the result's {k} is {}, the statement's {v}", r[k]))
-                }
-            };
-            same("verdict", json!(p.verdict))?;
-            same("hash_method", json!(p.hash_method))?;
-            same("level", json!(p.level))?;
-            same("false_match_bound", json!(p.false_match_bound))?;
-            let leaves = r["leaves"].as_array().map_or(0, Vec::len) as u64;
-            if leaves != p.leaves {
-                return Err(format!(
-                    "the result has {leaves} leaves, the statement {}",
-                    p.leaves
-                ));
+    let result_json: Value = serde_json::from_slice(&result.ok()?).unwrap_or(Value::Null);
+    let outcome = (|| {
+        let r = &result_json;
+        if !r.is_object() {
+            return Err("the result is not a JSON object".to_string());
+        }
+        let same = |k: &str, v: Value| {
+            if r[k] == v {
+                Ok(())
+            } else {
+                Err(format!("the result's {k} is {}, the statement's {v}", r[k]))
             }
-            same(
-                "difference_counts",
-                serde_json::to_value(&p.difference_counts).unwrap_or_default(),
-            )?;
-            Ok("says what the statement says".to_string())
-        });
+        };
+        same("verdict", json!(p.verdict))?;
+        same("hash_method", json!(p.hash_method))?;
+        same("level", json!(p.level))?;
+        if r["false_match_bound"].as_f64().map(f64::to_bits) != Some(p.false_match_bound.to_bits()) {
+            return Err(format!(
+                "the result's false_match_bound is {}, the statement's {}",
+                r["false_match_bound"], p.false_match_bound
+            ));
+        }
+        let leaves = r["leaves"]
+            .as_array()
+            .ok_or("the result has no leaves list")?
+            .len() as u64;
+        if leaves != p.leaves {
+            return Err(format!(
+                "the result has {leaves} leaves, the statement {}",
+                p.leaves
+            ));
+        }
+        same(
+            "difference_counts",
+            serde_json::to_value(&p.difference_counts).unwrap_or_default(),
+        )?;
+        Ok("says what the statement says".to_string())
+    })();
     if !c.check("result", outcome) {
         return None;
     }
@@ -728,6 +765,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 return None;
             }
         }
+    }
+    if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
+        c.check("event chain", Err(format!("events[{i}] is a blank line")));
+        return None;
     }
     let mut events = Vec::with_capacity(lines.len());
     let chained = verify_lines("events", lines.iter().cloned().map(Ok), |v| {
@@ -794,16 +835,19 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
 
-    // every signed answer
+    // every answer, signed; one agent, dataset, method and seal per side throughout
     let mut n = 0usize;
-    let mut sides: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut sides: BTreeMap<String, (String, String, String, Option<tally_common::evidence::SignedSeal>)> =
+        BTreeMap::new();
+    let mut seen: std::collections::HashSet<(String, String)> = std::collections::HashSet::new();
     for v in &events {
-        let Some(env) = envelope_of(v) else { continue };
+        let Some(env) = answer_envelope(v) else { continue };
         let name = format!(
             "agent_results[{n}] (event {} {} {})",
             v["seq"], v["event"], v["side"]
         );
         let outcome = (|| {
+            let env = env.ok_or("the event's answer is unsigned")?;
             let listed = b
                 .agent_results
                 .get(n)
@@ -821,14 +865,32 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             if *listed != env {
                 return Err("is not the envelope the event recorded".into());
             }
-            // one agent and dataset answer for each side, throughout the run
+            let sig = env.signatures.first().map(|s| s.sig.clone()).unwrap_or_default();
+            if !seen.insert((env.payload.clone(), sig)) {
+                return Err("is the envelope of an earlier event: one answer counts once".into());
+            }
             let side = v["side"].as_str().unwrap_or_default().to_string();
-            let (a, d) = sides
-                .entry(side.clone())
-                .or_insert_with(|| (sp.agent.clone(), sp.dataset.clone()));
-            if *a != sp.agent || *d != sp.dataset {
+            if side != "source" && side != "target" {
+                return Err(format!("the event's side is {side:?}"));
+            }
+            if sp.scope.method != p.hash_method {
                 return Err(format!(
-                    "{:?} signs for the {side} side's dataset {:?}, whose answers are {a:?}'s of {d:?}",
+                    "hashed with {}, the run with {}",
+                    sp.scope.method, p.hash_method
+                ));
+            }
+            let (a, d, m, seal) = sides.entry(side.clone()).or_insert_with(|| {
+                (
+                    sp.agent.clone(),
+                    sp.dataset.clone(),
+                    sp.scope.method.clone(),
+                    sp.scope.seal.clone(),
+                )
+            });
+            if *a != sp.agent || *d != sp.dataset || *m != sp.scope.method || *seal != sp.scope.seal {
+                return Err(format!(
+                    "{:?} signs for the {side} side's dataset {:?}, whose answers are {a:?}'s of {d:?} \
+                     (each side's agent, dataset, method and seal are one throughout the run)",
                     sp.agent, sp.dataset
                 ));
             }
@@ -868,6 +930,65 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
 
+    // the two sides are the spec's datasets, two different ones, and in a sealed run
+    // each names the other as the peer it derived the run key with, under one nonce
+    let spec = events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .map(|e| e["spec"].clone())
+        .unwrap_or_default();
+    let paired = (|| {
+        let (src, tgt) = match (sides.get("source"), sides.get("target")) {
+            (Some(s), Some(t)) => (s, t),
+            (None, None) if p.verdict == "error" => {
+                return Ok("no answers: the run ended before any".to_string());
+            }
+            _ if p.verdict == "error" => return Ok("one side answered before the run ended".to_string()),
+            _ => {
+                return Err(format!(
+                    "a {} verdict needs signed answers of both sides",
+                    p.verdict
+                ));
+            }
+        };
+        for (side, (agent, dataset, ..)) in [("source", src), ("target", tgt)] {
+            if spec[side]["dataset"] != json!(dataset) {
+                return Err(format!(
+                    "the {side} answers are {agent:?}'s of dataset {dataset:?}, the spec's {side} dataset is {}",
+                    spec[side]["dataset"]
+                ));
+            }
+        }
+        if src.0 == tgt.0 && src.1 == tgt.1 {
+            return Err(format!("both sides' answers are {:?}'s of {:?}", src.0, src.1));
+        }
+        match (&src.3, &tgt.3) {
+            (Some(s), Some(t)) => {
+                if s.peer != tgt.0 || s.peer_dataset != tgt.1 || t.peer != src.0 || t.peer_dataset != src.1 {
+                    return Err(format!(
+                        "the sides do not name each other as peers: {:?} of {:?} paired with {:?}/{:?}, {:?} of {:?} with {:?}/{:?}",
+                        src.0, src.1, s.peer, s.peer_dataset, tgt.0, tgt.1, t.peer, t.peer_dataset
+                    ));
+                }
+                if s.nonce != t.nonce {
+                    return Err("the sides' answers are of two run nonces".into());
+                }
+                Ok(format!(
+                    "source {:?} of {:?} and target {:?} of {:?}, each sealed with the other under one nonce",
+                    src.0, src.1, tgt.0, tgt.1
+                ))
+            }
+            (None, None) => Ok(format!(
+                "source {:?} of {:?} and target {:?} of {:?} (unsealed: the agents do not name each other)",
+                src.0, src.1, tgt.0, tgt.1
+            )),
+            _ => Err("one side's answers are sealed and the other's are not".into()),
+        }
+    })();
+    if !c.check("sides", paired) {
+        return None;
+    }
+
     // the totals the statement states are the agents' signed level-1 buckets
     let signed = level_one(&events);
     let totals = signed.as_ref().map_err(Clone::clone).and_then(|[s, t]| {
@@ -877,6 +998,16 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     "the {side} totals stated ({}) are not the sums of its agent-signed level-1 buckets ({})",
                     serde_json::to_string(stated).unwrap_or_default(),
                     serde_json::to_string(signed).unwrap_or_default()
+                ));
+            }
+        }
+        for (side, stated) in [("source", &p.source), ("target", &p.target)] {
+            if let Some(t) = stated
+                && result_json[side]["count"] != json!(t.count)
+            {
+                return Err(format!(
+                    "the result's {side} count is {}, the agent-signed level-1 count {}",
+                    result_json[side]["count"], t.count
                 ));
             }
         }
@@ -897,6 +1028,15 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             }
             _ => false,
         };
+        let counts_only = spec["mode"] == "count";
+        let equal = if counts_only {
+            matches!((&p.source, &p.target), (Some(s), Some(t)) if s.count == t.count)
+        } else {
+            equal
+        };
+        if p.verdict == "match" && events.iter().any(|e| e["event"] == "failed") {
+            return Err("a match of a run whose record holds a failure".into());
+        }
         let follows = match p.verdict.as_str() {
             "match" => equal && p.leaves == 0,
             "differ" => !(equal && p.leaves == 0),

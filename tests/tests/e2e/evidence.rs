@@ -129,6 +129,7 @@ fn reseal(bundle: &Value, certs: &Path, edit: impl FnOnce(&mut Vec<Value>, &mut 
                 Some("digests") => Some(e["envelope"].clone()),
                 _ => None,
             })
+            .filter(|e| !e.is_null())
             .collect::<Vec<_>>()
     );
     statement["predicate"]["events_head"] = json!(prev);
@@ -198,7 +199,10 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
     let cp_a = d.path().join("cp-a.json");
     let (code, out) = audit(&["checkpoint", "--data-dir", &s(&data), "-o", &s(&cp_a)]);
     assert_eq!(code, 0, "{out}");
-    let run_b = recorded_run(&d, &data, &spec("hash", "with_keys"));
+    // several levels (a level-2 answer is forged into level 1 below)
+    let deep = "name: e2e-deep\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+                bisection: { strategy: quantile, factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n";
+    let run_b = recorded_run(&d, &data, deep);
     let log = d.path().join("log.jsonl");
     let (code, out) = audit(&["export", "--data-dir", &s(&data), "-o", &s(&log)]);
     assert_eq!(code, 0, "{out}");
@@ -482,6 +486,78 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
                 p["agent"] = json!("vpc2");
                 e["envelope"] = sign(AGENT_RESULT, &p, "vpc2", &vpc2_key);
             }
+        }),
+        "agent_results[",
+    ));
+
+    // one agent's answer counted for both sides: the source's level-1 answer copied as
+    // the target's (the target's dropped)
+    cases.push((
+        "the source's level-1 answer reused as the target's",
+        forger(&|ev, st| {
+            ev.retain(|e| !(e["event"] == "aggregated" && e["level"] == 1 && e["side"] == "target"));
+            let i = level_one_source(ev);
+            let mut copy = ev[i].clone();
+            copy["side"] = json!("target");
+            ev.insert(i + 1, copy);
+            st["predicate"]["target"] = st["predicate"]["source"].clone();
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "a second copy of the source's level-1 answer",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            let copy = ev[i].clone();
+            ev.insert(i + 1, copy);
+        }),
+        "agent_results[",
+    ));
+    // the spec says one dataset, the agents signed another
+    cases.push((
+        "answers of another dataset than the spec's",
+        forger(&|ev, st| {
+            ev[0]["spec"]["target"]["dataset"] = json!("orders_copy");
+            let text = tally_common::jcs::canonical_json(&ev[0]["spec"].to_string()).unwrap();
+            st["predicate"]["spec_sha256"] = json!(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                text.as_bytes()
+            )));
+        }),
+        "sides",
+    ));
+    // a deeper level (its answer signed as not the whole dataset) stated as level 1
+    {
+        let b_events: Vec<Value> = b["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| serde_json::from_slice(&b64d(e)).unwrap())
+            .collect();
+        assert!(
+            b_events
+                .iter()
+                .any(|e| e["event"] == "aggregated" && e["level"] == 2 && e["side"] == "source"),
+            "run b has a second level"
+        );
+        cases.push((
+            "a level-2 answer presented as level 1",
+            reseal(&b, &certs, |ev, _| {
+                ev.retain(|e| !(e["event"] == "aggregated" && e["level"] == 1 && e["side"] == "source"));
+                let i = ev
+                    .iter()
+                    .position(|e| e["event"] == "aggregated" && e["level"] == 2 && e["side"] == "source")
+                    .unwrap();
+                ev[i]["level"] = json!(1);
+            }),
+            "level-1 totals",
+        ));
+    }
+    // an answer whose event lost its envelope
+    cases.push((
+        "an unsigned answer",
+        forger(&|ev, _| {
+            let i = ev.iter().position(|e| e["event"] == "digests").unwrap();
+            ev[i].as_object_mut().unwrap().remove("envelope");
         }),
         "agent_results[",
     ));
