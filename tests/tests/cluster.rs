@@ -133,6 +133,10 @@ impl Replica {
     fn get(&self, path: &str) -> (u16, Value) {
         request(self.api, None, "GET", path, Some(TOKEN), "").unwrap_or((0, Value::Null))
     }
+
+    fn get_as(&self, path: &str, token: &str) -> (u16, Value) {
+        request(self.api, None, "GET", path, Some(token), "").unwrap_or((0, Value::Null))
+    }
 }
 
 /// `tally cluster status --json`, asked of replica `r`.
@@ -414,6 +418,26 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
         bundles.windows(2).all(|w| w[0] == w[1]),
         "the replicas serve different bundles"
     );
+    // the leader checkpointed the log after the run: every live replica serves it
+    for r in replicas.iter().filter(|r| r.id != first) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (code, cp) = r.get_as("/v1/checkpoint", ADMIN);
+            if code == 200 {
+                assert_eq!(
+                    cp["checkpoint"]["payloadType"],
+                    "application/vnd.tally.checkpoint.v1+json"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < until,
+                "replica {}: no checkpoint: {code} {cp}",
+                r.id
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 
     // the killed leader, back as a follower, has the run it started
     replicas[li].start(&dir);

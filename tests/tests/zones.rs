@@ -164,13 +164,15 @@ fn reconciliation_across_separated_zones() {
         "bytes on the hub's links, count_only: 10k rows {small} B ({seg_small} level-1 segments), \
          1M rows {big} B ({seg_big} segments)"
     );
-    // 1M rows of (id, v, amount) are ~20 MB of values; the run moved well under 1 % of it
-    assert!(big < 200_000, "1M rows moved {big} bytes");
+    // 1M rows of (id, v, amount) are ~20 MB of values; the run moved under 2.5 % of it
+    assert!(big < 500_000, "1M rows moved {big} bytes");
     // bytes follow the level-1 segments (at most 1024 whatever the rows), not the rows:
-    // 100× the rows cost at most ~150 B per added segment (both sides' sums and counts)
+    // 100× the rows cost at most ~400 B per added segment (both sides' sums and counts,
+    // and each agent's signed copy of its buckets in its answer's envelope, ~113 B per
+    // bucket as base64 JSON: docs/evidence.md)
     let per_segment = (big - small) / seg_big.saturating_sub(seg_small).max(1);
     assert!(
-        per_segment < 150,
+        per_segment < 400,
         "bytes grew by {per_segment} B per segment: {small} → {big}"
     );
 
