@@ -289,6 +289,7 @@ impl Agent for AgentService {
             ),
             digests_sha256: None,
             release_log_head: head.clone(),
+            time: tally_common::evidence::now_rfc3339(),
         };
         let envelope = self.identity.sign(&signed)?;
         Ok(Response::new(pb::AggregateResponse {
@@ -414,6 +415,7 @@ impl Agent for AgentService {
                             buckets: None,
                             digests_sha256: Some(sent.hash.hex()),
                             release_log_head: head.clone(),
+                            time: tally_common::evidence::now_rfc3339(),
                         };
                         identity.sign(&signed).map_err(Status::from).map(|envelope| {
                             pb::RowDigestBatch::from(RowDigestBatch {

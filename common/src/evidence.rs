@@ -143,6 +143,17 @@ pub struct AgentResult {
     pub digests_sha256: Option<String>,
     /// The agent's release-log head after recording the call.
     pub release_log_head: String,
+    /// When the agent signed, by its clock: RFC 3339, UTC, whole seconds.
+    pub time: String,
+}
+
+/// Now, as an answer's `time`: RFC 3339, UTC, whole seconds.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.replace_nanosecond(0)
+        .unwrap_or(now)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 impl AgentResult {
@@ -230,11 +241,12 @@ mod tests {
             buckets: Some(vec![SignedBucket::new(0, 1, 2, u64::MAX, None)]),
             digests_sha256: None,
             release_log_head: "cd".into(),
+            time: "2026-12-01T20:00:00Z".into(),
         };
         let env = p.sign(&signer).unwrap();
         assert_eq!(
             String::from_utf8(env.payload_bytes().unwrap()).unwrap(),
-            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","scope":{"method":"sha256_64","columns":["id"],"key_len":1,"whole":true,"seal":null},"buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd"}"#
+            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","scope":{"method":"sha256_64","columns":["id"],"key_len":1,"whole":true,"seal":null},"buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd","time":"2026-12-01T20:00:00Z"}"#
         );
         assert_eq!(AgentResult::open(&env).unwrap(), p);
         let chain = crate::seal::certificates_from_pem(pem.cert.as_bytes()).unwrap();

@@ -25,6 +25,12 @@ use crate::engine::Event;
 use crate::result::{DiffCounts, RunResult};
 use crate::runlog::RunLog;
 
+/// How far an agent's clock may be from the coordinator's: an answer's signed time must
+/// fall between the run's start and its checkpoint, give or take this.
+pub const CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+use time::format_description::well_known::Rfc3339;
+
 /// The bundle's `format`.
 pub const FORMAT: &str = "tally-evidence/1";
 /// The in-toto Statement's `_type`.
@@ -293,14 +299,6 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     Ok(totals)
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 /// Signs a finished run's evidence and appends it to its record as one `evidence`
 /// event: the result text, the statement over it, the checkpoint of the run's log head
 /// before this event, and the signer's certificate. A run sealed already is left as
@@ -342,7 +340,7 @@ pub async fn seal_run(
         difference_counts: result.difference_counts.clone(),
         false_match_bound: result.false_match_bound,
         started: started["started"].as_str().unwrap_or_default().to_string(),
-        finished: now_rfc3339(),
+        finished: tally_common::evidence::now_rfc3339(),
         events_head: head.clone(),
     };
     let statement = Statement {
@@ -361,7 +359,7 @@ pub async fn seal_run(
     let checkpoint = Checkpoint {
         seq: lines.len() as u64,
         head,
-        time: now_rfc3339(),
+        time: tally_common::evidence::now_rfc3339(),
     };
     let checkpoint = signer.sign(
         CHECKPOINT,
@@ -607,8 +605,9 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     ) {
         return None;
     }
+    let signed_at = at.ok()?;
     let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-        at.ok()?.unix_timestamp().max(0) as u64
+        signed_at.unix_timestamp().max(0) as u64
     ));
     let mut certs: BTreeMap<(String, &str), Vec<u8>> = BTreeMap::new();
     for (i, e) in b.certificates.iter().enumerate() {
@@ -859,6 +858,20 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             }
             if sp.run_id != run_id {
                 return Err(format!("names run {:?}, not {run_id:?}", sp.run_id));
+            }
+            // answered while the run ran, by the agent's clock (within CLOCK_SKEW)
+            let t = time::OffsetDateTime::parse(&sp.time, &Rfc3339)
+                .map_err(|e| format!("its time {:?}: {e}", sp.time))?;
+            let started = time::OffsetDateTime::parse(&p.started, &Rfc3339)
+                .map_err(|e| format!("the statement's started {:?}: {e}", p.started))?;
+            if t < started - CLOCK_SKEW || t > signed_at + CLOCK_SKEW {
+                return Err(format!(
+                    "signed at {}, outside the run ({} to the checkpoint at {}, give or take {} s)",
+                    sp.time,
+                    p.started,
+                    signed_at.format(&Rfc3339).unwrap_or_default(),
+                    CLOCK_SKEW.whole_seconds()
+                ));
             }
             let env: Envelope =
                 serde_json::from_value(env).map_err(|e| format!("the event's envelope: {e}"))?;

@@ -43,14 +43,6 @@ pub struct SignedCheckpoint {
     pub certificate: String,
 }
 
-fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 /// Pins every run whose head moved since the ledger's last pin, and signs the new
 /// ledger head; nothing when no run moved. Returns the new checkpoint, if any.
 pub async fn checkpoint(log: &dyn RunLog, signer: &Signer) -> Result<Option<SignedCheckpoint>, String> {
@@ -74,7 +66,7 @@ pub async fn checkpoint(log: &dyn RunLog, signer: &Signer) -> Result<Option<Sign
     if moved.is_empty() {
         return Ok(None);
     }
-    let time = now();
+    let time = tally_common::evidence::now_rfc3339();
     let Value::Object(line) = json!({"event": "ledger", "time": time, "runs": moved}) else {
         unreachable!()
     };

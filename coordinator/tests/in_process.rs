@@ -806,3 +806,93 @@ async fn a_run_stopped_while_a_reveal_waits_for_its_partner_resumes_with_every_d
         resumed.warnings
     );
 }
+
+/// A recorded run of `bisection` at `level` between `a` and `b`, sealed: its bundle.
+async fn sealed_bundle(
+    dir: &Path,
+    a: &InProcessAgent,
+    b: &InProcessAgent,
+    bisection: &str,
+    level: &str,
+) -> Vec<u8> {
+    use tally_coordinator::evidence;
+    let path = dir.join("evidence-spec.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: evidence\nsource: {{ agent: dc1, dataset: orders }}\ntarget: {{ agent: vpc2, dataset: orders }}\n\
+             bisection: {{ {bisection} }}\nreporting: {{ level: {level} }}\n"
+        ),
+    )
+    .unwrap();
+    let spec = Spec::load(&path).unwrap();
+    let log = Arc::new(MemoryRunLog::default());
+    let started = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let event = serde_json::json!({"event": "started", "started": started, "spec": serde_json::to_value(&spec).unwrap()});
+    log.start("ev", event.as_object().unwrap().clone()).await.unwrap();
+    let opts = RunOptions {
+        progress: Some(false),
+        record: Some(RunRecord {
+            log: log.clone(),
+            run_id: "ev".into(),
+            resume: Vec::new(),
+        }),
+    };
+    let r = run(&spec, a, b, &opts).await;
+    assert_ne!(r.verdict, Verdict::Error, "{bisection}: {:?}", r.error);
+    let done = serde_json::json!({"event": "finished"});
+    log.append("ev", done.as_object().unwrap().clone()).await.unwrap();
+    let signer = evidence::Signer::load(&tally_coordinator::config::ClientTls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("coordinator.pem"),
+        key: dir.join("coordinator-key.pem"),
+    })
+    .unwrap();
+    evidence::seal_run(log.as_ref(), "ev", &r, &signer).await.unwrap();
+    serde_json::to_vec(&evidence::bundle(log.as_ref(), "ev").await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn every_strategys_run_seals_a_bundle_that_verifies() {
+    use tally_coordinator::evidence::{valid, verify};
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _) = deploy(dir.path(), true).await;
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    for (bisection, level) in [
+        ("strategy: quantile, factor: 8, threshold: 256", "count_only"),
+        ("strategy: quantile, factor: 4, threshold: 64", "with_keys"),
+        ("strategy: hash, factor: 16, threshold: 64", "with_keys"),
+        ("strategy: hash, factor: 4, threshold: 500", "count_only"),
+    ] {
+        let bundle = sealed_bundle(dir.path(), &a, &b, bisection, level).await;
+        let checks = verify(&bundle, &ca);
+        assert!(valid(&checks), "{bisection} at {level}: {:?}", checks.last());
+        let last = checks.last().unwrap();
+        assert_eq!(last.name, "verdict");
+        assert!(last.outcome.as_ref().unwrap().starts_with("differ"), "{last:?}");
+    }
+    // identical data: a match that verifies
+    let same = tempfile::tempdir().unwrap();
+    let (a, b, _) = deploy(same.path(), false).await;
+    let bundle = sealed_bundle(
+        same.path(),
+        &a,
+        &b,
+        "strategy: quantile, factor: 8, threshold: 256",
+        "count_only",
+    )
+    .await;
+    let checks = verify(&bundle, &std::fs::read(same.path().join("ca.pem")).unwrap());
+    assert!(valid(&checks), "{:?}", checks.last());
+    assert!(
+        checks
+            .last()
+            .unwrap()
+            .outcome
+            .as_ref()
+            .unwrap()
+            .starts_with("match")
+    );
+}

@@ -552,6 +552,21 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
             "level-1 totals",
         ));
     }
+    // an answer signed (by the real agent) long before the run: a replayed old answer
+    let dc1_key = signer(&certs, "dc1");
+    cases.push((
+        "an answer signed outside the run's time",
+        forger(&|ev, _| {
+            let i = ev
+                .iter()
+                .position(|e| e["event"] == "digests" && e["side"] == "source")
+                .unwrap();
+            let mut p = payload(&ev[i]["envelope"]);
+            p["time"] = json!("2020-01-01T00:00:00Z");
+            ev[i]["envelope"] = sign(AGENT_RESULT, &p, "dc1", &dc1_key);
+        }),
+        "agent_results[",
+    ));
     // an answer whose event lost its envelope
     cases.push((
         "an unsigned answer",
