@@ -550,6 +550,83 @@ pub fn verify(bundle_text: &[u8], ca_pem: &[u8]) -> Vec<Check> {
     c.0
 }
 
+/// [`verify`], then, against an export of the whole log (`tally audit export`), the
+/// log's own checks (`crate::ledger::verify`, with `since`) and that the bundle's events
+/// are, byte for byte, the first lines of its run in the export, and that a ledger line
+/// pins the run at or past them: the bundle is the run the signed log holds.
+pub fn verify_with_log(
+    bundle_text: &[u8],
+    ca_pem: &[u8],
+    export: &str,
+    since: Option<&crate::ledger::SignedCheckpoint>,
+) -> Vec<Check> {
+    let mut checks = verify(bundle_text, ca_pem);
+    if !valid(&checks) {
+        return checks;
+    }
+    let log = crate::ledger::verify(export, ca_pem, since);
+    let log_ok = valid(&log);
+    checks.extend(log.into_iter().map(|c| Check {
+        name: format!("log: {}", c.name),
+        outcome: c.outcome,
+    }));
+    if !log_ok {
+        return checks;
+    }
+    let outcome = (|| {
+        let b: Bundle = serde_json::from_slice(bundle_text).map_err(|e| e.to_string())?;
+        let mut lines = Vec::with_capacity(b.events.len());
+        for e in &b.events {
+            lines.push(
+                String::from_utf8(STANDARD.decode(e).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let first: Value = serde_json::from_str(lines.first().ok_or("the bundle has no events")?)
+            .map_err(|e| e.to_string())?;
+        let run = first["run"].as_str().unwrap_or_default().to_string();
+        let in_log: Vec<&str> = export
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<Value>(l)
+                    .ok()
+                    .is_some_and(|v| v["run"] == run.as_str())
+            })
+            .collect();
+        if in_log.len() < lines.len() || lines.iter().zip(&in_log).any(|(a, b)| a != b) {
+            return Err(format!(
+                "the bundle's {} events are not the first lines of run {run} in the log ({} lines there)",
+                lines.len(),
+                in_log.len()
+            ));
+        }
+        let pinned = export
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["run"] == crate::ledger::LEDGER)
+            .flat_map(|v| v["runs"].as_array().cloned().unwrap_or_default())
+            .filter(|r| r["run"] == run.as_str())
+            .filter_map(|r| r["seq"].as_u64())
+            .max()
+            .unwrap_or(0);
+        if pinned < lines.len() as u64 {
+            return Err(format!(
+                "the log's ledger pins run {run} only up to line {pinned}, the bundle has {} events",
+                lines.len()
+            ));
+        }
+        Ok(format!(
+            "its {} events are run {run}'s first lines in the log, pinned by its ledger (up to line {pinned})",
+            lines.len()
+        ))
+    })();
+    checks.push(Check {
+        name: "bundle in the log".into(),
+        outcome,
+    });
+    checks
+}
+
 fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> {
     let checker = CertificateChecker::from_ca_pem(ca_pem);
     if !c.check(

@@ -87,7 +87,13 @@ fn write_new(path: &Path, text: &[u8]) -> std::io::Result<()> {
 }
 
 /// `tally verify`: prints each check; exit 0 valid, 1 invalid, 2 usage.
-pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
+pub fn cmd_verify(
+    bundle: &Path,
+    ca: &Path,
+    json: bool,
+    log: Option<&Path>,
+    since: Option<&Path>,
+) -> ExitCode {
     let read = |p: &Path, what: &str| std::fs::read(p).map_err(|e| format!("{what} {}: {e}", p.display()));
     let (text, ca_pem) = match (read(bundle, "bundle"), read(ca, "--ca")) {
         (Ok(t), Ok(c)) => (t, c),
@@ -96,8 +102,37 @@ pub fn cmd_verify(bundle: &Path, ca: &Path, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let export = match log.map(|p| read(p, "--log")).transpose() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("tally verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let since = match since.map(|p| {
+        read(p, "--since").and_then(|t| {
+            serde_json::from_slice::<tally_coordinator::ledger::SignedCheckpoint>(&t).map_err(|e| {
+                format!(
+                    "--since {}: not a checkpoint (from tally audit checkpoint): {e}",
+                    p.display()
+                )
+            })
+        })
+    }) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("tally verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let started = std::time::Instant::now();
-    let checks = evidence::verify(&text, &ca_pem);
+    let checks = match &export {
+        None => evidence::verify(&text, &ca_pem),
+        Some(export) => {
+            evidence::verify_with_log(&text, &ca_pem, &String::from_utf8_lossy(export), since.as_ref())
+        }
+    };
     let ok = evidence::valid(&checks);
     if json {
         let list: Vec<serde_json::Value> = checks

@@ -150,6 +150,13 @@ enum Command {
         /// Print one JSON object: {valid, checks: [{check, ok, detail}]}.
         #[arg(long)]
         json: bool,
+        /// Also check the bundle against an export of the whole log (`tally audit
+        /// export`): the log verifies, and the bundle's events are its run's lines there.
+        #[arg(long, value_name = "EXPORT")]
+        log: Option<PathBuf>,
+        /// With --log: an older signed checkpoint the log must extend.
+        #[arg(long, value_name = "CHECKPOINT", requires = "log")]
+        since: Option<PathBuf>,
     },
 }
 
@@ -458,7 +465,13 @@ fn main() -> ExitCode {
             };
             rt.block_on(evidence_cmd::cmd_evidence(run_id, out, from))
         }
-        Command::Verify { bundle, ca, json } => evidence_cmd::cmd_verify(&bundle, &ca, json),
+        Command::Verify {
+            bundle,
+            ca,
+            json,
+            log,
+            since,
+        } => evidence_cmd::cmd_verify(&bundle, &ca, json, log.as_deref(), since.as_deref()),
         Command::Audit { command } => rt.block_on(evidence_cmd::cmd_audit(command)),
         Command::Demo { rows, json, keep } => rt.block_on(async move {
             let run = demo::demo(demo::DemoOptions { rows, json, keep });

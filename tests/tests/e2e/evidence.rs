@@ -605,6 +605,46 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
     }
     assert!(n_events > 5);
 
+    // the bundle is the run the signed log holds: checked against the export, which
+    // extends the checkpoint taken after run a; a self-consistent re-chained bundle of
+    // run a is not the run the log holds, and a rewritten log fails on its own
+    let with_log = |bundle: &Path, log: &Path| {
+        let o = Command::new(bins::tally())
+            .arg("verify")
+            .arg(bundle)
+            .arg("--ca")
+            .arg(&ca)
+            .arg("--log")
+            .arg(log)
+            .arg("--since")
+            .arg(&cp_a)
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (code, out) = with_log(&file_a, &log);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok    log: --since") && out.contains("ok    bundle in the log"),
+        "{out}"
+    );
+    let (code, out) = with_log(&file_a, &forged_log);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  log: ledger line 1"), "{out}");
+    // (an unsigned field changed: the record re-chained and re-signed verifies alone)
+    let rechained = reseal(&a, &certs, |ev, _| {
+        let i = level_one_source(ev);
+        ev[i]["elapsed_ms"] = json!(ev[i]["elapsed_ms"].as_u64().unwrap() + 1);
+    });
+    let rechained = write(&dir, "rechained", &rechained);
+    assert_eq!(verify(&rechained, &ca).0, 0, "valid on its own");
+    let (code, out) = with_log(&rechained, &log);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  bundle in the log"), "{out}");
+
     // usage: a missing file or CA is exit 2; a file that is not a bundle is invalid (1)
     assert_eq!(verify(&d.path().join("nothing.json"), &ca).0, 2);
     assert_eq!(verify(&file_a, &d.path().join("no-ca.pem")).0, 2);
