@@ -21,30 +21,11 @@ pub enum Source {
 async fn fetch(run_id: &str, from: Source) -> Result<Bundle, String> {
     match from {
         Source::DataDir(dir) => {
-            let path = dir.join("runlog.sqlite");
-            if !path.exists() {
-                return Err(format!(
-                    "--data-dir {}: no runlog.sqlite (the directory of `tally run --data-dir` or of a single-node `tally serve`)",
-                    dir.display()
-                ));
-            }
-            let log = SqliteRunLog::open(&path)
-                .await
-                .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+            let log = open_dir(&dir).await?;
             evidence::bundle(&log, run_id).await.map_err(|e| e.to_string())
         }
         Source::Server(url, args) => {
-            let client = crate::remote::client(&url, args)?;
-            let (status, body) = client
-                .request(Method::GET, &format!("/v1/runs/{run_id}/evidence"), "")
-                .await
-                .map_err(|e| e.to_string())?;
-            if status != 200 {
-                let msg = body["error"]
-                    .as_str()
-                    .map_or_else(|| body.to_string(), str::to_string);
-                return Err(format!("{url}: {status}: {msg}"));
-            }
+            let body = get(&url, args, &format!("/v1/runs/{run_id}/evidence")).await?;
             serde_json::from_value(body).map_err(|e| format!("{url}: the answer is not a bundle: {e}"))
         }
     }
@@ -183,7 +164,10 @@ fn source(data_dir: Option<PathBuf>, server: Option<String>, remote: RemoteArgs)
 async fn open_dir(dir: &Path) -> Result<SqliteRunLog, String> {
     let path = dir.join("runlog.sqlite");
     if !path.exists() {
-        return Err(format!("--data-dir {}: no runlog.sqlite", dir.display()));
+        return Err(format!(
+            "--data-dir {}: no runlog.sqlite (the directory of `tally run --data-dir` or of a single-node `tally serve`)",
+            dir.display()
+        ));
     }
     SqliteRunLog::open(&path)
         .await
