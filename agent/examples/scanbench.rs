@@ -39,7 +39,7 @@ async fn main() {
         c("created_at", TypeClass::Timestamp, 6),
         c("note", TypeClass::Text, 0),
     ];
-    let b = ds.bind(cols, 1).await.unwrap();
+    let b = ds.bind(&mut ds.session().await.unwrap(), cols, 1).await.unwrap();
     let cuts: Vec<Vec<KeyPart>> = (1..64).map(|i| vec![KeyPart::Int(i * 3_000_000 / 64)]).collect();
     let parents = vec![(Segment::whole(), Split::Cuts(cuts))];
     let key = b.key_infos();
@@ -88,7 +88,10 @@ async fn main() {
         for h in &hashers {
             ds.config.hashing = hashing;
             let t = Instant::now();
-            let out = ds.aggregate(&b, h, &parents, false).await.unwrap();
+            let out = ds
+                .aggregate(&mut ds.session().await.unwrap(), &b, h, &parents, false)
+                .await
+                .unwrap();
             let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
             println!(
                 "{:?} {} {:.3}s rows {} sum {sum:x}",

@@ -12,7 +12,7 @@ use tally_common::segment::{ColumnSpec, KeyPart, KeyTuple, Period, Segment, Spli
 use tally_common::types::TypeClass;
 
 use crate::config::{DatasetConfig, Hashing, Source};
-use crate::connector::{CanonRow, Connector};
+use crate::connector::{CanonRow, Connector, Session};
 use crate::dialect::{self, ChildRule, FetchShape, check_bounds};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo};
@@ -100,22 +100,26 @@ impl Bound {
 }
 
 impl Dataset {
-    pub async fn describe(&self) -> Result<DatasetInfo> {
-        self.connector
-            .describe(&self.name, &self.source, &self.config.key)
-            .await
+    /// Opens one request's session: every statement of the request reads one
+    /// snapshot of this side (see [`Session`]).
+    pub async fn session(&self) -> Result<Session> {
+        self.connector.session(&self.name).await
+    }
+
+    pub async fn describe(&self, s: &mut Session) -> Result<DatasetInfo> {
+        s.describe(&self.source, &self.config.key).await
     }
 
     /// The smallest and largest key of a table keyed by one integer column (an index
     /// lookup on an indexed key); `None` for other keys and for query datasets.
-    pub async fn key_min_max(&self, info: &DatasetInfo) -> Result<Option<(i64, i64)>> {
+    pub async fn key_min_max(&self, s: &mut Session, info: &DatasetInfo) -> Result<Option<(i64, i64)>> {
         let key = info.key_columns();
         if key.len() != 1 || key[0].class != TypeClass::Integer || !matches!(self.source, Source::Table(_)) {
             return Ok(None);
         }
         let (min_sql, max_sql) = dialect::key_min_max(self.connector.dialect(), &self.source, key[0]);
-        let min = self.connector.query_text(&self.name, &min_sql).await?;
-        let max = self.connector.query_text(&self.name, &max_sql).await?;
+        let min = s.query_text(&min_sql).await?;
+        let max = s.query_text(&max_sql).await?;
         Ok(
             match (min.and_then(|v| v.parse().ok()), max.and_then(|v| v.parse().ok())) {
                 (Some(a), Some(b)) => Some((a, b)),
@@ -124,8 +128,8 @@ impl Dataset {
         )
     }
 
-    pub async fn bind(&self, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Bound> {
-        let info = self.describe().await?;
+    pub async fn bind(&self, s: &mut Session, columns: Vec<ColumnSpec>, key_len: usize) -> Result<Bound> {
+        let info = self.describe(s).await?;
         let zone = crate::config::zone_offset(&self.config.time_zone).ok_or_else(|| {
             AgentError::Config(format!(
                 "datasets.{}.time_zone is not UTC or an offset",
@@ -172,6 +176,7 @@ impl Dataset {
 
     pub async fn aggregate(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         parents: &[(Segment, Split)],
@@ -196,6 +201,14 @@ impl Dataset {
                 )));
             }
         }
+        // one run, one window: every parent carries the same (its signed scope names it)
+        if let Some((first, _)) = parents.first()
+            && parents.iter().any(|(seg, _)| seg.window != first.window)
+        {
+            return Err(AgentError::InvalidArgument(
+                "the segments of one request carry different windows".into(),
+            ));
+        }
         let periods = parents
             .iter()
             .filter(|(_, s)| matches!(s, Split::Period { .. }))
@@ -217,6 +230,9 @@ impl Dataset {
             for p in seg.period.iter().chain(asked.as_ref()) {
                 self.period_index(b, p)?;
             }
+            if let Some(w) = &seg.window {
+                dialect::window_bound(&b.cols, w).map_err(AgentError::InvalidArgument)?;
+            }
         }
         if let [(seg, Split::Period { column, granularity })] = parents {
             let p = Period {
@@ -224,13 +240,13 @@ impl Dataset {
                 granularity: *granularity,
                 label: String::new(),
             };
-            return self.aggregate_periods(b, h, seg, &p, force_in_process).await;
+            return self.aggregate_periods(s, b, h, seg, &p, force_in_process).await;
         }
         match self.choose_path(b, force_in_process) {
-            Path::Pushdown => self.aggregate_pushdown(b, h, parents).await,
+            Path::Pushdown => self.aggregate_pushdown(s, b, h, parents).await,
             // both paths render every value identically (DESIGN §3), so a value the
             // agent cannot render is refused, never retried in SQL
-            Path::InProcess => self.aggregate_in_process(b, h, parents).await,
+            Path::InProcess => self.aggregate_in_process(s, b, h, parents).await,
         }
     }
 
@@ -259,6 +275,7 @@ impl Dataset {
     /// One bucket per period present, in label order (NULL times first, label "").
     async fn aggregate_periods(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         seg: &Segment,
@@ -281,14 +298,11 @@ impl Dataset {
         };
         let mut in_process = None;
         if pushed.is_none() {
-            in_process = Some(self.periods_in_process(b, h, seg, period, xor).await?);
+            in_process = Some(self.periods_in_process(s, b, h, seg, period, xor).await?);
         }
         let (mut found, path, scanned): (Vec<(String, AnyAggregate)>, Path, u64) = match pushed {
             Some(sql) => {
-                let rows = self
-                    .connector
-                    .aggregate(&self.name, &sql, &[TypeClass::Text])
-                    .await?;
+                let rows = s.aggregate(&sql, &[TypeClass::Text]).await?;
                 let xor_real = xor && d.xor_aggregate("h").is_some();
                 let n = rows.iter().map(|r| r.count).sum();
                 let found = rows
@@ -338,6 +352,7 @@ impl Dataset {
     /// One aggregate per period label present, computed from the rows here.
     async fn periods_in_process(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         seg: &Segment,
@@ -348,7 +363,7 @@ impl Dataset {
         let method = h.method();
         let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
         let n = self
-            .scan_segment(b, h, seg, false, false, &mut |row, _| {
+            .scan_segment(s, b, h, seg, false, false, &mut |row, _| {
                 let label = period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
                 map.entry(label)
                     .or_insert_with(|| AnyAggregate::empty(method, xor))
@@ -361,6 +376,7 @@ impl Dataset {
 
     async fn aggregate_pushdown(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         parents: &[(Segment, Split)],
@@ -385,10 +401,7 @@ impl Dataset {
             .collect();
         let sql = dialect::aggregate(d, &self.source, &b.cols, &key, h, &rules)
             .ok_or_else(|| AgentError::Unsupported("engine cannot push this aggregate down".into()))?;
-        let rows = self
-            .connector
-            .aggregate(&self.name, &sql, &b.key_classes())
-            .await?;
+        let rows = s.aggregate(&sql, &b.key_classes()).await?;
         let method = h.method();
         let xor_real = method.has_xor() && d.xor_aggregate("h").is_some();
         let mut buckets = Vec::new();
@@ -436,8 +449,10 @@ impl Dataset {
     /// here) in canonical form.
     /// `f` gets each row and, when `key_hashes` is set, its key hash (0 otherwise: the
     /// key hash is a second SHA-256 per row, computed only where it is used).
+    #[allow(clippy::too_many_arguments)]
     async fn scan_segment(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         seg: &Segment,
@@ -464,39 +479,49 @@ impl Dataset {
             Some(p) => Some((self.period_index(b, p)?, p)),
             None => None,
         };
+        // and the window, by the same comparison as the SQL's
+        let window = match &seg.window {
+            Some(w) => Some(dialect::window_bound(&b.cols, w).map_err(AgentError::InvalidArgument)?),
+            None => None,
+        };
         let mut seen = 0u64;
-        self.connector
-            .scan(&self.name, &sql, shape, &b.cols, key_len, &mut |row: CanonRow| {
-                seen += 1;
-                // the engine filtered the key range; filter again with the comparator
-                // that assigns children, so a row the two disagree on is in neither
-                // (the drill then sees the parent and children not add up)
-                if !seg.in_key_range(&row.key) {
-                    return Ok(());
-                }
-                if let Some((i, p)) = period
-                    && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
-                {
-                    return Ok(());
-                }
-                if !key_hashes && seg.hash.is_none() {
-                    return f(row, 0);
-                }
-                let kh = h.key(row.key_string(key_len).as_bytes());
-                if seg
-                    .hash
-                    .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
-                {
-                    return Ok(());
-                }
-                f(row, kh)
-            })
-            .await?;
+        s.scan(&sql, shape, &b.cols, key_len, &mut |row: CanonRow| {
+            seen += 1;
+            // the engine filtered the key range; filter again with the comparator
+            // that assigns children, so a row the two disagree on is in neither
+            // (the drill then sees the parent and children not add up)
+            if !seg.in_key_range(&row.key) {
+                return Ok(());
+            }
+            if let Some((i, p)) = period
+                && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
+            {
+                return Ok(());
+            }
+            if let Some((i, w)) = &window
+                && !w.keeps(row.fields[*i].as_deref())
+            {
+                return Ok(());
+            }
+            if !key_hashes && seg.hash.is_none() {
+                return f(row, 0);
+            }
+            let kh = h.key(row.key_string(key_len).as_bytes());
+            if seg
+                .hash
+                .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
+            {
+                return Ok(());
+            }
+            f(row, kh)
+        })
+        .await?;
         Ok(seen)
     }
 
     async fn aggregate_in_process(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         parents: &[(Segment, Split)],
@@ -507,20 +532,22 @@ impl Dataset {
         for (p, (seg, split)) in parents.iter().enumerate() {
             let (children, aggs) = match split {
                 Split::Quantile(n) => {
-                    let total = match (&seg.hash, &seg.period) {
-                        (None, None) => {
-                            let sql = dialect::count_rows(
-                                self.connector.dialect_for(&b.info),
-                                &self.source,
-                                &b.key_infos(),
-                                seg,
-                            );
-                            self.connector.count(&self.name, &sql).await?
-                        }
-                        _ => {
+                    let counted = match (&seg.hash, &seg.period) {
+                        (None, None) => dialect::count_rows(
+                            self.connector.dialect_for(&b.info),
+                            &self.source,
+                            &b.key_infos(),
+                            &b.cols,
+                            seg,
+                        ),
+                        _ => None,
+                    };
+                    let total = match counted {
+                        Some(sql) => s.count(&sql).await?,
+                        None => {
                             let mut n = 0u64;
                             scanned += self
-                                .scan_segment(b, h, seg, false, false, &mut |_, _| {
+                                .scan_segment(s, b, h, seg, false, false, &mut |_, _| {
                                     n += 1;
                                     Ok(())
                                 })
@@ -533,7 +560,7 @@ impl Dataset {
                     let mut aggs: Vec<AnyAggregate> = vec![AnyAggregate::empty(method, xor)];
                     let mut i = 0u64;
                     scanned += self
-                        .scan_segment(b, h, seg, true, false, &mut |row, _| {
+                        .scan_segment(s, b, h, seg, true, false, &mut |row, _| {
                             let child = ntile(i, total, n).min(aggs.len() as u64) as usize;
                             if child == aggs.len() {
                                 cuts.push(row.key.clone());
@@ -555,6 +582,7 @@ impl Dataset {
                     let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
                     scanned += self
                         .scan_segment(
+                            s,
                             b,
                             h,
                             seg,
@@ -593,6 +621,7 @@ impl Dataset {
     /// (key hash, row checksum) of every row of a segment, handed over in batches.
     pub async fn digests(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         seg: &Segment,
@@ -601,7 +630,7 @@ impl Dataset {
     ) -> Result<u64> {
         let mut buf = Vec::with_capacity(batch);
         let mut n = 0;
-        self.scan_segment(b, h, seg, false, true, &mut |row, kh| {
+        self.scan_segment(s, b, h, seg, false, true, &mut |row, kh| {
             buf.push((kh, h.row(row.row_string().as_bytes())));
             n += 1;
             if buf.len() >= batch {
@@ -621,6 +650,7 @@ impl Dataset {
     /// a second row must not take another key's place within `limit`).
     pub async fn rows_by_key_hash(
         &self,
+        s: &mut Session,
         b: &Bound,
         h: &Hasher,
         seg: &Segment,
@@ -630,7 +660,7 @@ impl Dataset {
         let mut out = Vec::new();
         let mut taken = HashSet::new();
         let mut truncated = false;
-        self.scan_segment(b, h, seg, true, true, &mut |row, kh| {
+        self.scan_segment(s, b, h, seg, true, true, &mut |row, kh| {
             if wanted.contains(&kh) && !taken.contains(&kh) {
                 if out.len() < limit {
                     taken.insert(kh);

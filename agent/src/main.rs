@@ -149,7 +149,7 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
             ok = false;
             continue;
         }
-        match ds.describe().await {
+        match ds.connector.describe(name, &ds.source, &ds.config.key).await {
             Ok(info) => {
                 let d = ds.connector.dialect_for(&info);
                 println!("dataset {name}: {} {}", info.engine, info.engine_version);

@@ -58,6 +58,23 @@ fn not_a_time_column(dataset: &str) -> AgentError {
 pub fn check_periods(p: &Policy, dataset: &str, seg: &Segment) -> Result<(), AgentError> {
     match &seg.period {
         Some(per) if !p.allows_time_column(&per.column) => Err(not_a_time_column(dataset)),
+        _ => check_window(p, dataset, seg),
+    }
+}
+
+/// A window filters by a column's values: counts under windows of moving bounds would
+/// tell the coordinator when each row was written (or its sequence number), so a
+/// window column must be one the policy lists in `time_columns`, as for periods.
+pub fn check_window(p: &Policy, dataset: &str, seg: &Segment) -> Result<(), AgentError> {
+    match &seg.window {
+        Some(w) if !p.allows_time_column(&w.column) => Err(AgentError::Policy {
+            dataset: dataset.to_string(),
+            key: "time_columns",
+            message: format!(
+                "column {} is not listed in time_columns; a window may filter only by those",
+                w.column
+            ),
+        }),
         _ => Ok(()),
     }
 }

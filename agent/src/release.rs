@@ -77,13 +77,18 @@ fn tuple(t: &pb::KeyTuple) -> Value {
 
 fn segment(s: Option<&pb::Segment>) -> Value {
     let Some(s) = s else { return Value::Null };
-    json!({
+    let mut v = json!({
         "lower": s.lower.as_ref().map(tuple),
         "upper": s.upper.as_ref().map(tuple),
         "hash_lo": s.hash_lo.map(|h| h.to_string()),
         "hash_hi": s.hash_hi.map(|h| h.to_string()),
         "period": s.period.as_ref().map(|p| json!({"column": p.column, "granularity": p.granularity, "label": p.label})),
-    })
+    });
+    // only where present: a request without a window keeps the digest it always had
+    if let Some(w) = &s.window {
+        v["window"] = json!({"column": w.column, "upper": w.upper});
+    }
+    v
 }
 
 fn split(s: Option<&pb::segment_split::Split>) -> Value {
@@ -112,13 +117,19 @@ fn split_kind(s: Option<&pb::segment_split::Split>) -> &'static str {
 
 /// What a segment constrains, without its values.
 fn shape(segs: &mut dyn Iterator<Item = Option<&pb::Segment>>) -> Value {
-    let (mut keys, mut hashes, mut periods) = (false, false, false);
+    let (mut keys, mut hashes, mut periods, mut window) = (false, false, false, None);
     for s in segs.flatten() {
         keys |= s.lower.is_some() || s.upper.is_some();
         hashes |= s.hash_lo.is_some() || s.hash_hi.is_some();
         periods |= s.period.is_some();
+        window = window.or(s.window.as_ref());
     }
-    json!({"key_bounds": keys, "hash_ranges": hashes, "periods": periods})
+    let mut v = json!({"key_bounds": keys, "hash_ranges": hashes, "periods": periods});
+    // the window's column and bound are the coordinator's own values, not the zone's
+    if let Some(w) = window {
+        v["window"] = json!({"column": w.column, "upper": w.upper});
+    }
+    v
 }
 
 /// The request part of a release-log line: `request_sha256` over the full request,

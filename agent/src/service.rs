@@ -123,13 +123,15 @@ impl Agent for AgentService {
         let span = tracing::info_span!("describe", dataset = %r.dataset, client = %client);
         let result = async {
             let ds = self.dataset(&r.dataset)?;
-            let info = ds.describe().await?;
+            let mut s = ds.session().await?;
+            let info = ds.describe(&mut s).await?;
             let p = &ds.config.policy;
             let range = if p.expose_key_bounds {
-                ds.key_min_max(&info).await?
+                ds.key_min_max(&mut s, &info).await?
             } else {
                 None
             };
+            s.finish().await?;
             let d = ds.connector.dialect_for(&info);
             Ok(Describe {
                 dataset: r.dataset.clone(),
@@ -219,8 +221,11 @@ impl Agent for AgentService {
             let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
             policy::check_disjoint(&r.parents)?;
             policy::check_aggregate(&ds.config.policy, &ds.name, &r.parents)?;
-            let b = ds.bind(r.columns, r.key_len).await?;
-            let out = ds.aggregate(&b, &h, &r.parents, r.in_process).await?;
+            // one transaction: the level's buckets are one snapshot of this side
+            let mut s = ds.session().await?;
+            let b = ds.bind(&mut s, r.columns, r.key_len).await?;
+            let out = ds.aggregate(&mut s, &b, &h, &r.parents, r.in_process).await?;
+            s.finish().await?;
             policy::check_bucket_counts(
                 &ds.config.policy,
                 &ds.name,
@@ -325,26 +330,29 @@ impl Agent for AgentService {
                 });
             }
             policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
-            let b = ds.bind(r.columns, r.key_len).await?;
+            // one transaction from the count to the last digest: rows written meanwhile
+            // are not streamed, and the count holds for the stream
+            let mut s = ds.session().await?;
+            let b = ds.bind(&mut s, r.columns, r.key_len).await?;
             // count first: a range above max_digest_rows is refused before any digest
             // leaves (keys only, unless a period filter needs its column)
             let mut counting = b.clone();
-            if seg.period.is_none() {
+            if seg.period.is_none() && seg.window.is_none() {
                 counting.cols.truncate(counting.key_len);
             }
             let counted = ds
-                .aggregate(&counting, &h, &[(seg.clone(), Split::Whole)], false)
+                .aggregate(&mut s, &counting, &h, &[(seg.clone(), Split::Whole)], false)
                 .await?;
             let rows: u64 = counted.buckets.iter().map(|b| b.agg.count()).sum();
             policy::check_digest_rows(&ds.config.policy, &ds.name, rows)?;
-            Ok((ds, h, seg, b, scope))
+            Ok((ds, s, h, seg, b, scope))
         }
         .await;
         // a refused request is recorded as such; an accepted one opens with a
         // `started` line (nothing is streamed unless it is written) and closes with the
         // count and outcome once the stream has ended
         let rpc = "RowDigests";
-        let (ds, h, seg, b, scope) = match prepared {
+        let (ds, mut s, h, seg, b, scope) = match prepared {
             Err(e) => {
                 record_line(
                     &self.log,
@@ -371,7 +379,7 @@ impl Agent for AgentService {
                 let mut cancelled = false;
                 let policy = ds.config.policy.clone();
                 let result = ds
-                    .digests(&b, &h, &seg, 4096, &mut |batch| {
+                    .digests(&mut s, &b, &h, &seg, 4096, &mut |batch| {
                         // rows written since the count cannot carry the stream past the
                         // limit: the batch that would cross it is not sent
                         if sent.count() + batch.len() as u64 > policy.max_digest_rows {
@@ -395,6 +403,11 @@ impl Agent for AgentService {
                         r
                     })
                     .await;
+                // a stream that failed leaves its session to close the connection
+                let result = match result {
+                    Ok(n) => s.finish().await.map(|()| n),
+                    Err(e) => Err(e),
+                };
                 let outcome = match &result {
                     Ok(_) => "ok".to_string(),
                     Err(_) if cancelled => "cancelled".to_string(),
@@ -464,7 +477,9 @@ impl Agent for AgentService {
             let ds = self.dataset(&r.dataset)?;
             let seg = r.segment;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
-            let b = ds.bind(r.columns, r.key_len).await?;
+            let mut s = ds.session().await?;
+            let b = ds.bind(&mut s, r.columns, r.key_len).await?;
+            s.finish().await?;
             // a dataset that serves sealed checksums only has no unsealed hash ranges
             let sealed = r.sealed || !ds.config.policy.allow_unsealed;
             Ok(ds.investigation_sql(&b, &seg, sealed))
@@ -518,8 +533,9 @@ impl AgentService {
             let h = sealing::key_hasher(self.zone.as_deref(), r.seal.as_ref(), &ds.config.policy, &ds.name)?;
             let seg = r.segment;
             policy::check_periods(&ds.config.policy, &ds.name, &seg)?;
-            let mut b = ds.bind(r.columns, r.key_len).await?;
-            if level != PrivacyLevel::Detailed && seg.period.is_none() {
+            let mut s = ds.session().await?;
+            let mut b = ds.bind(&mut s, r.columns, r.key_len).await?;
+            if level != PrivacyLevel::Detailed && seg.period.is_none() && seg.window.is_none() {
                 // keys only: read just the key columns (an index-only range scan where
                 // the engine can); a period filter needs its column, so it keeps them all
                 b.cols.truncate(b.key_len);
@@ -536,7 +552,10 @@ impl AgentService {
                 asked_for as u64,
             )?;
             let limit = budget.rows() as usize;
-            let scanned = ds.rows_by_key_hash(&b, &h, &seg, &wanted, limit).await;
+            let scanned = match ds.rows_by_key_hash(&mut s, &b, &h, &seg, &wanted, limit).await {
+                Ok(found) => s.finish().await.map(|()| found),
+                Err(e) => Err(e),
+            };
             let released = scanned.as_ref().map_or(0, |(rows, _)| rows.len() as u64);
             self.reveals.settle(budget, released);
             let (rows, truncated) = scanned?;

@@ -756,6 +756,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                         upper: Some(int(5000)),
                         hash: None,
                         period: None,
+                        window: None,
                     },
                     Split::Cuts(vec![int(700), int(2500)]),
                 ),
@@ -810,7 +811,10 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         let l = live(engine, "orders", dir.path());
         l.exec(&orders_sql(engine, "orders")).await;
         let mut ds = dataset("orders", "orders", l.connector);
-        let b = ds.bind(orders_columns(), 1).await.unwrap();
+        let b = ds
+            .bind(&mut ds.session().await.unwrap(), orders_columns(), 1)
+            .await
+            .unwrap();
         for (name, parents) in &splits {
             for method in HashMethod::BY_STRENGTH {
                 let method_hasher = hasher(method);
@@ -822,7 +826,13 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                 ] {
                     ds.config.hashing = hashing;
                     let out = ds
-                        .aggregate(&b, &method_hasher, parents, in_process)
+                        .aggregate(
+                            &mut ds.session().await.unwrap(),
+                            &b,
+                            &method_hasher,
+                            parents,
+                            in_process,
+                        )
                         .await
                         .unwrap();
                     let total: u64 = out
@@ -899,9 +909,13 @@ async fn planted_differences_land_in_exactly_the_right_bucket() {
             ))
             .await;
             let ds = dataset(name, "orders", l.connector);
-            let b = ds.bind(orders_columns(), 1).await.unwrap();
+            let b = ds
+                .bind(&mut ds.session().await.unwrap(), orders_columns(), 1)
+                .await
+                .unwrap();
             let o = ds
                 .aggregate(
+                    &mut ds.session().await.unwrap(),
                     &b,
                     &Hasher::unsealed(HashMethod::Sha256_64),
                     &[(Segment::whole(), Split::Cuts(cuts.clone()))],
@@ -961,15 +975,31 @@ async fn both_paths_agree_on_values_beyond_the_iso_calendar() {
     };
     let whole = [(Segment::whole(), Split::Whole)];
     let ds = dataset("ev", "ev", l.connector);
-    let b = ds.bind(cols(), 1).await.unwrap();
+    let b = ds
+        .bind(&mut ds.session().await.unwrap(), cols(), 1)
+        .await
+        .unwrap();
     let forced = ds
-        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, true)
+        .aggregate(
+            &mut ds.session().await.unwrap(),
+            &b,
+            &Hasher::unsealed(HashMethod::Sha256_64),
+            &whole,
+            true,
+        )
         .await
         .unwrap();
     assert_eq!(forced.path.name(), "in_process");
     assert_eq!(forced.buckets[0].agg.count(), 4);
-    let pushed = pushdown_dataset(&ds, &l.url)
-        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, false)
+    let pushed_ds = pushdown_dataset(&ds, &l.url);
+    let pushed = pushed_ds
+        .aggregate(
+            &mut pushed_ds.session().await.unwrap(),
+            &b,
+            &Hasher::unsealed(HashMethod::Sha256_64),
+            &whole,
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(pushed.path.name(), "pushdown");
@@ -979,7 +1009,13 @@ async fn both_paths_agree_on_values_beyond_the_iso_calendar() {
     );
     assert_eq!(digest_count(&ds, &b).await.unwrap(), 4);
     let again = ds
-        .aggregate(&b, &Hasher::unsealed(HashMethod::Sha256_64), &whole, false)
+        .aggregate(
+            &mut ds.session().await.unwrap(),
+            &b,
+            &Hasher::unsealed(HashMethod::Sha256_64),
+            &whole,
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -1006,6 +1042,7 @@ fn pushdown_dataset(ds: &Dataset, url: &str) -> Dataset {
 async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
     let mut n = 0;
     ds.digests(
+        &mut ds.session().await?,
         b,
         &Hasher::unsealed(HashMethod::Sha256_64),
         &Segment::whole(),
@@ -1045,5 +1082,204 @@ fn hasher(m: HashMethod) -> Hasher {
         Hasher::sealed(m, &TEST_KEYS)
     } else {
         Hasher::unsealed(m)
+    }
+}
+
+/// Windows (DESIGN §5): every engine, on every path, keeps the same rows of a window:
+/// the row at the bound is in, a microsecond later is out, NULL is out; an integer
+/// window compares by value. Pushed down, forced in-process, quantile-split (the
+/// in-process count and scan) and digests all count the window's rows alone, and every
+/// engine's checksum of them is the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_engine_and_path_keeps_the_same_rows_of_a_window() {
+    use tally_common::segment::Window;
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [
+        (1, Some("2026-06-01 11:59:59.999999"), Some(10)),
+        (2, Some("2026-06-01 12:00:00.000000"), Some(20)),
+        (3, Some("2026-06-01 12:00:00.000001"), Some(21)),
+        (4, None, None),
+        (5, Some("1999-01-01 00:00:00.000000"), Some(-5)),
+        (6, Some("2030-01-01 00:00:00.000000"), Some(99)),
+    ];
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(id, at, n)| {
+            format!(
+                "({id}, {}, {})",
+                at.map_or("NULL".to_string(), |a| format!("'{a}'")),
+                n.map_or("NULL".to_string(), |n| n.to_string())
+            )
+        })
+        .collect();
+    let cols = || {
+        vec![
+            ColumnSpec {
+                name: "id".into(),
+                format: FieldFormat::new(TypeClass::Integer),
+            },
+            ColumnSpec {
+                name: "changed_at".into(),
+                format: FieldFormat::new(TypeClass::Timestamp).with_scale(6),
+            },
+            ColumnSpec {
+                name: "n".into(),
+                format: FieldFormat::new(TypeClass::Integer),
+            },
+        ]
+    };
+    let windows = [
+        // the bound as the coordinator sends it (nanosecond digits), and as written
+        ("changed_at", "2026-06-01T12:00:00.000000000", vec![1, 2, 5]),
+        ("changed_at", "2026-06-01 12:00:00", vec![1, 2, 5]),
+        ("CHANGED_AT", "2026-06-01T11:59:59.9999999", vec![1, 5]),
+        ("n", "20", vec![1, 2, 5]),
+        ("n", "-6", vec![]),
+    ];
+    let h = Hasher::unsealed(HashMethod::Sha256_64);
+    // per window: (engine, path, count, checksum)
+    type Answers<'a> = Vec<(Engine, &'a str, u64, u64)>;
+    let mut seen: BTreeMap<(String, String), Answers> = BTreeMap::new();
+    for engine in engines() {
+        let l = live(engine, "win", dir.path());
+        let at_type = match engine {
+            Engine::Postgres => "TIMESTAMP(6)",
+            Engine::MariaDb => "DATETIME(6)",
+            Engine::Sqlite => "TIMESTAMP",
+            Engine::DuckDb => "TIMESTAMP",
+        };
+        l.exec(&format!(
+            "CREATE TABLE ev (id BIGINT PRIMARY KEY, changed_at {at_type}, n BIGINT);\nINSERT INTO ev VALUES {};\n",
+            values.join(", ")
+        ))
+        .await;
+        let url = l.url.clone();
+        let ds = dataset("ev", "ev", l.connector);
+        let pushed_ds = pushdown_dataset(&ds, &url);
+        let b = ds
+            .bind(&mut ds.session().await.unwrap(), cols(), 1)
+            .await
+            .unwrap();
+        for (column, upper, want) in &windows {
+            let seg = Segment {
+                window: Some(Window {
+                    column: column.to_string(),
+                    upper: upper.to_string(),
+                }),
+                ..Segment::whole()
+            };
+            let whole = [(seg.clone(), Split::Whole)];
+            let mut answers = Vec::new();
+            for (name, d, in_process) in [
+                ("auto", &ds, false),
+                ("in_process", &ds, true),
+                ("pushdown", &pushed_ds, false),
+            ] {
+                // SQLite has no pushdown; DuckDB's default is pushdown (and a second
+                // connector would open another, empty, in-memory database)
+                if name == "pushdown" && matches!(engine, Engine::Sqlite | Engine::DuckDb) {
+                    continue;
+                }
+                let out = d
+                    .aggregate(&mut d.session().await.unwrap(), &b, &h, &whole, in_process)
+                    .await
+                    .unwrap();
+                if name == "pushdown" || (name == "auto" && engine == Engine::DuckDb) {
+                    assert_eq!(out.path.name(), "pushdown", "{engine:?}");
+                }
+                answers.push((name, out.buckets[0].agg.count(), out.buckets[0].agg.sum()));
+            }
+            // a quantile split counts the window's rows, then cuts them
+            let q = ds
+                .aggregate(
+                    &mut ds.session().await.unwrap(),
+                    &b,
+                    &h,
+                    &[(seg.clone(), Split::Quantile(2))],
+                    true,
+                )
+                .await
+                .unwrap();
+            answers.push((
+                "quantile",
+                q.buckets.iter().map(|b| b.agg.count()).sum(),
+                q.buckets.iter().fold(0u64, |s, b| s.wrapping_add(b.agg.sum())),
+            ));
+            let mut digests = 0;
+            ds.digests(
+                &mut ds.session().await.unwrap(),
+                &b,
+                &h,
+                &seg,
+                100,
+                &mut |batch| {
+                    digests += batch.len() as u64;
+                    Ok(())
+                },
+            )
+            .await
+            .unwrap();
+            for (name, count, _) in &answers {
+                assert_eq!(
+                    *count,
+                    want.len() as u64,
+                    "{engine:?} {name}: window {column} <= {upper}"
+                );
+            }
+            assert_eq!(
+                digests,
+                want.len() as u64,
+                "{engine:?} digests: window {column} <= {upper}"
+            );
+            let first = answers[0].2;
+            assert!(
+                answers.iter().all(|a| a.2 == first),
+                "{engine:?}: the paths disagree on the window's checksum: {answers:?}"
+            );
+            seen.entry((column.to_string(), upper.to_string()))
+                .or_default()
+                .extend(answers.iter().map(|(n, c, s)| (engine, *n, *c, *s)));
+            // investigation SQL names the window where the engine renders it
+            let sql = ds.investigation_sql(&b, &seg, false);
+            // SQLite renders no canonical timestamp text: its SQL says so
+            if engine != Engine::Sqlite || *column == "n" {
+                assert!(sql.contains("<="), "{engine:?}: {sql}");
+            } else {
+                assert!(sql.contains("window"), "{engine:?}: {sql}");
+            }
+        }
+        // a bound that is not a value of the column's class, a column that is not
+        // compared, and a text column are refused, naming what is wrong
+        for (column, upper, says) in [
+            ("changed_at", "yesterday", "window.upper"),
+            ("n", "1.5", "64-bit integer"),
+            ("missing", "1", "not among the compared columns"),
+        ] {
+            let seg = Segment {
+                window: Some(Window {
+                    column: column.into(),
+                    upper: upper.into(),
+                }),
+                ..Segment::whole()
+            };
+            let e = ds
+                .aggregate(
+                    &mut ds.session().await.unwrap(),
+                    &b,
+                    &h,
+                    &[(seg, Split::Whole)],
+                    false,
+                )
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains(says), "{engine:?}: {e}");
+        }
+    }
+    for ((column, upper), answers) in &seen {
+        let first = answers[0].3;
+        assert!(
+            answers.iter().all(|a| a.3 == first),
+            "window {column} <= {upper}: the engines disagree: {answers:?}"
+        );
     }
 }

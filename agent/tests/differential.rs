@@ -1596,6 +1596,7 @@ async fn fetch(
         upper: Some(vec![KeyPart::Int(hi)]),
         hash: None,
         period: None,
+        window: None,
     };
     let render = if l.connector.copies_out() {
         dialect::fetch_rows_inline
@@ -1634,6 +1635,7 @@ async fn driver_error(
         upper: Some(vec![KeyPart::Int(id + 1)]),
         hash: None,
         period: None,
+        window: None,
     };
     let sql = dialect::fetch_rows_inline(
         d,

@@ -59,6 +59,7 @@ fn render(d: &dyn Dialect) -> String {
         upper: Some(vec![t("US"), KeyPart::Int(0)]),
         hash: None,
         period: None,
+        window: None,
     };
     let mut out = String::new();
     let mut section = |title: &str, sql: String, binds: &[KeyPart]| {
@@ -103,7 +104,7 @@ fn render(d: &dyn Dialect) -> String {
         let s = dialect::fetch_rows_inline(d, &src, &cols, &key, &seg, FetchShape::Text, true);
         section("fetch rows (Text, ordered, literal bounds)", s.text, &s.binds);
     }
-    let s = dialect::count_rows(d, &src, &key, &seg);
+    let s = dialect::count_rows(d, &src, &key, &cols, &seg).unwrap();
     section("count", s.text, &s.binds);
     let parents = vec![
         (Segment::whole(), ChildRule::Quantile(4)),

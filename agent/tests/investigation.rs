@@ -66,7 +66,10 @@ fn columns() -> Vec<ColumnSpec> {
 /// (nothing sorts between the two but `key` followed by NULs, which no row has).
 async fn investigation_of(url: &str, key: &str) -> String {
     let ds = dataset(url);
-    let b = ds.bind(columns(), 1).await.unwrap();
+    let b = ds
+        .bind(&mut ds.session().await.unwrap(), columns(), 1)
+        .await
+        .unwrap();
     let seg = Segment {
         lower: Some(vec![KeyPart::Text(key.to_string())]),
         upper: Some(vec![KeyPart::Text(format!("{key}\u{1}"))]),
@@ -230,7 +233,10 @@ async fn a_query_is_shown_in_investigation_sql_only_where_the_policy_shares_it()
             config.source(),
             Connector::open(&url).unwrap(),
         );
-        let b = ds.bind(columns(), 1).await.unwrap();
+        let b = ds
+            .bind(&mut ds.session().await.unwrap(), columns(), 1)
+            .await
+            .unwrap();
         let sql = ds.investigation_sql(&b, &Segment::whole(), false);
         if shown {
             assert!(sql.contains(query), "{sql}");

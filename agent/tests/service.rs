@@ -1004,6 +1004,78 @@ async fn period_splits_are_served_only_on_listed_time_columns() {
     assert_eq!(a.buckets.iter().map(|b| b.count).sum::<u64>(), 60);
 }
 
+/// A window filters by a column's values: windows of moving bounds on an unlisted
+/// column (a date of birth) would count rows born before each date, so every RPC
+/// refuses them; a window on a listed column is served, and its answer is signed with
+/// the window in its scope.
+#[tokio::test(flavor = "multi_thread")]
+async fn windows_are_served_only_on_listed_time_columns() {
+    use tally_common::segment::Window;
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let events = |seg: Segment| pb::AggregateRequest {
+        columns: event_cols(),
+        ..agg("events", seg, Split::Whole)
+    };
+    let window = |column: &str, upper: &str| Segment {
+        window: Some(Window {
+            column: column.into(),
+            upper: upper.into(),
+        }),
+        ..Segment::default()
+    };
+    let denied = |e: tonic::Status| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+        assert!(
+            e.message().contains("time_columns") && e.message().contains("window"),
+            "{}",
+            e.message()
+        );
+    };
+    let born = window("born", "1941-01-02");
+    denied(c.aggregate(events(born.clone())).await.unwrap_err());
+    let mut d = digests("events");
+    d.columns = event_cols();
+    d.segment = Some(pb::Segment::from(&born));
+    denied(c.row_digests(d).await.map(|_| ()).unwrap_err());
+    let mut r = reveal("events", vec![1], false);
+    r.columns = event_cols();
+    r.segment = Some(pb::Segment::from(&born));
+    denied(c.reveal_keys(r).await.unwrap_err());
+    // the listed event time is served: January and February, not March
+    let a = c
+        .aggregate(events(window("at", "2024-02-29")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.buckets.iter().map(|b| b.count).sum::<u64>(), 40);
+    let env: tally_common::dsse::Envelope = serde_json::from_str(&a.envelope).unwrap();
+    let signed = tally_common::evidence::AgentResult::open(&env).unwrap();
+    assert!(
+        signed.scope.whole,
+        "a window's level 1 is still the whole dataset"
+    );
+    assert_eq!(signed.scope.window, window("at", "2024-02-29").window);
+    // the release log records the window's column and bound
+    let l = last_line(&f);
+    assert_eq!(l["request"]["window"]["column"], "at", "{l}");
+    // one request, one window: parents with two windows are refused
+    let mut two = events(Segment {
+        upper: Some(vec![KeyPart::Int(30)]),
+        ..window("at", "2024-01-31")
+    });
+    two.segments.push(pb::SegmentSplit {
+        segment: Some(pb::Segment::from(&Segment {
+            lower: Some(vec![KeyPart::Int(30)]),
+            ..window("at", "2024-03-31")
+        })),
+        split: Some(Split::Whole.to_pb()),
+    });
+    let e = c.aggregate(two).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("different windows"), "{}", e.message());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn row_digests_above_max_digest_rows_are_refused_before_any_digest() {
     let f = start("").await;

@@ -98,9 +98,13 @@ pub struct Scope {
     pub method: String,
     pub columns: Vec<String>,
     pub key_len: usize,
+    /// One segment with no key bound, hash range or period: every row of the window.
     pub whole: bool,
     /// `null` for an unsealed method.
     pub seal: Option<SignedSeal>,
+    /// The run's window, where it has one (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::segment::Window>,
 }
 
 impl Scope {
@@ -115,8 +119,10 @@ impl Scope {
             method: method.name().to_string(),
             columns: columns.iter().map(|c| c.name.clone()).collect(),
             key_len,
-            whole: matches!(segments, [one] if **one == crate::segment::Segment::whole()),
+            whole: matches!(segments, [one] if one.is_whole()),
             seal: seal.map(SignedSeal::of),
+            // a request's segments all carry the run's one window
+            window: segments.first().and_then(|s| s.window.clone()),
         }
     }
 }
@@ -237,6 +243,7 @@ mod tests {
                 key_len: 1,
                 whole: true,
                 seal: None,
+                window: None,
             },
             buckets: Some(vec![SignedBucket::new(0, 1, 2, u64::MAX, None)]),
             digests_sha256: None,

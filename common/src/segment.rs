@@ -82,6 +82,21 @@ pub struct Segment {
     pub hash: Option<(u64, u64)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub period: Option<Period>,
+    /// The run's window: only rows whose window column is at most its bound. Set on
+    /// level 1 and inherited by every child, so every request of the run filters alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+}
+
+/// A run's window (DESIGN §5): rows with `column <= upper`. `upper` is a value of the
+/// column's compared class (integer, date or timestamp), rendered by each agent to
+/// the column's canonical text; rows compare by canonical text, bytewise (integers by
+/// value), so both sides keep the same rows whatever their engines.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    pub column: String,
+    pub upper: String,
 }
 
 /// A calendar period of a time column; an empty label is the rows whose time is NULL.
@@ -95,6 +110,11 @@ pub struct Period {
 impl Segment {
     pub fn whole() -> Segment {
         Segment::default()
+    }
+
+    /// No key bound, hash range or period: every row of the run's window.
+    pub fn is_whole(&self) -> bool {
+        self.lower.is_none() && self.upper.is_none() && self.hash.is_none() && self.period.is_none()
     }
 
     pub fn has_key_bounds(&self) -> bool {
@@ -279,6 +299,10 @@ impl From<&Segment> for pb::Segment {
                 granularity: p.granularity.name().to_string(),
                 label: p.label.clone(),
             }),
+            window: s.window.as_ref().map(|w| pb::Window {
+                column: w.column.clone(),
+                upper: w.upper.clone(),
+            }),
         }
     }
 }
@@ -314,6 +338,21 @@ impl Segment {
                 })
             })
             .transpose()?;
+        let window = s
+            .window
+            .map(|w| {
+                if w.column.is_empty() || w.column.len() > 128 {
+                    return Err(wire_err(format!("{field}.window.column"), "1 to 128 characters"));
+                }
+                if w.upper.is_empty() || w.upper.len() > 64 {
+                    return Err(wire_err(format!("{field}.window.upper"), "1 to 64 characters"));
+                }
+                Ok(Window {
+                    column: w.column,
+                    upper: w.upper,
+                })
+            })
+            .transpose()?;
         Ok(Segment {
             lower: s
                 .lower
@@ -325,6 +364,7 @@ impl Segment {
                 .transpose()?,
             hash,
             period,
+            window,
         })
     }
 }
@@ -483,8 +523,21 @@ mod tests {
                 granularity: Granularity::Week,
                 label: "2024-03-11".into(),
             }),
+            window: Some(Window {
+                column: "at".into(),
+                upper: "2024-03-11T00:00:00Z".into(),
+            }),
         };
         assert_eq!(Segment::from_pb(pb::Segment::from(&s), "s").unwrap(), s);
+        for (column, upper, field) in [("", "1", "s.window.column"), ("at", "", "s.window.upper")] {
+            let mut w = pb::Segment::from(&s);
+            w.window = Some(pb::Window {
+                column: column.into(),
+                upper: upper.into(),
+            });
+            let e = Segment::from_pb(w, "s").unwrap_err();
+            assert!(e.to_string().contains(field), "{e}");
+        }
         let bad = pb::Segment {
             hash_lo: Some(9),
             hash_hi: Some(3),

@@ -809,6 +809,10 @@ mod tests {
                 granularity: Granularity::Month,
                 label: "2024-04".into(),
             }),
+            window: Some(crate::segment::Window {
+                column: "updated_at".into(),
+                upper: "2024-04-30T23:59:59Z".into(),
+            }),
         }
     }
 
@@ -1184,8 +1188,9 @@ mod tests {
             prop::option::of(tuple()),
             prop::option::of((0u64..HASH_SPACE_MINUS_ONE, 1u64..1 << 40)),
             prop::option::of((0usize..6, "[0-9-]{0,10}")),
+            prop::option::of("[0-9:T.-]{1,30}"),
         )
-            .prop_map(|(lower, upper, hash, period)| Segment {
+            .prop_map(|(lower, upper, hash, period, window)| Segment {
                 lower,
                 upper,
                 hash: hash.map(|(lo, w)| (lo, lo.saturating_add(w).min(crate::segment::HASH_SPACE))),
@@ -1193,6 +1198,10 @@ mod tests {
                     column: "at".into(),
                     granularity: GRANULARITIES[g],
                     label,
+                }),
+                window: window.map(|upper| crate::segment::Window {
+                    column: "updated_at".into(),
+                    upper,
                 }),
             })
     }

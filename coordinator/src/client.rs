@@ -77,9 +77,11 @@ pub fn mtls_channel(endpoint: &str, tls: &TlsMaterial) -> Result<Channel, String
         .tls_config(tls_cfg)
         .map_err(|e| format!("tls: {e}"))?
         .connect_timeout(Duration::from_secs(5))
-        // a silent peer (cut link, frozen host) is noticed within ~30 s
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
+        // a silent peer (cut link, frozen host) is noticed within about 80 s; a
+        // 20 s timeout was measured to cut calls to an agent that was hashing a 1M-row
+        // level on a starved two-core machine (tests/tests/cluster.rs)
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(60))
         .keep_alive_while_idle(true)
         .tcp_keepalive(Some(Duration::from_secs(10)))
         .connect_lazy())

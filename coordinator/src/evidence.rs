@@ -161,6 +161,9 @@ pub struct Totals {
     pub count: u64,
     pub sum: String,
     pub xor: Option<String>,
+    /// The window the agent signed it read (absent for a run without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<tally_common::segment::Window>,
 }
 
 /// The Statement's predicate (`predicateType` [`PREDICATE_TYPE`]).
@@ -245,7 +248,13 @@ fn total(buckets: &[SignedBucket]) -> Result<(u64, u64, Option<u64>), String> {
 /// Each side's level-1 totals from the run's events: the signed buckets of its one
 /// level-1 aggregate answer, which must cover the whole dataset.
 fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
-    let mut out: [Option<(String, String, Vec<SignedBucket>)>; 2] = [None, None];
+    type Answer = (
+        String,
+        String,
+        Vec<SignedBucket>,
+        Option<tally_common::segment::Window>,
+    );
+    let mut out: [Option<Answer>; 2] = [None, None];
     let mut scopes: [Option<tally_common::evidence::Scope>; 2] = [None, None];
     for v in events {
         if v["event"] != "aggregated" || v["level"] != 1 {
@@ -267,8 +276,21 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
                 v["seq"]
             ));
         }
-        *slot = Some((p.agent, p.dataset, p.buckets.unwrap_or_default()));
+        *slot = Some((
+            p.agent,
+            p.dataset,
+            p.buckets.unwrap_or_default(),
+            p.scope.window.clone(),
+        ));
         scopes[side as usize] = Some(p.scope);
+    }
+    if let [Some(s), Some(t)] = &scopes
+        && s.window != t.window
+    {
+        return Err(format!(
+            "the sides' level-1 answers read different windows: source {:?}, target {:?}",
+            s.window, t.window
+        ));
     }
     if let [Some(s), Some(t)] = &scopes
         && (s.method != t.method || s.columns.len() != t.columns.len() || s.key_len != t.key_len)
@@ -285,7 +307,7 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     }
     let mut totals = [None, None];
     for (i, s) in out.into_iter().enumerate() {
-        if let Some((agent, dataset, buckets)) = s {
+        if let Some((agent, dataset, buckets, window)) = s {
             let (count, sum, xor) = total(&buckets)?;
             totals[i] = Some(Totals {
                 agent,
@@ -293,6 +315,7 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
                 count,
                 sum: hex64(sum),
                 xor: xor.map(hex64),
+                window,
             });
         }
     }
@@ -1092,6 +1115,25 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             }
         }
         for (side, stated) in [("source", &p.source), ("target", &p.target)] {
+            // the window the result reports is the one both agents signed they read
+            let reported = result_json
+                .get("window")
+                .map(|w| (w["column"].clone(), w["upper"].clone()));
+            if let Some(t) = stated
+                && reported != t.window.as_ref().map(|w| (json!(w.column), json!(w.upper)))
+            {
+                return Err(format!(
+                    "the result's window ({}) is not the one the {side} agent signed it read ({})",
+                    result_json
+                        .get("window")
+                        .map(|w| w.to_string())
+                        .unwrap_or_else(|| "none".into()),
+                    t.window
+                        .as_ref()
+                        .map(|w| format!("{} <= {}", w.column, w.upper))
+                        .unwrap_or_else(|| "none".into())
+                ));
+            }
             if let Some(t) = stated
                 && result_json[side]["count"] != json!(t.count)
             {

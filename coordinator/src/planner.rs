@@ -46,6 +46,8 @@ pub struct PlanParams {
     /// level-1 segments are already below the threshold where possible, and small
     /// differences go straight to leaves after one scan.
     pub first_factor: u32,
+    /// The run's window: level 1's segment carries it, and every child inherits it.
+    pub window: Option<tally_common::segment::Window>,
 }
 
 /// Level-1 segments aim at this fraction of the threshold: a scan costs the same
@@ -281,12 +283,16 @@ pub struct Planner {
 
 impl Planner {
     pub fn new(params: PlanParams) -> Planner {
+        let window = params.window.clone();
         Planner {
             params,
             level: 0,
             pending: vec![Parent {
                 level: 0,
-                segment: Segment::whole(),
+                segment: Segment {
+                    window,
+                    ..Segment::whole()
+                },
                 aggs: None,
             }],
             leaves: Vec::new(),
@@ -671,6 +677,7 @@ mod tests {
             time: None,
             int_range: None,
             first_factor: 4,
+            window: None,
         }
     }
 

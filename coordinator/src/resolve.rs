@@ -492,6 +492,19 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
                 ),
             });
         }
+        if let Some(w) = &spec.window
+            && !d.time_columns.iter().any(|t| t.eq_ignore_ascii_case(&w.column))
+        {
+            return Err(RunError::PolicyRefused {
+                agent: agent.to_string(),
+                rpc: "run".into(),
+                message: format!(
+                    "refused by policy time_columns of dataset {}: a window on {} is not allowed (counts under a \
+                     window tell when rows were written); list it in the agent's policy time_columns or drop the window",
+                    d.dataset, w.column
+                ),
+            });
+        }
     }
     Ok(())
 }

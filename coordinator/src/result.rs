@@ -128,6 +128,18 @@ pub struct DuplicateKeys {
     pub target: u64,
 }
 
+/// A run's window as fixed at its start (DESIGN §5).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WindowOut {
+    pub column: String,
+    /// The bound: rows whose column is at most this value (by canonical text at the
+    /// column's precision; integers by value).
+    pub upper: String,
+    /// The lag the bound was computed with (the clock at the start minus it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lag: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorOut {
     pub code: String,
@@ -149,12 +161,19 @@ pub struct RunResult {
     pub false_match_bound: f64,
     pub source: SideStats,
     pub target: SideStats,
+    /// The run's window: only rows with `column <= upper` were compared, on both sides.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub window: Option<WindowOut>,
     pub levels: Vec<LevelOut>,
     pub leaves: Vec<LeafOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub differences: Option<Vec<Difference>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub difference_counts: Option<DiffCounts>,
+    /// With confirm rounds: rows that differed and agreed again in a round (in flight),
+    /// per kind as first found; they are not in `differences` or `difference_counts`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub in_flight: Option<DiffCounts>,
     /// Keys found more than once in the differing segments (rows phase only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_keys: Option<DuplicateKeys>,
@@ -220,6 +239,18 @@ impl RunResult {
                 .map(|p| format!(" ({p})"))
                 .unwrap_or_default()
         );
+        if let Some(w) = &self.window {
+            let _ = writeln!(
+                o,
+                "  window: {} <= {}{}",
+                w.column,
+                w.upper,
+                w.lag
+                    .as_ref()
+                    .map(|l| format!(" (the clock at the start minus {l})"))
+                    .unwrap_or_default()
+            );
+        }
         let _ = writeln!(
             o,
             "  {} checksums{}, strategy {}, false-match probability {:.1e} per segment",
@@ -287,6 +318,13 @@ impl RunResult {
                 let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
             }
         }
+        if let Some(f) = &self.in_flight {
+            let _ = writeln!(
+                o,
+                "  in flight (differed, then agreed in a confirm round): {} missing in target, {} extra in target, {} changed",
+                f.missing_in_target, f.extra_in_target, f.changed
+            );
+        }
         for w in &self.warnings {
             let _ = writeln!(o, "  warning: {w}");
         }
@@ -317,10 +355,12 @@ mod tests {
             false_match_bound: 0.0,
             source: SideStats::default(),
             target: SideStats::default(),
+            window: None,
             levels: Vec::new(),
             leaves,
             differences: None,
             difference_counts: None,
+            in_flight: None,
             duplicate_keys: None,
             truncated: false,
             warnings: Vec::new(),

@@ -86,6 +86,46 @@ impl Classifier {
     /// Ends the classification: a key missing in one range and extra in another (its
     /// row moved between periods, the time column differing) is one changed row, found
     /// where the source has it; then at most `sample_limit` findings are kept.
+    /// The ranges holding at least one finding, in order.
+    pub fn ranges_with_findings(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.found.iter().map(|f| f.leaf).collect();
+        v.dedup();
+        v
+    }
+
+    /// Whether anything differs.
+    pub fn has_findings(&self) -> bool {
+        !self.found.is_empty()
+    }
+
+    /// Keeps the findings whose key (by range and key hash) is in `still` and returns
+    /// the counts of the others: a confirm round's rows that agree now.
+    pub fn retain_keys(&mut self, still: &HashSet<(usize, u64)>) -> DiffCounts {
+        let mut gone = DiffCounts::default();
+        self.found.retain(|f| {
+            let keep = still.contains(&(f.leaf, f.key_hash));
+            if !keep {
+                match f.kind {
+                    DiffKind::MissingInTarget => gone.missing_in_target += 1,
+                    DiffKind::ExtraInTarget => gone.extra_in_target += 1,
+                    DiffKind::Changed => gone.changed += 1,
+                }
+            }
+            keep
+        });
+        self.counts.missing_in_target -= gone.missing_in_target;
+        self.counts.extra_in_target -= gone.extra_in_target;
+        self.counts.changed -= gone.changed;
+        gone
+    }
+
+    /// The keys that differ between two digest lists of one range (any kind).
+    pub fn differing_keys(source: &[RowDigest], target: &[RowDigest]) -> HashSet<u64> {
+        let mut c = Classifier::default();
+        c.add_range(0, source, target);
+        c.found.into_iter().map(|f| f.key_hash).collect()
+    }
+
     pub fn finish(self, sample_limit: usize) -> Classified {
         let Classifier {
             mut counts,

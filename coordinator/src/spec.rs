@@ -45,6 +45,89 @@ pub struct Spec {
     pub reporting: Reporting,
     #[serde(default)]
     pub gates: Gates,
+    /// Live data: compare only rows up to a bound of one column (DESIGN §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowSpec>,
+    /// Live data: re-check the differing rows after a delay (DESIGN §5 step 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<ConfirmSpec>,
+}
+
+/// `confirm: {after, rounds}`: once the rows phase has classified the differing rows,
+/// wait `after` and read only those rows' ranges again, `rounds` times; a difference
+/// that is gone in any round was in flight (reported as `in_flight`, its key never
+/// revealed), one that persists through every round is a difference.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmSpec {
+    pub after: String,
+    #[serde(default = "default_rounds")]
+    pub rounds: u32,
+}
+
+fn default_rounds() -> u32 {
+    1
+}
+
+/// At most this many confirm rounds.
+pub const MAX_CONFIRM_ROUNDS: u32 = 10;
+
+/// `window: {column, as_of | lag}`: only rows whose `column` is at most the bound, on
+/// both sides. `as_of` is the bound itself (an integer, a date, or a timestamp: with
+/// an offset or `Z` where the column compares as a timestamp with time zone); `lag`
+/// (`30s`, `5m`, `2h`, `1d`, or combined: `1h30m`) makes it the coordinator's clock
+/// at the start of the run minus the lag. Either way the bound is fixed for the run
+/// and recorded with it, so a resumed run reads the same window.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WindowSpec {
+    pub column: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<AsOf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<String>,
+}
+
+/// A window's bound as written: a YAML integer or a string.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum AsOf {
+    Int(i64),
+    Text(String),
+}
+
+impl AsOf {
+    pub fn text(&self) -> String {
+        match self {
+            AsOf::Int(i) => i.to_string(),
+            AsOf::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// Seconds of a duration written `30s`, `5m`, `2h`, `1d` or combined (`1h30m`).
+pub fn parse_duration(v: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut digits = String::new();
+    let mut any = false;
+    for ch in v.trim().chars() {
+        if ch.is_ascii_digit() {
+            digits.push(ch);
+            continue;
+        }
+        let unit = match ch {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return None,
+        };
+        let n: u64 = digits.parse().ok()?;
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        digits.clear();
+        any = true;
+    }
+    (any && digits.is_empty()).then_some(total)
 }
 
 /// `overrides: {col: {scale: n}}` or `{col: {precision: n}}`.
@@ -311,6 +394,56 @@ impl Spec {
                 );
             }
         }
+        if let Some(w) = &self.window {
+            if w.column.trim().is_empty() {
+                return bad(
+                    "window.column",
+                    "must name the column to bound (a date, timestamp or integer)",
+                );
+            }
+            match (&w.as_of, &w.lag) {
+                (None, None) => {
+                    return bad(
+                        "window",
+                        "set as_of (a fixed bound) or lag (the clock minus a delay)",
+                    );
+                }
+                (Some(_), Some(_)) => {
+                    return bad("window", "as_of and lag are two ways to set the bound: set one");
+                }
+                (Some(AsOf::Text(t)), None) if t.trim().is_empty() => {
+                    return bad("window.as_of", "empty bound");
+                }
+                (None, Some(l)) if parse_duration(l).is_none() => {
+                    return bad(
+                        "window.lag",
+                        &format!("{l:?} is not a duration such as 30s, 5m, 2h, 1d or 1h30m"),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if let Some(c) = &self.confirm {
+            if parse_duration(&c.after).is_none() {
+                return bad(
+                    "confirm.after",
+                    &format!("{:?} is not a duration such as 30s, 5m or 1h", c.after),
+                );
+            }
+            if c.rounds == 0 || c.rounds > MAX_CONFIRM_ROUNDS {
+                return bad(
+                    "confirm.rounds",
+                    &format!("must be between 1 and {MAX_CONFIRM_ROUNDS}"),
+                );
+            }
+            if r.level < PrivacyLevel::WithKeys {
+                return bad(
+                    "confirm",
+                    "confirm rounds re-check the differing rows by their digests: they need reporting level with_keys \
+                     (or detailed); re-checking count_only leaves is not built yet",
+                );
+            }
+        }
         let mut overridden = std::collections::HashSet::new();
         for (c, o) in &self.overrides {
             let key = format!("overrides.{c}");
@@ -490,6 +623,38 @@ mod tests {
                 e.starts_with("spec.yaml") && e.contains(key) && e.contains(message),
                 "{extra:?}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn windows_parse_and_bad_ones_name_the_key() {
+        let s = parse_extra("window: { column: updated_at, lag: 1h30m }").unwrap();
+        let w = s.window.unwrap();
+        assert_eq!(
+            (w.column.as_str(), w.lag.as_deref()),
+            ("updated_at", Some("1h30m"))
+        );
+        let s = parse_extra("window: { column: seq, as_of: 918273645 }").unwrap();
+        assert_eq!(s.window.unwrap().as_of, Some(AsOf::Int(918_273_645)));
+        let s = parse_extra("window: { column: at, as_of: 2026-12-01T00:00:00Z }").unwrap();
+        assert_eq!(
+            s.window.unwrap().as_of,
+            Some(AsOf::Text("2026-12-01T00:00:00Z".into()))
+        );
+        assert_eq!(parse_duration("90s"), Some(90));
+        assert_eq!(parse_duration("1d2h"), Some(93_600));
+        for bad in ["", "5", "m", "5 m", "5x", "-5m"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+        for (extra, key) in [
+            ("window: { column: at }", "window"),
+            ("window: { column: at, as_of: x, lag: 5m }", "window"),
+            ("window: { column: at, lag: soon }", "window.lag"),
+            ("window: { column: '', lag: 5m }", "window.column"),
+            ("window: { column: at, lag: 5m, watermark: wait }", "watermark"),
+        ] {
+            let e = parse_extra(extra).unwrap_err();
+            assert!(e.contains(key), "{extra}: {e}");
         }
     }
 }

@@ -1201,3 +1201,174 @@ fn tally_run_with_a_data_dir_resumes_after_a_kill_and_refuses_a_finished_or_othe
     let unknown = tally(&["--resume", "nothing"]).output().unwrap();
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no such run"));
 }
+
+/// Windows (DESIGN §5, issue 14): `window: {column, as_of | lag}` compares only the rows
+/// up to the bound on both sides, with every strategy; planted differences beyond it
+/// are not reported, those within are, every one. A bound below every difference
+/// matches; a lag leaves the bound at the clock minus the lag, recorded in the result;
+/// an agent whose policy does not list the column refuses before any scan.
+#[test]
+fn a_window_compares_only_the_rows_up_to_its_bound_with_every_strategy() {
+    let p = plant();
+    let policy = "{ max_level: with_keys, time_columns: [created_at, id] }";
+    let d = deploy("e2e_window", Some(&p), policy, policy);
+    // row(): created_at is in month 1 + id % 12 of 2024
+    let month = |id: i64| 1 + id % 12;
+    let all = expected(&p);
+    let in_window: BTreeSet<_> = all.iter().filter(|(_, k)| month(*k) <= 6).cloned().collect();
+    assert!(
+        !in_window.is_empty() && in_window.len() < all.len(),
+        "the plant straddles the bound: {all:?}"
+    );
+    let source_rows = keys().into_iter().filter(|k| month(*k) <= 6).count();
+    for strategy in ["quantile", "hash", "time"] {
+        let spec = format!(
+            "{}window: {{ column: created_at, as_of: '2024-06-30 23:59:59.999999' }}\n",
+            spec(strategy, "with_keys")
+        );
+        let out = d.run(&spec);
+        assert_eq!(out.code, 1, "{strategy}: {}\n{}", out.stdout, out.stderr);
+        let j = &out.json;
+        assert_eq!(differences(j), in_window, "{strategy}");
+        assert_eq!(j["window"]["column"], "created_at");
+        assert_eq!(j["window"]["upper"], "2024-06-30T23:59:59.999999000");
+        assert_eq!(
+            j["source"]["count"], source_rows as u64,
+            "{strategy}: rows in the window"
+        );
+        assert!(
+            out.stderr
+                .contains("window: created_at <= 2024-06-30T23:59:59.999999000"),
+            "{}",
+            out.stderr
+        );
+    }
+    // an integer window below every planted difference: the window's rows match
+    let first = all.iter().map(|(_, k)| *k).min().unwrap();
+    let spec_id = format!(
+        "{}window: {{ column: id, as_of: {} }}\n",
+        spec("quantile", "with_keys"),
+        first - 1
+    );
+    let out = d.run(&spec_id);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.json["source"]["count"],
+        keys().into_iter().filter(|k| *k < first).count() as u64
+    );
+    // a lag: every row is older than the clock minus an hour, so every difference
+    let out = d.run(&format!(
+        "{}window: {{ column: created_at, lag: 1h }}\n",
+        spec("quantile", "with_keys")
+    ));
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(differences(&out.json), all);
+    assert_eq!(out.json["window"]["lag"], "1h");
+    let upper = out.json["window"]["upper"].as_str().unwrap();
+    assert!(
+        upper.starts_with("20") && upper.ends_with(|c: char| c.is_ascii_digit()),
+        "{upper}"
+    );
+    // a column no policy lists: refused from Describe, no aggregate reaches an agent
+    let before: Vec<usize> = d
+        .agents
+        .iter()
+        .map(|a| {
+            std::fs::read_to_string(&a.release_log)
+                .unwrap()
+                .matches("\"Aggregate\"")
+                .count()
+        })
+        .collect();
+    let out = d.run(&format!(
+        "{}window: {{ column: customer, as_of: 'm' }}\n",
+        spec("quantile", "with_keys")
+    ));
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.json["error"]["code"], "policy_refused");
+    let msg = out.json["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("time_columns") && msg.contains("customer"), "{msg}");
+    for (a, n) in d.agents.iter().zip(before) {
+        let log = std::fs::read_to_string(&a.release_log).unwrap();
+        assert_eq!(
+            log.matches("\"Aggregate\"").count(),
+            n,
+            "{}: no aggregate after the refusal",
+            a.name
+        );
+    }
+}
+
+/// Confirm rounds (DESIGN §5 step 6, issue 14): the source has writes its target has
+/// not applied yet (five updates, an insert, a delete), besides the planted persistent
+/// differences. The "replication" applies them while the run waits before its confirm
+/// round: no in-flight row is reported as a difference, every planted one is, and the
+/// in-flight rows are counted as such, their keys never revealed.
+#[test]
+fn confirm_rounds_tell_rows_in_flight_from_persistent_differences() {
+    use std::io::BufRead;
+    let p = plant();
+    let db_name = "e2e_confirm";
+    let d = deploy(db_name, Some(&p), OPEN, OPEN);
+    let k = keys();
+    let updated = [k[500], k[5_000], k[10_000], k[12_345], k[17_000]];
+    let inserted = 7 * 900;
+    let deleted = k[8_000];
+    let planted: Vec<i64> = expected(&p).iter().map(|(_, k)| *k).collect();
+    for id in updated.iter().chain([&inserted, &deleted]) {
+        assert!(!planted.contains(id), "{id} is planted");
+    }
+    let writes = format!(
+        "UPDATE orders SET note = 'in flight' WHERE id IN ({});\nINSERT INTO orders VALUES {};\nDELETE FROM orders WHERE id = {deleted};\n",
+        updated.map(|i| i.to_string()).join(", "),
+        row(inserted, false)
+    );
+    db::postgres().exec(Some(db_name), &writes);
+    let spec = format!(
+        "{}confirm: {{ after: 4s, rounds: 1 }}\n",
+        spec("quantile", "with_keys")
+    );
+    let mut child = d.spawn_run(&spec);
+    let stderr = child.stderr.take().unwrap();
+    let replicate = writes.clone();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut applied = false;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if !applied && line.contains("confirm round 1/1: waiting") {
+                db::mariadb().exec(Some(db_name), &replicate);
+                applied = true;
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        (all, applied)
+    });
+    let out = child.wait_with_output().unwrap();
+    let (stderr, applied) = reader.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(applied, "the run never waited for a confirm round: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(differences(&j), expected(&p), "{stderr}");
+    assert_eq!(
+        j["in_flight"],
+        serde_json::json!({"missing_in_target": 1, "extra_in_target": 1, "changed": 5}),
+        "{stderr}"
+    );
+    assert_eq!(j["difference_counts"]["changed"], 3);
+    // the in-flight rows' keys never left the agents: each side released exactly the
+    // keys of its persistent differences (source: missing and changed; target: extra)
+    for (agent, want) in [(&d.agents[0], 5), (&d.agents[1], 2)] {
+        let log = std::fs::read_to_string(&agent.release_log).unwrap();
+        let released: u64 = log
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["rpc"] == "RevealKeys" && l["outcome"] == "ok")
+            .map(|l| l["released"]["rows"].as_u64().unwrap())
+            .sum();
+        assert_eq!(released, want, "{}: rows revealed", agent.name);
+    }
+    assert!(stderr.contains("agree now (in flight)"), "{stderr}");
+}

@@ -1,5 +1,5 @@
 //! DuckDB through the duckdb crate (behind the `duckdb` cargo feature). The driver is
-//! blocking: every call runs on `spawn_blocking` with its own cloned connection, and
+//! blocking: every call runs on `spawn_blocking` with its session's cloned connection, and
 //! row streams cross back to the async side through a bounded channel.
 
 use std::path::PathBuf;
@@ -88,7 +88,7 @@ impl DuckDbConnector {
     }
 
     /// A connection of its own for one call (opened once, then cloned).
-    fn connection(&self, dataset: &str) -> Result<Connection> {
+    pub(super) fn connection(&self, dataset: &str) -> Result<Connection> {
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
             let c = match &self.path {
@@ -124,18 +124,26 @@ impl DuckDbConnector {
             .map_err(|e| db_err(dataset, e))
     }
 
+    /// Runs `f` on the session's connection on a blocking thread; the connection
+    /// comes back with the answer (lost, and the session with it, if `f` panics).
     async fn blocking<T: Send + 'static>(
         &self,
+        conn: &mut Option<Connection>,
         dataset: &str,
-        f: impl FnOnce(Connection) -> Result<T> + Send + 'static,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.connection(dataset)?;
-        tokio::task::spawn_blocking(move || f(conn))
-            .await
-            .map_err(|_| AgentError::Query {
-                dataset: dataset.to_string(),
-                kind: "worker panicked",
-            })?
+        let c = take(conn, dataset)?;
+        let (c, r) = tokio::task::spawn_blocking(move || {
+            let r = f(&c);
+            (c, r)
+        })
+        .await
+        .map_err(|_| AgentError::Query {
+            dataset: dataset.to_string(),
+            kind: "worker panicked",
+        })?;
+        *conn = Some(c);
+        r
     }
 
     /// Rows of a query as text, first row only.
@@ -158,14 +166,19 @@ impl DuckDbConnector {
         })
     }
 
-    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+    pub async fn describe(
+        &self,
+        conn: &mut Option<Connection>,
+        dataset: &str,
+        source: &Source,
+    ) -> Result<DatasetInfo> {
         let rel = relation(&self.dialect, source);
         let table = match source {
             Source::Table(parts) => parts.last().cloned(),
             Source::Query(_) => None,
         };
         let ds = dataset.to_string();
-        self.blocking(dataset, move |conn| {
+        self.blocking(conn, dataset, move |conn| {
             let mut stmt = conn
                 .prepare(&format!("DESCRIBE SELECT * FROM {rel}"))
                 .map_err(|e| db_err(&ds, e))?;
@@ -178,12 +191,12 @@ impl DuckDbConnector {
                 let entry = crate::dialect::duckdb::classify(&declared);
                 columns.push(entry.column(name, declared, nullable));
             }
-            let version = Self::first_row(&conn, &ds, "SELECT version()", &[])?
+            let version = Self::first_row(conn, &ds, "SELECT version()", &[])?
                 .remove(0)
                 .unwrap_or_default();
             let row_estimate = match table {
                 Some(t) => Self::first_row(
-                    &conn,
+                    conn,
                     &ds,
                     "SELECT estimated_size FROM duckdb_tables() WHERE table_name = ?",
                     &[KeyPart::Text(t)],
@@ -204,8 +217,10 @@ impl DuckDbConnector {
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &self,
+        conn: &mut Option<Connection>,
         dataset: &str,
         sql: &Sql,
         cols: &[BoundColumn],
@@ -220,8 +235,9 @@ impl DuckDbConnector {
             dataset.to_string(),
             cols.len(),
         );
-        let conn = self.connection(dataset)?;
+        let c = take(conn, dataset)?;
         let worker = tokio::task::spawn_blocking(move || {
+            let conn = c;
             let run = || -> Result<()> {
                 let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
                 let p = params(&binds);
@@ -239,21 +255,23 @@ impl DuckDbConnector {
             if let Err(e) = run() {
                 let _ = tx.blocking_send(Err(e));
             }
+            conn
         });
         while let Some(fields) = rx.recv().await {
             f(canonical_row(dataset, fields?, cols, key_len, reread)?)?;
         }
-        worker.await.map_err(|_| AgentError::Query {
+        let c = worker.await.map_err(|_| AgentError::Query {
             dataset: dataset.to_string(),
             kind: "worker panicked",
         })?;
+        *conn = Some(c);
         Ok(())
     }
 
-    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+    pub async fn count(&self, conn: &mut Option<Connection>, dataset: &str, sql: &Sql) -> Result<u64> {
         let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
-        self.blocking(dataset, move |conn| {
-            Ok(Self::first_row(&conn, &ds, &text_sql, &binds)?
+        self.blocking(conn, dataset, move |conn| {
+            Ok(Self::first_row(conn, &ds, &text_sql, &binds)?
                 .remove(0)
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0))
@@ -263,6 +281,7 @@ impl DuckDbConnector {
 
     pub async fn aggregate(
         &self,
+        conn: &mut Option<Connection>,
         dataset: &str,
         sql: &Sql,
         key_classes: &[TypeClass],
@@ -273,7 +292,7 @@ impl DuckDbConnector {
             dataset.to_string(),
             key_classes.to_vec(),
         );
-        self.blocking(dataset, move |conn| {
+        self.blocking(conn, dataset, move |conn| {
             let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
             let p = params(&binds);
             let mut rows = stmt
@@ -294,10 +313,15 @@ impl DuckDbConnector {
         .await
     }
 
-    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+    pub async fn query_text(
+        &self,
+        conn: &mut Option<Connection>,
+        dataset: &str,
+        sql: &str,
+    ) -> Result<Option<String>> {
         let (text_sql, ds) = (sql.to_string(), dataset.to_string());
-        self.blocking(dataset, move |conn| {
-            Ok(Self::first_row(&conn, &ds, &text_sql, &[])?.remove(0))
+        self.blocking(conn, dataset, move |conn| {
+            Ok(Self::first_row(conn, &ds, &text_sql, &[])?.remove(0))
         })
         .await
     }
@@ -305,9 +329,36 @@ impl DuckDbConnector {
     /// Runs statements (tests and sample data).
     pub async fn execute_batch(&self, dataset: &str, sql: &str) -> Result<()> {
         let (text_sql, ds) = (sql.to_string(), dataset.to_string());
-        self.blocking(dataset, move |conn| {
+        let mut conn = Some(self.connection(dataset)?);
+        self.blocking(&mut conn, dataset, move |conn| {
             conn.execute_batch(&text_sql).map_err(|e| db_err(&ds, e))
         })
         .await
+    }
+}
+
+/// The session's connection, unless an earlier call lost it.
+fn take(conn: &mut Option<Connection>, dataset: &str) -> Result<Connection> {
+    conn.take().ok_or_else(|| AgentError::Query {
+        dataset: dataset.to_string(),
+        kind: "connection lost",
+    })
+}
+
+/// Opens a request's transaction: a DuckDB transaction reads one snapshot.
+pub(super) fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
+    match conn {
+        Some(c) => c
+            .execute_batch("BEGIN TRANSACTION")
+            .map_err(|e| db_err(dataset, e)),
+        None => take(conn, dataset).map(drop),
+    }
+}
+
+/// Ends a request's transaction.
+pub(super) fn end(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
+    match conn {
+        Some(c) => c.execute_batch("COMMIT").map_err(|e| db_err(dataset, e)),
+        None => take(conn, dataset).map(drop),
     }
 }

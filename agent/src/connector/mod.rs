@@ -11,13 +11,15 @@ pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tally_common::canonical::canonical_from_text;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use sqlx::pool::PoolConnection;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, FetchShape, Sql};
@@ -110,8 +112,96 @@ pub enum Driver {
 /// queue here (up to `acquire_timeout`) and the pool below is never short of one.
 pub struct Connector {
     driver: Driver,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     acquire_timeout: Duration,
+}
+
+/// One connection taken from a driver's pool, with the slot that allowed it.
+enum Conn {
+    Postgres(PoolConnection<sqlx::Postgres>),
+    MySql(PoolConnection<sqlx::MySql>),
+    Sqlite(PoolConnection<sqlx::Sqlite>),
+    #[cfg(feature = "duckdb")]
+    DuckDb(Option<::duckdb::Connection>),
+}
+
+/// A connection and its slot, for one call or one request. A lease that was not
+/// [`Lease::finish`]ed (an error, a cancelled call) closes its connection instead of
+/// returning it: a pool never hands out a connection inside someone's transaction,
+/// or with half a result (a COPY stopped early) still on the wire.
+struct Lease {
+    conn: Conn,
+    _slot: OwnedSemaphorePermit,
+    /// A transaction is open on the connection.
+    in_tx: bool,
+    /// [`Lease::finish`] ran: the connection may go back to the pool.
+    done: bool,
+}
+
+impl Lease {
+    async fn finish(mut self, dataset: &str) -> Result<()> {
+        if !self.in_tx {
+            self.done = true;
+            return Ok(());
+        }
+        // read-only: COMMIT and ROLLBACK end it alike; COMMIT reports a lost connection
+        let r = match &mut self.conn {
+            Conn::Postgres(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
+            Conn::MySql(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
+            Conn::Sqlite(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
+            #[cfg(feature = "duckdb")]
+            Conn::DuckDb(c) => {
+                return duckdb::end(c, dataset).inspect(|_| self.done = true);
+            }
+        };
+        r.map_err(|e| AgentError::from_db(dataset, e))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        match &mut self.conn {
+            Conn::Postgres(c) => c.close_on_drop(),
+            Conn::MySql(c) => c.close_on_drop(),
+            Conn::Sqlite(c) => c.close_on_drop(),
+            #[cfg(feature = "duckdb")]
+            Conn::DuckDb(c) => drop(c.take()),
+        }
+    }
+}
+
+/// The statement that opens a request's transaction on each engine: read-only and
+/// REPEATABLE READ, so every statement of the request reads one snapshot (DESIGN §5).
+/// MySQL/MariaDB take the isolation level in a statement of its own, for the next
+/// transaction only, and `WITH CONSISTENT SNAPSHOT` starts the snapshot at once.
+/// SQLite (opened read-only) has one isolation level: a transaction's reads see
+/// one state of the file. DuckDB transactions are snapshots.
+pub const BEGIN_POSTGRES: &str = "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY";
+pub const BEGIN_MYSQL: [&str; 2] = [
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT",
+];
+pub const BEGIN_SQLITE: &str = "BEGIN DEFERRED";
+
+/// One request's reads: a connection held from the first statement to the last,
+/// inside one read-only REPEATABLE READ transaction, so a level's buckets, a range's
+/// count and its digests all come from the same snapshot of this side. End it with
+/// [`Session::finish`]; a dropped session rolls back by closing its connection.
+pub struct Session {
+    connector: Arc<Connector>,
+    lease: Lease,
+    dataset: String,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Session({})", self.dataset)
+    }
 }
 
 impl std::fmt::Debug for Connector {
@@ -140,7 +230,7 @@ impl Connector {
         };
         Ok(Connector {
             driver,
-            slots: Semaphore::new(limits.max_connections as usize),
+            slots: Arc::new(Semaphore::new(limits.max_connections as usize)),
             acquire_timeout: limits.acquire_timeout(),
         })
     }
@@ -159,8 +249,8 @@ impl Connector {
     }
 
     /// Waits for a free connection slot of this URL.
-    async fn slot(&self, dataset: &str) -> Result<SemaphorePermit<'_>> {
-        match tokio::time::timeout(self.acquire_timeout, self.slots.acquire()).await {
+    async fn slot(&self, dataset: &str) -> Result<OwnedSemaphorePermit> {
+        match tokio::time::timeout(self.acquire_timeout, Arc::clone(&self.slots).acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(AgentError::DatabaseUnavailable {
                 dataset: dataset.to_string(),
@@ -180,6 +270,57 @@ impl Connector {
         }
     }
 
+    /// A slot, then a connection of the pool; with `begin`, inside a new read-only
+    /// REPEATABLE READ transaction.
+    async fn lease(&self, dataset: &str, begin: bool) -> Result<Lease> {
+        let slot = self.slot(dataset).await?;
+        let db = |e| AgentError::from_db(dataset, e);
+        let conn = match &self.driver {
+            Driver::Postgres(c) => Conn::Postgres(c.pool.acquire().await.map_err(db)?),
+            Driver::MySql(c) => Conn::MySql(c.pool.acquire().await.map_err(db)?),
+            Driver::Sqlite(c) => Conn::Sqlite(c.pool.acquire().await.map_err(db)?),
+            #[cfg(feature = "duckdb")]
+            Driver::DuckDb(c) => Conn::DuckDb(Some(c.connection(dataset)?)),
+        };
+        let mut lease = Lease {
+            conn,
+            _slot: slot,
+            in_tx: begin,
+            done: false,
+        };
+        if begin {
+            match &mut lease.conn {
+                Conn::Postgres(c) => {
+                    sqlx::raw_sql(BEGIN_POSTGRES)
+                        .execute(&mut **c)
+                        .await
+                        .map_err(db)?;
+                }
+                Conn::MySql(c) => {
+                    for s in BEGIN_MYSQL {
+                        sqlx::raw_sql(s).execute(&mut **c).await.map_err(db)?;
+                    }
+                }
+                Conn::Sqlite(c) => {
+                    sqlx::raw_sql(BEGIN_SQLITE).execute(&mut **c).await.map_err(db)?;
+                }
+                #[cfg(feature = "duckdb")]
+                Conn::DuckDb(c) => duckdb::begin(c, dataset)?,
+            }
+        }
+        Ok(lease)
+    }
+
+    /// Opens one request's [`Session`]: its slot, its connection, its transaction.
+    pub async fn session(self: &Arc<Self>, dataset: &str) -> Result<Session> {
+        let lease = self.lease(dataset, true).await?;
+        Ok(Session {
+            connector: Arc::clone(self),
+            lease,
+            dataset: dataset.to_string(),
+        })
+    }
+
     /// Opens one connection outside the pool and closes it again, for `tally-agent
     /// check`. The error is the driver's own text (the pool's retries would hide it
     /// behind a timeout): print it inside the zone, never put it in an [`AgentError`],
@@ -187,9 +328,9 @@ impl Connector {
     pub async fn ping(&self) -> std::result::Result<(), String> {
         let attempt = async {
             match &self.driver {
-                Driver::Postgres(c) => c.ping().await.map_err(|e| e.to_string()),
-                Driver::MySql(c) => c.ping().await.map_err(|e| e.to_string()),
-                Driver::Sqlite(c) => c.ping().await.map_err(|e| e.to_string()),
+                Driver::Postgres(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
+                Driver::MySql(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
+                Driver::Sqlite(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
                 #[cfg(feature = "duckdb")]
                 Driver::DuckDb(c) => c.ping().await,
             }
@@ -226,14 +367,20 @@ impl Connector {
         }
     }
 
-    pub async fn describe(&self, dataset: &str, source: &Source, key: &[String]) -> Result<DatasetInfo> {
-        let _slot = self.slot(dataset).await?;
-        let mut info = match &self.driver {
-            Driver::Postgres(c) => c.describe(dataset, source).await?,
-            Driver::MySql(c) => c.describe(dataset, source).await?,
-            Driver::Sqlite(c) => c.describe(dataset, source).await?,
+    async fn describe_on(
+        &self,
+        l: &mut Lease,
+        dataset: &str,
+        source: &Source,
+        key: &[String],
+    ) -> Result<DatasetInfo> {
+        let mut info = match (&self.driver, &mut l.conn) {
+            (Driver::Postgres(c), Conn::Postgres(conn)) => c.describe(conn, dataset, source).await?,
+            (Driver::MySql(c), Conn::MySql(conn)) => c.describe(conn, dataset, source).await?,
+            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.describe(conn, dataset, source).await?,
             #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => c.describe(dataset, source).await?,
+            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.describe(conn, dataset, source).await?,
+            _ => unreachable!("a lease is taken from its own driver"),
         };
         let mut resolved = Vec::with_capacity(key.len());
         for k in key {
@@ -246,7 +393,87 @@ impl Connector {
         Ok(info)
     }
 
-    /// Runs a row fetch rendered with `shape` and hands each row, in canonical form, to `f`.
+    #[allow(clippy::too_many_arguments)]
+    async fn scan_on(
+        &self,
+        l: &mut Lease,
+        dataset: &str,
+        sql: &Sql,
+        shape: FetchShape,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        let reread = reread(self.dialect(), shape, cols);
+        match (&self.driver, &mut l.conn) {
+            (Driver::Postgres(c), Conn::Postgres(conn)) => {
+                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
+            }
+            (Driver::MySql(c), Conn::MySql(conn)) => {
+                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
+            }
+            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.scan(conn, dataset, sql, cols, key_len, f).await,
+            #[cfg(feature = "duckdb")]
+            (Driver::DuckDb(c), Conn::DuckDb(conn)) => {
+                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
+            }
+            _ => unreachable!("a lease is taken from its own driver"),
+        }
+    }
+
+    async fn count_on(&self, l: &mut Lease, dataset: &str, sql: &Sql) -> Result<u64> {
+        match (&self.driver, &mut l.conn) {
+            (Driver::Postgres(c), Conn::Postgres(conn)) => c.count(conn, dataset, sql).await,
+            (Driver::MySql(c), Conn::MySql(conn)) => c.count(conn, dataset, sql).await,
+            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.count(conn, dataset, sql).await,
+            #[cfg(feature = "duckdb")]
+            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.count(conn, dataset, sql).await,
+            _ => unreachable!("a lease is taken from its own driver"),
+        }
+    }
+
+    async fn aggregate_on(
+        &self,
+        l: &mut Lease,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        match (&self.driver, &mut l.conn) {
+            (Driver::Postgres(c), Conn::Postgres(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
+            (Driver::MySql(c), Conn::MySql(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
+            (Driver::Sqlite(_), _) => Err(AgentError::Unsupported(
+                "sqlite has no pushed-down aggregate".into(),
+            )),
+            #[cfg(feature = "duckdb")]
+            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
+            _ => unreachable!("a lease is taken from its own driver"),
+        }
+    }
+
+    async fn query_text_on(&self, l: &mut Lease, dataset: &str, sql: &str) -> Result<Option<String>> {
+        match (&self.driver, &mut l.conn) {
+            (Driver::Postgres(c), Conn::Postgres(conn)) => c.query_text(conn, dataset, sql).await,
+            (Driver::MySql(c), Conn::MySql(conn)) => c.query_text(conn, dataset, sql).await,
+            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.query_text(conn, dataset, sql).await,
+            #[cfg(feature = "duckdb")]
+            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.query_text(conn, dataset, sql).await,
+            _ => unreachable!("a lease is taken from its own driver"),
+        }
+    }
+
+    /// One call on a connection of its own, outside any request's transaction (tests
+    /// and `check`; requests use a [`Session`]).
+    pub async fn describe(&self, dataset: &str, source: &Source, key: &[String]) -> Result<DatasetInfo> {
+        let mut l = self.lease(dataset, false).await?;
+        let r = self.describe_on(&mut l, dataset, source, key).await;
+        if r.is_ok() {
+            l.finish(dataset).await?;
+        }
+        r
+    }
+
+    /// [`Session::scan`] on a connection of its own (tests).
     pub async fn scan(
         &self,
         dataset: &str,
@@ -256,57 +483,47 @@ impl Connector {
         key_len: usize,
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
-        let reread = reread(self.dialect(), shape, cols);
-        let _slot = self.slot(dataset).await?;
-        match &self.driver {
-            Driver::Postgres(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
-            Driver::MySql(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
-            Driver::Sqlite(c) => c.scan(dataset, sql, cols, key_len, f).await,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => c.scan(dataset, sql, cols, key_len, &reread, f).await,
+        let mut l = self.lease(dataset, false).await?;
+        let r = self.scan_on(&mut l, dataset, sql, shape, cols, key_len, f).await;
+        if r.is_ok() {
+            l.finish(dataset).await?;
         }
+        r
     }
 
+    /// [`Session::count`] on a connection of its own (tests).
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
-        let _slot = self.slot(dataset).await?;
-        match &self.driver {
-            Driver::Postgres(c) => c.count(dataset, sql).await,
-            Driver::MySql(c) => c.count(dataset, sql).await,
-            Driver::Sqlite(c) => c.count(dataset, sql).await,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => c.count(dataset, sql).await,
+        let mut l = self.lease(dataset, false).await?;
+        let r = self.count_on(&mut l, dataset, sql).await;
+        if r.is_ok() {
+            l.finish(dataset).await?;
         }
+        r
     }
 
-    /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
+    /// [`Session::aggregate`] on a connection of its own (tests).
     pub async fn aggregate(
         &self,
         dataset: &str,
         sql: &Sql,
         key_classes: &[TypeClass],
     ) -> Result<Vec<AggRow>> {
-        let _slot = self.slot(dataset).await?;
-        match &self.driver {
-            Driver::Postgres(c) => c.aggregate(dataset, sql, key_classes).await,
-            Driver::MySql(c) => c.aggregate(dataset, sql, key_classes).await,
-            Driver::Sqlite(_) => Err(AgentError::Unsupported(
-                "sqlite has no pushed-down aggregate".into(),
-            )),
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => c.aggregate(dataset, sql, key_classes).await,
+        let mut l = self.lease(dataset, false).await?;
+        let r = self.aggregate_on(&mut l, dataset, sql, key_classes).await;
+        if r.is_ok() {
+            l.finish(dataset).await?;
         }
+        r
     }
 
     /// A single text value from a query (for tests and `check`).
     pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
-        let _slot = self.slot(dataset).await?;
-        match &self.driver {
-            Driver::Postgres(c) => c.query_text(dataset, sql).await,
-            Driver::MySql(c) => c.query_text(dataset, sql).await,
-            Driver::Sqlite(c) => c.query_text(dataset, sql).await,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => c.query_text(dataset, sql).await,
+        let mut l = self.lease(dataset, false).await?;
+        let r = self.query_text_on(&mut l, dataset, sql).await;
+        if r.is_ok() {
+            l.finish(dataset).await?;
         }
+        r
     }
 
     /// Whether reading rows and hashing them in the agent beats the engine's own SQL
@@ -328,6 +545,55 @@ impl Connector {
 
     pub fn supports_pushdown(&self) -> bool {
         !matches!(self.driver, Driver::Sqlite(_))
+    }
+}
+
+impl Session {
+    pub fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    pub async fn describe(&mut self, source: &Source, key: &[String]) -> Result<DatasetInfo> {
+        self.connector
+            .describe_on(&mut self.lease, &self.dataset, source, key)
+            .await
+    }
+
+    /// Runs a row fetch rendered with `shape` and hands each row, in canonical form, to `f`.
+    pub async fn scan(
+        &mut self,
+        sql: &Sql,
+        shape: FetchShape,
+        cols: &[BoundColumn],
+        key_len: usize,
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.connector
+            .scan_on(&mut self.lease, &self.dataset, sql, shape, cols, key_len, f)
+            .await
+    }
+
+    pub async fn count(&mut self, sql: &Sql) -> Result<u64> {
+        self.connector.count_on(&mut self.lease, &self.dataset, sql).await
+    }
+
+    /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
+    pub async fn aggregate(&mut self, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+        self.connector
+            .aggregate_on(&mut self.lease, &self.dataset, sql, key_classes)
+            .await
+    }
+
+    pub async fn query_text(&mut self, sql: &str) -> Result<Option<String>> {
+        self.connector
+            .query_text_on(&mut self.lease, &self.dataset, sql)
+            .await
+    }
+
+    /// Ends the transaction and returns the connection to the pool.
+    pub async fn finish(self) -> Result<()> {
+        let Session { lease, dataset, .. } = self;
+        lease.finish(&dataset).await
     }
 }
 

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use futures::TryStreamExt;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
@@ -16,7 +16,7 @@ use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
 pub struct MySqlConnector {
-    pool: MySqlPool,
+    pub(super) pool: MySqlPool,
     pub dialect: MySql,
 }
 
@@ -59,11 +59,6 @@ fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
 }
 
 impl MySqlConnector {
-    /// Connects once outside the pool (see [`super::Connector::ping`]).
-    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
-        super::connect_once(&self.pool).await
-    }
-
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<MySqlConnector> {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let opts = MySqlConnectOptions::from_str(&url)
@@ -78,10 +73,15 @@ impl MySqlConnector {
         Ok(MySqlConnector { pool, dialect: MySql })
     }
 
-    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+    pub async fn describe(
+        &self,
+        conn: &mut MySqlConnection,
+        dataset: &str,
+        source: &Source,
+    ) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
         let version: String = sqlx::query_scalar("SELECT VERSION()")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         let mut columns = Vec::new();
@@ -100,7 +100,7 @@ impl MySqlConnector {
                 )
                 .bind(schema.as_deref())
                 .bind(&table)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *conn)
                 .await
                 .map_err(db)?;
                 let mut found = Vec::with_capacity(rows.len());
@@ -122,7 +122,7 @@ impl MySqlConnector {
                     )
                     .bind(schema.as_deref())
                     .bind(&table)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *conn)
                     .await
                     .map_err(db)?;
                     for r in checks {
@@ -148,14 +148,14 @@ impl MySqlConnector {
                 )
                 .bind(schema.as_deref())
                 .bind(&table)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *conn)
                 .await
                 .map_err(db)?;
                 row_estimate = est.and_then(|r| get_i64(&r, 0)).unwrap_or(0).max(0) as u64;
             }
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
-                let described = (&self.pool)
+                let described = conn
                     .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                     .await
                     .map_err(db)?;
@@ -180,8 +180,10 @@ impl MySqlConnector {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &self,
+        conn: &mut MySqlConnection,
         dataset: &str,
         sql: &Sql,
         cols: &[BoundColumn],
@@ -190,7 +192,7 @@ impl MySqlConnector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&self.pool);
+        let mut rows = q.fetch(&mut *conn);
         while let Some(row) = rows
             .try_next()
             .await
@@ -205,10 +207,10 @@ impl MySqlConnector {
         Ok(())
     }
 
-    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+    pub async fn count(&self, conn: &mut MySqlConnection, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let row = q
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
@@ -216,13 +218,14 @@ impl MySqlConnector {
 
     pub async fn aggregate(
         &self,
+        conn: &mut MySqlConnection,
         dataset: &str,
         sql: &Sql,
         key_classes: &[TypeClass],
     ) -> Result<Vec<AggRow>> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let rows = q
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         let db = |e| AgentError::from_db(dataset, e);
@@ -238,9 +241,14 @@ impl MySqlConnector {
             .collect()
     }
 
-    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+    pub async fn query_text(
+        &self,
+        conn: &mut MySqlConnection,
+        dataset: &str,
+        sql: &str,
+    ) -> Result<Option<String>> {
         let row = sqlx::query(AssertSqlSafe(sql.to_string()))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         get_text(&row, 0).map_err(|e| AgentError::from_db(dataset, e))

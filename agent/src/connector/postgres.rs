@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use futures::TryStreamExt;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
@@ -15,7 +15,7 @@ use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
 pub struct PgConnector {
-    pool: PgPool,
+    pub(super) pool: PgPool,
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
@@ -63,11 +63,6 @@ impl PgConnector {
         crate::dialect::postgres::for_version("14")
     }
 
-    /// Connects once outside the pool (see [`super::Connector::ping`]).
-    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
-        super::connect_once(&self.pool).await
-    }
-
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {
@@ -83,14 +78,19 @@ impl PgConnector {
         Ok(PgConnector { pool })
     }
 
-    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+    pub async fn describe(
+        &self,
+        conn: &mut PgConnection,
+        dataset: &str,
+        source: &Source,
+    ) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
         let version: String = sqlx::query_scalar("SHOW server_version")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         let encoding: String = sqlx::query_scalar("SHOW server_encoding")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         if encoding != "UTF8" {
@@ -114,7 +114,7 @@ impl PgConnector {
                      ORDER BY a.attnum",
                 )
                 .bind(&rel)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| match &e {
                     sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => {
@@ -137,14 +137,14 @@ impl PgConnector {
                 }
                 let est: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
                     .bind(&rel)
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *conn)
                     .await
                     .map_err(db)?;
                 row_estimate = est.max(0.0) as u64;
             }
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(self.dialect(), source));
-                let described = (&self.pool)
+                let described = conn
                     .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                     .await
                     .map_err(db)?;
@@ -172,8 +172,10 @@ impl PgConnector {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &self,
+        conn: &mut PgConnection,
         dataset: &str,
         sql: &Sql,
         cols: &[BoundColumn],
@@ -182,10 +184,12 @@ impl PgConnector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         if sql.binds.is_empty() {
-            return self.scan_copy(dataset, &sql.text, cols, key_len, reread, f).await;
+            return self
+                .scan_copy(conn, dataset, &sql.text, cols, key_len, reread, f)
+                .await;
         }
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&self.pool);
+        let mut rows = q.fetch(&mut *conn);
         while let Some(row) = rows
             .try_next()
             .await
@@ -202,9 +206,13 @@ impl PgConnector {
 
     /// Streams a bind-free SELECT through `COPY (...) TO STDOUT` in text format: one
     /// protocol message per row and no per-column decoding in the driver, about twice
-    /// as fast as a row fetch (docs/performance.md).
+    /// as fast as a row fetch (docs/performance.md). A COPY stopped early leaves the
+    /// rest of its rows on the connection: its lease then closes it (never returns it
+    /// to the pool), also when the call is cancelled and this future dropped.
+    #[allow(clippy::too_many_arguments)]
     async fn scan_copy(
         &self,
+        conn: &mut PgConnection,
         dataset: &str,
         select: &str,
         cols: &[BoundColumn],
@@ -213,49 +221,32 @@ impl PgConnector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let db = |e| AgentError::from_db(dataset, e);
-        // a COPY stopped early leaves the rest of its rows on the connection, so unless
-        // it completes the connection is closed, never returned to the pool: also when
-        // the call is cancelled (the coordinator went away) and this future is dropped
-        let mut conn = CloseUnlessDone(Some(self.pool.acquire().await.map_err(db)?));
-        let result = async {
-            let mut stream = conn
-                .get()
-                .copy_out_raw(&format!("COPY ({select}) TO STDOUT"))
-                .await
-                .map_err(db)?;
-            let mut pending: Vec<u8> = Vec::new();
-            while let Some(chunk) = stream.try_next().await.map_err(db)? {
-                pending.extend_from_slice(&chunk);
-                let mut start = 0;
-                while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
-                    let fields = copy_fields(dataset, &pending[start..start + n], cols.len())?;
-                    f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
-                    start += n + 1;
-                }
-                pending.drain(..start);
+        let mut stream = conn
+            .copy_out_raw(&format!("COPY ({select}) TO STDOUT"))
+            .await
+            .map_err(db)?;
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.try_next().await.map_err(db)? {
+            pending.extend_from_slice(&chunk);
+            let mut start = 0;
+            while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
+                let fields = copy_fields(dataset, &pending[start..start + n], cols.len())?;
+                f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
+                start += n + 1;
             }
-            if pending.is_empty() {
-                Ok(())
-            } else {
-                Err(copy_error(dataset))
-            }
+            pending.drain(..start);
         }
-        .await;
-        match result {
-            Ok(()) => conn.done(),
-            Err(_) => {
-                if let Some(c) = conn.0.take() {
-                    let _ = c.close().await;
-                }
-            }
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(copy_error(dataset))
         }
-        result
     }
 
-    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+    pub async fn count(&self, conn: &mut PgConnection, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let row = q
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
@@ -263,13 +254,14 @@ impl PgConnector {
 
     pub async fn aggregate(
         &self,
+        conn: &mut PgConnection,
         dataset: &str,
         sql: &Sql,
         key_classes: &[TypeClass],
     ) -> Result<Vec<AggRow>> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let rows = q
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         rows.iter()
@@ -283,35 +275,16 @@ impl PgConnector {
             .collect()
     }
 
-    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+    pub async fn query_text(
+        &self,
+        conn: &mut PgConnection,
+        dataset: &str,
+        sql: &str,
+    ) -> Result<Option<String>> {
         sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(sql.to_string()))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))
-    }
-}
-
-/// A pooled connection that is closed when dropped unless [`CloseUnlessDone::done`]
-/// returned it: a dropped future (a cancelled call) cannot leave a half-read COPY on a
-/// connection the pool hands out again.
-struct CloseUnlessDone(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
-
-impl CloseUnlessDone {
-    fn get(&mut self) -> &mut sqlx::pool::PoolConnection<sqlx::Postgres> {
-        self.0.as_mut().expect("the connection is held until done")
-    }
-
-    /// The COPY completed: the connection goes back to the pool.
-    fn done(mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for CloseUnlessDone {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            c.close_on_drop();
-        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use futures::TryStreamExt;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Column, Row, Statement, TypeInfo, ValueRef};
 use tally_common::canonical::{Value, canonical_value};
 use tally_common::segment::KeyPart;
@@ -16,7 +16,7 @@ use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, canonical_error};
 
 pub struct SqliteConnector {
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
     pub dialect: Sqlite,
 }
 
@@ -34,11 +34,6 @@ fn bind_all<'q>(
 }
 
 impl SqliteConnector {
-    /// Connects once outside the pool (see [`super::Connector::ping`]).
-    pub async fn ping(&self) -> std::result::Result<(), sqlx::Error> {
-        super::connect_once(&self.pool).await
-    }
-
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<SqliteConnector> {
         let opts = SqliteConnectOptions::from_str(url)
             .map_err(|_| {
@@ -57,7 +52,12 @@ impl SqliteConnector {
         })
     }
 
-    pub async fn describe(&self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+    pub async fn describe(
+        &self,
+        conn: &mut SqliteConnection,
+        dataset: &str,
+        source: &Source,
+    ) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
         let mut columns = Vec::new();
         match source {
@@ -73,7 +73,7 @@ impl SqliteConnector {
                     self.dialect_quote(table)
                 );
                 let rows = sqlx::query(AssertSqlSafe(sql))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *conn)
                     .await
                     .map_err(db)?;
                 for r in rows {
@@ -93,7 +93,7 @@ impl SqliteConnector {
             Source::Query(_) => {
                 let sql = format!("SELECT * FROM {} LIMIT 0", relation(&self.dialect, source));
                 let described =
-                    sqlx::Executor::prepare(&self.pool, sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
+                    sqlx::Executor::prepare(&mut *conn, sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                         .await
                         .map_err(db)?;
                 for c in described.columns() {
@@ -113,7 +113,7 @@ impl SqliteConnector {
                     relation(&self.dialect, source)
                 );
                 sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *conn)
                     .await
                     .unwrap_or(0)
                     .max(0) as u64
@@ -121,7 +121,7 @@ impl SqliteConnector {
             Source::Query(_) => 0,
         };
         let version: String = sqlx::query_scalar("SELECT sqlite_version()")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         Ok(DatasetInfo {
@@ -140,6 +140,7 @@ impl SqliteConnector {
 
     pub async fn scan(
         &self,
+        conn: &mut SqliteConnection,
         dataset: &str,
         sql: &Sql,
         cols: &[BoundColumn],
@@ -147,7 +148,7 @@ impl SqliteConnector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&self.pool);
+        let mut rows = q.fetch(&mut *conn);
         while let Some(row) = rows
             .try_next()
             .await
@@ -158,19 +159,24 @@ impl SqliteConnector {
         Ok(())
     }
 
-    pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
+    pub async fn count(&self, conn: &mut SqliteConnection, dataset: &str, sql: &Sql) -> Result<u64> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let row = q
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         let n: i64 = row.try_get(0).map_err(|e| AgentError::from_db(dataset, e))?;
         Ok(n.max(0) as u64)
     }
 
-    pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
+    pub async fn query_text(
+        &self,
+        conn: &mut SqliteConnection,
+        dataset: &str,
+        sql: &str,
+    ) -> Result<Option<String>> {
         sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(sql.to_string()))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))
     }

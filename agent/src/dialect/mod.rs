@@ -15,7 +15,7 @@ pub mod sqlite;
 
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::period::Granularity;
-use tally_common::segment::{KeyPart, KeyTuple, Period, Segment};
+use tally_common::segment::{KeyPart, KeyTuple, Period, Segment, Window};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
@@ -81,6 +81,11 @@ pub trait Dialect: Sync {
     fn int_text(&self, e: &str) -> String;
     /// Appended to a subquery so the engine computes its columns once instead of
     /// substituting their expressions into every use (PostgreSQL: `OFFSET 0`).
+    /// A text expression compared bytewise (by UTF-8 bytes), whatever the column's or
+    /// the database's collation: window bounds compare canonical texts this way.
+    fn bytewise(&self, e: &str) -> String {
+        e.to_string()
+    }
     fn fence(&self) -> &'static str {
         ""
     }
@@ -240,6 +245,78 @@ fn period_condition(b: &mut Binder<'_>, seg: &Segment, cols: &[BoundColumn]) -> 
     })
 }
 
+/// The bound of a run's window, as the agent compares it: an integer by value, any
+/// other class by the canonical text of the bound at the column's resolved format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowBound {
+    Int(i64),
+    Text(String),
+}
+
+/// The window column of a request (it must be among the request's columns) and its
+/// bound; an error names what is wrong with either.
+pub fn window_bound(cols: &[BoundColumn], w: &Window) -> Result<(usize, WindowBound), String> {
+    let i = cols
+        .iter()
+        .position(|c| c.info.name.eq_ignore_ascii_case(&w.column))
+        .ok_or_else(|| format!("the window column {} is not among the compared columns", w.column))?;
+    let f = &cols[i].spec.format;
+    let bound = match f.class {
+        TypeClass::Integer => WindowBound::Int(w.upper.parse().map_err(|_| {
+            format!(
+                "window.upper {:?} is not a 64-bit integer (column {} is an integer)",
+                w.upper, w.column
+            )
+        })?),
+        TypeClass::Date | TypeClass::Timestamp | TypeClass::TimestampTz => {
+            match tally_common::canonical::canonical_from_text(f, Some(&w.upper)) {
+                Ok(Some(t)) if !t.contains("infinity") => WindowBound::Text(t),
+                Ok(_) => return Err(format!("window.upper {:?} is not a finite {}", w.upper, f.class)),
+                Err(e) => return Err(format!("window.upper {:?} is not a {}: {e}", w.upper, f.class)),
+            }
+        }
+        c => {
+            return Err(format!(
+                "the window column {} is compared as {c}; a window needs an integer, date or timestamp column",
+                w.column
+            ));
+        }
+    };
+    Ok((i, bound))
+}
+
+impl WindowBound {
+    /// Whether a row whose window column has this canonical text is in the window:
+    /// NULL never is (as `NULL <= x` is not true in SQL).
+    pub fn keeps(&self, field: Option<&str>) -> bool {
+        match (self, field) {
+            (_, None) => false,
+            // an unsigned 64-bit value is above every i64 bound
+            (WindowBound::Int(n), Some(v)) => v.parse::<i128>().is_ok_and(|v| v <= i128::from(*n)),
+            (WindowBound::Text(t), Some(v)) => v.as_bytes() <= t.as_bytes(),
+        }
+    }
+}
+
+/// The condition of a segment's window, where the engine renders the column's
+/// canonical text (otherwise the agent filters in-process, and pushdown is off).
+fn window_condition(b: &mut Binder<'_>, seg: &Segment, cols: &[BoundColumn]) -> Option<String> {
+    let w = seg.window.as_ref()?;
+    let (i, bound) = window_bound(cols, w).ok()?;
+    let c = &cols[i];
+    Some(match bound {
+        WindowBound::Int(n) => {
+            let p = b.bind(KeyPart::Int(n), &c.info);
+            format!("{} <= {p}", b.d.quote(&c.info.name))
+        }
+        WindowBound::Text(t) => {
+            let e = b.d.canonical_expr(c)?;
+            let p = b.text(&t);
+            format!("{} <= {}", b.d.bytewise(&e), b.d.bytewise(&p))
+        }
+    })
+}
+
 fn where_clause(conds: &[String]) -> String {
     if conds.is_empty() {
         String::new()
@@ -336,6 +413,8 @@ fn fetch_rows_with(
         .collect();
     let mut conds = range_conditions(&mut b, seg, key);
     conds.extend(period_condition(&mut b, seg, cols));
+    // where SQL cannot render it, the agent filters (it always checks again)
+    conds.extend(window_condition(&mut b, seg, cols));
     let mut text = format!(
         "SELECT {} FROM {}{}",
         select.join(", "),
@@ -348,18 +427,28 @@ fn fetch_rows_with(
     Sql { text, binds: b.binds }
 }
 
-/// `SELECT COUNT(*)` of a segment's key range.
-pub fn count_rows(d: &dyn Dialect, source: &Source, key: &[&ColumnInfo], seg: &Segment) -> Sql {
+/// `SELECT COUNT(*)` of a segment's key range and window; `None` where the engine
+/// cannot render the window (the rows are then counted by a scan).
+pub fn count_rows(
+    d: &dyn Dialect,
+    source: &Source,
+    key: &[&ColumnInfo],
+    cols: &[BoundColumn],
+    seg: &Segment,
+) -> Option<Sql> {
     let mut b = Binder::new(d);
-    let conds = range_conditions(&mut b, seg, key);
-    Sql {
+    let mut conds = range_conditions(&mut b, seg, key);
+    if seg.window.is_some() {
+        conds.push(window_condition(&mut b, seg, cols)?);
+    }
+    Some(Sql {
         text: format!(
             "SELECT COUNT(*) FROM {}{}",
             relation(d, source),
             where_clause(&conds)
         ),
         binds: b.binds,
-    }
+    })
 }
 
 /// Ready-to-run SQL a person can paste to see a segment's rows (bounds inlined as
@@ -393,6 +482,16 @@ pub fn investigation_sql(
         }
     }
     conds.extend(period_condition(&mut b, seg, cols));
+    if let Some(w) = &seg.window {
+        match window_condition(&mut b, seg, cols) {
+            Some(c) => conds.push(c),
+            None => note.push_str(&format!(
+                "-- the run's window ({} <= {}) is compared on canonical text, which this engine's SQL does not render: \
+                 these are every row of the range\n",
+                w.column, w.upper
+            )),
+        }
+    }
     let mut text = format!(
         "{note}SELECT {} FROM {}{} ORDER BY {}",
         cols.iter()
@@ -505,6 +604,9 @@ pub fn aggregate(
         if seg.period.is_some() {
             conds.push(period_condition(&mut b, seg, cols)?);
         }
+        if seg.window.is_some() {
+            conds.push(window_condition(&mut b, seg, cols)?);
+        }
         // fenced: the row hash feeds SUM and XOR, and must be computed once per row
         arms.push(format!(
             "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}{}",
@@ -574,6 +676,9 @@ pub fn aggregate_periods(
     }
     if seg.period.is_some() {
         conds.push(period_condition(&mut b, seg, cols)?);
+    }
+    if seg.window.is_some() {
+        conds.push(window_condition(&mut b, seg, cols)?);
     }
     let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
     let text = format!(

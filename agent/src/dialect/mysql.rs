@@ -100,6 +100,10 @@ impl Dialect for MySql {
         }
     }
 
+    fn bytewise(&self, e: &str) -> String {
+        format!("CAST(CONVERT({e} USING utf8mb4) AS BINARY)")
+    }
+
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
             TypeClass::Text => format!("CAST(CONVERT({} USING utf8mb4) AS BINARY)", self.quote(&col.name)),

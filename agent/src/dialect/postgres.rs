@@ -144,6 +144,10 @@ impl Dialect for Postgres {
         }
     }
 
+    fn bytewise(&self, e: &str) -> String {
+        format!("({e}) COLLATE \"C\"")
+    }
+
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
             // enums and network types take no collation: their text does

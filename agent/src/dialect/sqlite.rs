@@ -59,6 +59,10 @@ impl Dialect for Sqlite {
         }
     }
 
+    fn bytewise(&self, e: &str) -> String {
+        format!("({e}) COLLATE BINARY")
+    }
+
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
             // BINARY is memcmp: bytewise, whatever collation the column declares
@@ -149,6 +153,7 @@ mod tests {
             upper: None,
             hash: None,
             period: None,
+            window: None,
         };
         let src = Source::Table(vec!["main".into(), "or\"ders".into()]);
         let sql = fetch_rows(&Sqlite, &src, &cols, &key, &seg, FetchShape::Raw, true);
@@ -162,8 +167,10 @@ mod tests {
             &Sqlite,
             &Source::Query("SELECT * FROM t".into()),
             &key,
+            &cols,
             &Segment::whole(),
-        );
+        )
+        .unwrap();
         assert_eq!(
             count.text,
             "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\""

@@ -91,15 +91,89 @@ impl Engine {
             )
             .into());
         }
-        let sealed = resolved.method.is_sealed();
         self.resolved = Some(resolved);
         self.described = Some((s, t));
+        match &self.spec.window {
+            // the bound is the clock minus the lag: read once, recorded, fixed
+            Some(w) if w.lag.is_some() => {
+                self.window_column()?;
+                self.ask(out, Command::ReadClock);
+                Ok(())
+            }
+            Some(_) => {
+                self.fix_window(out, None)?;
+                self.after_window(out)
+            }
+            None => self.after_window(out),
+        }
+    }
+
+    pub(super) fn on_clock(&mut self, out: &mut Out, unix_ms: i64) -> Step {
+        self.fix_window(out, Some(unix_ms))?;
+        self.after_window(out)
+    }
+
+    fn after_window(&mut self, out: &mut Out) -> Step {
+        let sealed = self.resolved.as_ref().expect("resolved").method.is_sealed();
         if sealed {
             self.ask(out, Command::DrawNonce);
             Ok(())
         } else {
             self.begin_drill(out)
         }
+    }
+
+    /// The window's column among the resolved ones (key or compared), and its class.
+    fn window_column(&self) -> Result<(String, TypeClass), RunError> {
+        let w = self.spec.window.as_ref().expect("a window");
+        let r = self.resolved.as_ref().expect("resolved");
+        let c = r
+            .columns
+            .iter()
+            .find(|c| c.source_name.eq_ignore_ascii_case(&w.column))
+            .ok_or_else(|| {
+                RunError::Config(format!(
+                    "window.column {} is not among the compared columns ({}): a window filters by the \
+                     column's canonical value, so both sides must have and compare it",
+                    w.column,
+                    r.columns
+                        .iter()
+                        .map(|c| c.source_name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        match c.format.class {
+            TypeClass::Integer | TypeClass::Date | TypeClass::Timestamp | TypeClass::TimestampTz => {
+                Ok((c.source_name.clone(), c.format.class))
+            }
+            other => Err(RunError::Config(format!(
+                "window.column {} is compared as {other}; a window needs an integer, date or timestamp column",
+                w.column
+            ))),
+        }
+    }
+
+    /// Fixes the run's window from `as_of`, or from the clock (`now_ms`) minus `lag`.
+    fn fix_window(&mut self, out: &mut Out, now_ms: Option<i64>) -> Step {
+        let w = self.spec.window.clone().expect("a window");
+        let (column, class) = self.window_column()?;
+        let (s, _) = self.described.as_ref().expect("described");
+        let upper = window_upper(&w, class, now_ms, &s.time_zone)?;
+        self.say(
+            out,
+            match &w.lag {
+                Some(l) => format!("window: {column} <= {upper} (the clock minus {l}, fixed for the run)"),
+                None => format!("window: {column} <= {upper}"),
+            },
+        );
+        self.res.window = Some(crate::result::WindowOut {
+            column: column.clone(),
+            upper: upper.clone(),
+            lag: w.lag.clone(),
+        });
+        self.window = Some(tally_common::segment::Window { column, upper });
+        Ok(())
     }
 
     /// resolve checked that both sides offer a zone key for a sealed method.
@@ -138,6 +212,7 @@ impl Engine {
             time: self.time_split()?,
             int_range: int_range(s, t),
             first_factor: first_level_factor(s.row_estimate.max(t.row_estimate), b.threshold, b.factor),
+            window: self.window.clone(),
         };
         self.planner = Some(Planner::new(params));
         self.next_level(out)
@@ -477,5 +552,164 @@ impl Engine {
             return self.ask_sql(out);
         }
         Ok(())
+    }
+}
+
+/// The offset in seconds of an agent's `time_zone` (`UTC` or `±HH:MM`; 0 otherwise).
+fn zone_seconds(tz: &str) -> i64 {
+    let t = tz.trim();
+    let b = t.as_bytes();
+    if b.len() != 6 || !matches!(b[0], b'+' | b'-') || b[3] != b':' {
+        return 0;
+    }
+    let (Ok(h), Ok(m)) = (t[1..3].parse::<i64>(), t[4..6].parse::<i64>()) else {
+        return 0;
+    };
+    let s = h * 3600 + m * 60;
+    if b[0] == b'-' { -s } else { s }
+}
+
+/// A window's bound in the column's compared class: `as_of` checked and normalised
+/// (timestamps to nanosecond digits, which each agent cuts to the column's
+/// precision), or the clock minus `lag` (a naive timestamp or a date in the source
+/// agent's `time_zone`, a timestamptz in UTC).
+fn window_upper(
+    w: &crate::spec::WindowSpec,
+    class: TypeClass,
+    now_ms: Option<i64>,
+    source_zone: &str,
+) -> Result<String, RunError> {
+    use tally_common::canonical::{FieldFormat, MAX_TIME_PRECISION, canonical_from_text};
+    let config = |m: String| RunError::Config(m);
+    if let Some(a) = &w.as_of {
+        let text = a.text();
+        if class == TypeClass::Integer {
+            return text.trim().parse::<i64>().map(|n| n.to_string()).map_err(|_| {
+                config(format!(
+                    "window.as_of {text:?}: the column {} is an integer",
+                    w.column
+                ))
+            });
+        }
+        let f = FieldFormat::new(class).with_scale(MAX_TIME_PRECISION);
+        return match canonical_from_text(&f, Some(text.trim())) {
+            Ok(Some(t)) if !t.contains("infinity") => Ok(t),
+            Ok(_) => Err(config(format!("window.as_of {text:?} is not a finite {class}"))),
+            Err(e) => Err(config(format!(
+                "window.as_of {text:?} is not a {class} (the column {} compares as {class}): {e}",
+                w.column
+            ))),
+        };
+    }
+    let lag = w
+        .lag
+        .as_deref()
+        .and_then(crate::spec::parse_duration)
+        .expect("validated: as_of or a lag");
+    if class == TypeClass::Integer {
+        return Err(config(format!(
+            "window.lag needs a date or timestamp column; {} is an integer: set window.as_of",
+            w.column
+        )));
+    }
+    let now_ms = now_ms.expect("the clock is read for a lag");
+    let zone = if class == TypeClass::TimestampTz {
+        0
+    } else {
+        zone_seconds(source_zone)
+    };
+    let ms = now_ms - (lag as i64) * 1000 + zone * 1000;
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, mo, d) = tally_common::civil::civil_from_days(days);
+    let mut out = String::new();
+    tally_common::civil::push_year(&mut out, y);
+    out.push_str(&format!("-{mo:02}-{d:02}"));
+    if class != TypeClass::Date {
+        let secs = in_day / 1000;
+        out.push_str(&format!(
+            "T{:02}:{:02}:{:02}.{:03}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60,
+            in_day % 1000
+        ));
+        if class == TypeClass::TimestampTz {
+            out.push('Z');
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::{TypeClass, window_upper};
+    use crate::spec::{AsOf, WindowSpec};
+
+    fn w(as_of: Option<AsOf>, lag: Option<&str>) -> WindowSpec {
+        WindowSpec {
+            column: "at".into(),
+            as_of,
+            lag: lag.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn bounds_are_normalised_in_the_columns_class() {
+        let text = |t: &str| Some(AsOf::Text(t.into()));
+        let tz = window_upper(
+            &w(text("2026-12-01T01:30:00+02:00"), None),
+            TypeClass::TimestampTz,
+            None,
+            "UTC",
+        );
+        assert_eq!(tz.unwrap(), "2026-11-30T23:30:00.000000000Z");
+        let naive = window_upper(
+            &w(text("2026-12-01 01:30:00.5"), None),
+            TypeClass::Timestamp,
+            None,
+            "UTC",
+        );
+        assert_eq!(naive.unwrap(), "2026-12-01T01:30:00.500000000");
+        assert!(
+            window_upper(
+                &w(text("2026-12-01T01:30:00Z"), None),
+                TypeClass::Timestamp,
+                None,
+                "UTC"
+            )
+            .is_err()
+        );
+        assert!(
+            window_upper(
+                &w(text("2026-12-01 01:30:00"), None),
+                TypeClass::TimestampTz,
+                None,
+                "UTC"
+            )
+            .is_err()
+        );
+        assert_eq!(
+            window_upper(&w(text("2026-12-01"), None), TypeClass::Date, None, "UTC").unwrap(),
+            "2026-12-01"
+        );
+        assert!(window_upper(&w(text("infinity"), None), TypeClass::Timestamp, None, "UTC").is_err());
+        assert_eq!(
+            window_upper(&w(Some(AsOf::Int(-7)), None), TypeClass::Integer, None, "UTC").unwrap(),
+            "-7"
+        );
+        assert!(window_upper(&w(text("1.5"), None), TypeClass::Integer, None, "UTC").is_err());
+    }
+
+    #[test]
+    fn a_lag_is_the_clock_minus_it_in_the_right_zone() {
+        // 2025-12-01T12:00:00.250Z
+        let now = Some(1_764_590_400_250);
+        let lag = |class, zone| window_upper(&w(None, Some("1h30m")), class, now, zone).unwrap();
+        assert_eq!(lag(TypeClass::TimestampTz, "+05:00"), "2025-12-01T10:30:00.250Z");
+        assert_eq!(lag(TypeClass::Timestamp, "UTC"), "2025-12-01T10:30:00.250");
+        assert_eq!(lag(TypeClass::Timestamp, "+02:00"), "2025-12-01T12:30:00.250");
+        assert_eq!(lag(TypeClass::Timestamp, "-11:00"), "2025-11-30T23:30:00.250");
+        assert_eq!(lag(TypeClass::Date, "-11:00"), "2025-11-30");
+        assert!(window_upper(&w(None, Some("5m")), TypeClass::Integer, now, "UTC").is_err());
     }
 }

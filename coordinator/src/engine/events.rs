@@ -51,6 +51,10 @@ pub enum Event {
         #[serde(with = "hex_nonce")]
         nonce: [u8; NONCE_LEN],
     },
+    /// The coordinator's clock, read once for a window's `lag` (a resumed run keeps it).
+    ClockRead { unix_ms: i64 },
+    /// The wait before confirm round `round` is over.
+    Waited { round: u32 },
     /// One side's aggregate of drill level `level`.
     Aggregated {
         level: u32,
@@ -58,8 +62,11 @@ pub enum Event {
         response: AggregateResponse,
         elapsed_ms: u64,
     },
-    /// One side's (key hash, row hash) pairs of rows-phase range `range`.
+    /// One side's (key hash, row hash) pairs of rows-phase range `range` (in confirm
+    /// round `round`; 0 for the rows phase itself).
     Digests {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
         range: usize,
         side: Side,
         #[serde(with = "packed_digests")]
@@ -95,6 +102,8 @@ impl Event {
         match self {
             Event::Described { .. } => "described",
             Event::NonceDrawn { .. } => "nonce_drawn",
+            Event::ClockRead { .. } => "clock_read",
+            Event::Waited { .. } => "waited",
             Event::Aggregated { .. } => "aggregated",
             Event::Digests { .. } => "digests",
             Event::Revealed { .. } => "revealed",
@@ -110,8 +119,12 @@ impl Event {
         vec![match self {
             Event::Described { .. } => Call::Describe,
             Event::NonceDrawn { .. } => Call::Nonce,
+            Event::ClockRead { .. } => Call::Clock,
+            Event::Waited { round } => Call::Wait(*round),
             Event::Aggregated { level, side, .. } => Call::Aggregate(*level, *side),
-            Event::Digests { range, side, .. } => Call::Digests(*range, *side),
+            Event::Digests {
+                round, range, side, ..
+            } => Call::Digests(*round, *range, *side),
             Event::Revealed { range, side, .. } => Call::Reveal(*range, *side),
             Event::RevealedBoth { range, .. } => {
                 return vec![
@@ -134,16 +147,22 @@ pub enum Command {
     Describe { source: String, target: String },
     /// Draw a run nonce; answered by `nonce_drawn`.
     DrawNonce,
+    /// Read the clock (a window's `lag`); answered by `clock_read`.
+    ReadClock,
     Aggregate {
         level: u32,
         side: Side,
         request: AggregateRequest,
     },
     RowDigests {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
         range: usize,
         side: Side,
         request: RowDigestsRequest,
     },
+    /// Wait `ms` milliseconds before confirm round `round`; answered by `waited`.
+    Wait { round: u32, ms: u64 },
     /// RevealRows when `rows`, else RevealKeys.
     Reveal {
         range: usize,
@@ -171,8 +190,12 @@ impl Command {
         Some(match self {
             Command::Describe { .. } => Call::Describe,
             Command::DrawNonce => Call::Nonce,
+            Command::ReadClock => Call::Clock,
             Command::Aggregate { level, side, .. } => Call::Aggregate(*level, *side),
-            Command::RowDigests { range, side, .. } => Call::Digests(*range, *side),
+            Command::RowDigests {
+                round, range, side, ..
+            } => Call::Digests(*round, *range, *side),
+            Command::Wait { round, .. } => Call::Wait(*round),
             Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
@@ -185,8 +208,11 @@ impl Command {
 pub enum Call {
     Describe,
     Nonce,
+    Clock,
+    Wait(u32),
     Aggregate(u32, Side),
-    Digests(usize, Side),
+    /// (confirm round, range, side)
+    Digests(u32, usize, Side),
     Reveal(usize, Side),
     Sql(usize, Side),
 }
@@ -196,8 +222,11 @@ impl std::fmt::Display for Call {
         match self {
             Call::Describe => write!(f, "describe"),
             Call::Nonce => write!(f, "the run nonce"),
+            Call::Clock => write!(f, "the clock"),
             Call::Aggregate(l, s) => write!(f, "the {} aggregate of level {l}", s.name()),
-            Call::Digests(r, s) => write!(f, "the {} digests of range {r}", s.name()),
+            Call::Digests(0, r, s) => write!(f, "the {} digests of range {r}", s.name()),
+            Call::Digests(n, r, s) => write!(f, "the {} digests of range {r} in confirm round {n}", s.name()),
+            Call::Wait(n) => write!(f, "the wait before confirm round {n}"),
             Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
         }
@@ -253,4 +282,8 @@ mod packed_digests {
             })
             .collect()
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

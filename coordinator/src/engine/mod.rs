@@ -49,6 +49,9 @@ pub struct Engine {
     described: Option<(Describe, Describe)>,
     resolved: Option<Resolved>,
     seals: Option<Seals>,
+    /// The run's window, fixed once (DESIGN §5): every level-1 segment carries it.
+    #[serde(default)]
+    window: Option<tally_common::segment::Window>,
     planner: Option<Planner>,
     /// The drill's leaves and totals are in `res` (done once, after the drill or when
     /// it stops).
@@ -82,9 +85,11 @@ pub fn empty_result(spec: &Spec) -> RunResult {
             dataset: spec.target.dataset.clone(),
             ..Default::default()
         },
+        window: None,
         levels: Vec::new(),
         leaves: Vec::new(),
         differences: None,
+        in_flight: None,
         duplicate_keys: None,
         difference_counts: None,
         truncated: false,
@@ -110,6 +115,7 @@ impl Engine {
             described: None,
             resolved: None,
             seals: None,
+            window: None,
             planner: None,
             leaves_reported: false,
             level: None,
@@ -244,6 +250,7 @@ impl Engine {
         let outcome = match event {
             Event::Described { source, target } => self.on_described(&mut out, *source, *target),
             Event::NonceDrawn { nonce } => self.on_nonce(&mut out, nonce),
+            Event::ClockRead { unix_ms } => self.on_clock(&mut out, unix_ms),
             Event::Aggregated {
                 level,
                 side,
@@ -252,8 +259,20 @@ impl Engine {
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
             Event::Digests {
-                range, side, digests, ..
+                round: 0,
+                range,
+                side,
+                digests,
+                ..
             } => self.on_digests(&mut out, range, side, digests),
+            Event::Digests {
+                round,
+                range,
+                side,
+                digests,
+                ..
+            } => self.on_confirm_digests(&mut out, round, range, side, digests),
+            Event::Waited { round } => self.on_waited(&mut out, round),
             Event::Revealed {
                 range,
                 side,

@@ -3,7 +3,7 @@
 //! the differing rows only, range by range, and the differences. The classification
 //! and reveal logic itself is [`crate::rows`]; this is its bookkeeping.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
@@ -13,7 +13,7 @@ use tally_common::wire::{RevealRequest, RevealResponse, RevealedRow, RowDigest, 
 use super::drill::LEAVES_IN_FLIGHT;
 use super::{Command, Engine, Out, Side, Step};
 use crate::planner::rows_batches;
-use crate::result::{Difference, DuplicateKeys};
+use crate::result::{DiffCounts, Difference, DuplicateKeys};
 use crate::rows::{self, Classified, Classifier, RevealWork};
 
 /// After an early stop, rows are still classified when the differing segments hold at
@@ -61,6 +61,27 @@ pub(super) struct RowsPhase {
     /// Sides whose agent revealed fewer rows than asked (its `max_reveal_rows` budget).
     #[serde(default)]
     cut_short: Vec<Side>,
+    /// Confirm rounds done, the one in progress, and what vanished in them.
+    #[serde(default)]
+    rounds_done: u32,
+    #[serde(default)]
+    confirming: Option<Confirming>,
+    #[serde(default)]
+    in_flight: DiffCounts,
+}
+
+/// One confirm round: after its wait, the digests of every range that holds a finding.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Confirming {
+    round: u32,
+    waited: bool,
+    /// Rows-phase ranges to read again, in order; `asked` of them asked, `done` folded in.
+    ranges: Vec<usize>,
+    asked: usize,
+    done: usize,
+    digests: BTreeMap<usize, Pair<Vec<RowDigest>>>,
+    /// (range, key hash) of every row that still differs in this round.
+    still: BTreeSet<(usize, u64)>,
 }
 
 impl RowsPhase {
@@ -78,6 +99,9 @@ impl RowsPhase {
             reveals: BTreeMap::new(),
             differences: Vec::new(),
             cut_short: Vec::new(),
+            rounds_done: 0,
+            confirming: None,
+            in_flight: DiffCounts::default(),
         }
     }
 }
@@ -242,6 +266,9 @@ impl Engine {
             self.ask_digests(out);
             return Ok(());
         }
+        if self.rows().found.is_none() && !self.confirm_rows(out) {
+            return Ok(());
+        }
         if self.rows().found.is_none() {
             let sample_limit = self.spec.reporting.sample_limit as usize;
             let detailed = self.detailed();
@@ -264,6 +291,146 @@ impl Engine {
                 return Ok(());
             }
         }
+    }
+
+    pub(super) fn on_waited(&mut self, out: &mut Out, round: u32) -> Step {
+        if let Some(c) = self.rows().confirming.as_mut()
+            && c.round == round
+        {
+            c.waited = true;
+        }
+        self.advance_rows(out)
+    }
+
+    pub(super) fn on_confirm_digests(
+        &mut self,
+        out: &mut Out,
+        round: u32,
+        range: usize,
+        side: Side,
+        d: Vec<RowDigest>,
+    ) -> Step {
+        if let Some(c) = self.rows().confirming.as_mut()
+            && c.round == round
+        {
+            put(c.digests.entry(range).or_default(), side, d);
+        }
+        self.advance_rows(out)
+    }
+
+    /// Confirm rounds (DESIGN §5 step 6), between classifying the rows and revealing
+    /// any: each round waits, reads again every range that holds a finding, and keeps
+    /// only the findings that still differ; the others were in flight. True once every
+    /// round is done (or none is due), false while one waits for an answer.
+    fn confirm_rows(&mut self, out: &mut Out) -> bool {
+        let Some(spec) = self.spec.confirm.clone() else {
+            return true;
+        };
+        loop {
+            let rows = self.rows();
+            let Some(c) = rows.confirming.as_mut() else {
+                if rows.rounds_done >= spec.rounds || !rows.classifier.has_findings() {
+                    return true;
+                }
+                let round = rows.rounds_done + 1;
+                let ranges = rows.classifier.ranges_with_findings();
+                let n = ranges.len();
+                rows.confirming = Some(Confirming {
+                    round,
+                    waited: false,
+                    ranges,
+                    asked: 0,
+                    done: 0,
+                    digests: BTreeMap::new(),
+                    still: BTreeSet::new(),
+                });
+                let ms = crate::spec::parse_duration(&spec.after).expect("validated") * 1000;
+                self.say(
+                    out,
+                    format!(
+                        "confirm round {round}/{}: waiting {} before reading the {n} differing ranges again",
+                        spec.rounds, spec.after
+                    ),
+                );
+                self.ask(out, Command::Wait { round, ms });
+                return false;
+            };
+            if !c.waited {
+                return false;
+            }
+            let arrived: Vec<usize> = c
+                .digests
+                .iter()
+                .filter(|(_, p)| matches!(p, (Some(_), Some(_))))
+                .map(|(r, _)| *r)
+                .collect();
+            for range in arrived {
+                let (Some(s), Some(t)) = c.digests.remove(&range).expect("present") else {
+                    unreachable!("both present")
+                };
+                for k in crate::rows::Classifier::differing_keys(&s, &t) {
+                    c.still.insert((range, k));
+                }
+                c.done += 1;
+            }
+            if c.done < c.ranges.len() {
+                self.ask_confirm_digests(out);
+                return false;
+            }
+            let c = rows.confirming.take().expect("in a round");
+            let still: HashSet<(usize, u64)> = c.still.into_iter().collect();
+            let gone = rows.classifier.retain_keys(&still);
+            rows.in_flight.missing_in_target += gone.missing_in_target;
+            rows.in_flight.extra_in_target += gone.extra_in_target;
+            rows.in_flight.changed += gone.changed;
+            rows.rounds_done += 1;
+            let n = gone.missing_in_target + gone.extra_in_target + gone.changed;
+            self.say(
+                out,
+                format!(
+                    "confirm round {}/{}: {n} differing rows agree now (in flight)",
+                    c.round, spec.rounds
+                ),
+            );
+        }
+    }
+
+    /// A confirm round's digests, a few ranges in flight at once.
+    fn ask_confirm_digests(&mut self, out: &mut Out) {
+        let r = self.resolved.as_ref().expect("resolved");
+        let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
+        let rows = self.rows.as_ref().expect("rows phase");
+        let c = rows.confirming.as_ref().expect("in a round");
+        let (from, to) = (c.asked, c.ranges.len().min(c.done + LEAVES_IN_FLIGHT));
+        let round = c.round;
+        for i in from..to.max(from) {
+            let rows = self.rows.as_ref().expect("rows phase");
+            let range = rows.confirming.as_ref().expect("in a round").ranges[i];
+            let segment = rows.ranges[range].clone();
+            for side in [Side::Source, Side::Target] {
+                let request = RowDigestsRequest {
+                    dataset: self.dataset(side),
+                    columns: self.columns(side),
+                    key_len,
+                    method,
+                    segment: segment.clone(),
+                    level,
+                    seal: self.seal(side),
+                    run_id: String::new(),
+                };
+                self.ask(
+                    out,
+                    Command::RowDigests {
+                        round,
+                        range,
+                        side,
+                        request,
+                    },
+                );
+            }
+        }
+        let c = self.rows().confirming.as_mut().expect("in a round");
+        c.asked = c.asked.max(to);
     }
 
     /// Digests of the next ranges while fewer than [`LEAVES_IN_FLIGHT`] wait to be
@@ -290,7 +457,15 @@ impl Engine {
                     // the runtime names the run
                     run_id: String::new(),
                 };
-                self.ask(out, Command::RowDigests { range, side, request });
+                self.ask(
+                    out,
+                    Command::RowDigests {
+                        round: 0,
+                        range,
+                        side,
+                        request,
+                    },
+                );
             }
         }
         let rows = self.rows();
@@ -396,6 +571,22 @@ impl Engine {
         }
         self.res.differences = Some(rows.differences);
         self.res.difference_counts = Some(found.counts);
+        if self.spec.confirm.is_some() {
+            let f = &rows.in_flight;
+            let gone = f.missing_in_target + f.extra_in_target + f.changed;
+            let left = self
+                .res
+                .difference_counts
+                .as_ref()
+                .map_or(0, |c| c.missing_in_target + c.extra_in_target + c.changed);
+            if gone > 0 && left == 0 {
+                self.res.warnings.push(format!(
+                    "every one of the {gone} differing rows agreed again within the confirm rounds: the sides differed \
+                     only by rows in flight (the verdict stays differ: no moment was read at which they were equal)"
+                ));
+            }
+            self.res.in_flight = Some(rows.in_flight);
+        }
         let (dup_source, dup_target) = found.duplicates;
         if dup_source + dup_target > 0 {
             self.res.duplicate_keys = Some(DuplicateKeys {

@@ -278,6 +278,11 @@ impl Runtime<'_> {
                 Command::DrawNonce => Ok(Event::NonceDrawn {
                     nonce: tally_common::seal::run_nonce(),
                 }),
+                Command::ReadClock => Ok(Event::ClockRead {
+                    unix_ms: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64),
+                }),
                 Command::Aggregate {
                     level,
                     side,
@@ -301,7 +306,12 @@ impl Runtime<'_> {
                             elapsed_ms: t0.elapsed().as_millis() as u64,
                         })
                 }
+                Command::Wait { round, ms } => {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    Ok(Event::Waited { round })
+                }
                 Command::RowDigests {
+                    round,
                     range,
                     side,
                     mut request,
@@ -318,6 +328,7 @@ impl Runtime<'_> {
                             Ok(d)
                         })
                         .map(|d| Event::Digests {
+                            round,
                             range,
                             side,
                             digests: d.digests,

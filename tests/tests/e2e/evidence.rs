@@ -201,7 +201,8 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
     assert_eq!(code, 0, "{out}");
     // several levels (a level-2 answer is forged into level 1 below)
     let deep = "name: e2e-deep\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
-                bisection: { strategy: quantile, factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n";
+                bisection: { strategy: quantile, factor: 2, threshold: 2 }\nreporting: { level: with_keys }\n\
+                window: { column: created_at, as_of: '2024-06-30 23:59:59.999999' }\n";
     let run_b = recorded_run(&d, &data, deep);
     let log = d.path().join("log.jsonl");
     let (code, out) = audit(&["export", "--data-dir", &s(&data), "-o", &s(&log)]);
@@ -445,6 +446,24 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
             t
         },
         "verdict",
+    ));
+    // run b has a window: its result with the window struck out claims the whole table
+    let result_b: Value = serde_json::from_slice(&b64d(&b["result"])).unwrap();
+    assert_eq!(result_b["window"]["column"], "created_at");
+    cases.push((
+        "a window struck from a windowed run's result",
+        {
+            let mut forged_result = result_b.clone();
+            forged_result.as_object_mut().unwrap().remove("window");
+            let bytes = serde_json::to_vec(&forged_result).unwrap();
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+            let mut t = reseal(&b, &certs, |_, st| {
+                st["subject"][0]["digest"]["sha256"] = json!(digest);
+            });
+            t["result"] = b64e(&bytes);
+            t
+        },
+        "level-1 totals",
     ));
     // agents' answers signed by a certificate of another CA, with the same names
     let other = Ca::generate("a forger's CA").unwrap();

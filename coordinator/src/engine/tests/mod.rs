@@ -24,6 +24,8 @@ struct Fake {
     sealed: bool,
     /// Reveals at most this many rows per call (an agent's `max_reveal_rows` running out).
     reveal_budget: Option<usize>,
+    /// The policy's `time_columns`.
+    time_columns: Vec<String>,
 }
 
 fn key_hash(k: i64) -> u64 {
@@ -40,11 +42,17 @@ impl Fake {
             rows: (0..n).map(|k| (k, 1000 + k as u64 * 7)).collect(),
             sealed: false,
             reveal_budget: None,
+            time_columns: Vec::new(),
         }
     }
 
     fn in_seg(seg: &Segment, k: i64) -> bool {
-        seg.contains(&key(k), key_hash(k))
+        // a window on the key (`id <= n`), as the agents filter it
+        let windowed = seg
+            .window
+            .as_ref()
+            .is_none_or(|w| w.column != "id" || w.upper.parse::<i64>().is_ok_and(|n| k <= n));
+        windowed && seg.contains(&key(k), key_hash(k))
     }
 
     fn aggregate(&self, req: &AggregateRequest) -> AggregateResponse {
@@ -155,6 +163,7 @@ impl Fake {
             xor_supported: true,
             max_level: PrivacyLevel::Detailed,
             expose_key_bounds: true,
+            time_columns: self.time_columns.clone(),
             ..Default::default()
         }
     }
@@ -193,6 +202,9 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             target: Box::new(t.describe(target)),
         },
         Command::DrawNonce => Event::NonceDrawn { nonce: [7; 16] },
+        Command::ReadClock => Event::ClockRead {
+            unix_ms: 1_764_590_400_000,
+        },
         Command::Aggregate {
             level,
             side: x,
@@ -203,11 +215,14 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             response: side(x).aggregate(request),
             elapsed_ms: 3,
         },
+        Command::Wait { round, .. } => Event::Waited { round: *round },
         Command::RowDigests {
+            round,
             range,
             side: x,
             request,
         } => Event::Digests {
+            round: *round,
             range: *range,
             side: *x,
             digests: side(x).digests(&request.segment),
@@ -564,4 +579,159 @@ fn a_sealed_run_draws_its_nonce_once_and_a_replay_keeps_it() {
                 .all(|c| seal(c).is_some_and(|s| s.nonce == [7; 16]))
     );
     assert!(!pending.iter().any(|c| matches!(c, Command::DrawNonce)));
+}
+
+/// A window (DESIGN §5) is fixed before level 1 and carried by every request's segment;
+/// only differences up to its bound are found. A window on a column the agent's policy
+/// does not list is refused before any scan.
+#[test]
+fn a_window_is_fixed_once_and_every_request_carries_it() {
+    let (s, t) = planted();
+    let mut s_open = s.clone();
+    let mut t_open = t.clone();
+    s_open.time_columns = vec!["id".into()];
+    t_open.time_columns = vec!["id".into()];
+    let spec = spec(
+        "bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\nwindow: { column: id, as_of: 1000 }\n",
+    );
+    let tr = drive(&spec, &s_open, &t_open);
+    let r = json(&tr.result);
+    assert_eq!(r["verdict"], "differ", "{r}");
+    // 500 changed is inside the window; 1200 missing and 5000 extra are beyond it
+    let keys: Vec<Value> = r["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["key"][0].clone())
+        .collect();
+    assert_eq!(keys, vec![Value::from(500)], "{r}");
+    assert_eq!(r["window"], serde_json::json!({"column": "id", "upper": "1000"}));
+    let w = Some(tally_common::segment::Window {
+        column: "id".into(),
+        upper: "1000".into(),
+    });
+    let mut asked = 0;
+    for c in &tr.commands {
+        let segs: Vec<&Segment> = match c {
+            Command::Aggregate { request, .. } => request.parents.iter().map(|(s, _)| s).collect(),
+            Command::RowDigests { request, .. } => vec![&request.segment],
+            Command::Reveal { request, .. } => vec![&request.segment],
+            Command::InvestigationSql { request, .. } => vec![&request.segment],
+            _ => continue,
+        };
+        for seg in segs {
+            assert_eq!(seg.window, w, "{c:?}");
+            asked += 1;
+        }
+    }
+    assert!(asked > 4);
+    assert_eq!(
+        calls(&tr, |c| matches!(c, Command::ReadClock)),
+        0,
+        "as_of reads no clock"
+    );
+
+    // the agents' policies list no time column: refused from describe
+    let tr = drive(&spec, &s, &t);
+    let r = json(&tr.result);
+    assert_eq!(r["error"]["code"], "policy_refused", "{r}");
+    assert_eq!(calls(&tr, |c| matches!(c, Command::Aggregate { .. })), 0);
+    // a lag on an integer column asks the clock, then refuses plainly
+    let tr = drive(&spec.clone_with_window_lag(), &s_open, &t_open);
+    let r = json(&tr.result);
+    assert_eq!(calls(&tr, |c| matches!(c, Command::ReadClock)), 1);
+    assert_eq!(r["error"]["code"], "config", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("window.lag needs a date or timestamp"),
+        "{r}"
+    );
+}
+
+impl Spec {
+    fn clone_with_window_lag(&self) -> Spec {
+        let mut s = self.clone();
+        s.window = Some(crate::spec::WindowSpec {
+            column: "id".into(),
+            as_of: None,
+            lag: Some("5m".into()),
+        });
+        s
+    }
+}
+
+/// Confirm rounds (DESIGN §5 step 6): by the first round the target has caught up on
+/// two of the three planted rows; only the third is a difference, the two are in
+/// flight, and their keys are never revealed. A second round re-reads only what still
+/// differs. Replaying the log from any point ends the same.
+#[test]
+fn confirm_rounds_report_rows_that_agree_again_as_in_flight() {
+    let (s, t) = planted();
+    let hash_of = |f: &Fake, k: i64| f.rows.iter().find(|(x, _)| *x == k).unwrap().1;
+    let mut later = t.clone();
+    later.rows.iter_mut().find(|(k, _)| *k == 500).unwrap().1 = hash_of(&s, 500);
+    later.rows.push((1200, hash_of(&s, 1200)));
+    let spec = spec(
+        "bisection: { factor: 2, threshold: 2 }\nreporting: { level: with_keys }\nconfirm: { after: 2s, rounds: 2 }\n",
+    );
+    let mut e = Engine::new(spec.clone(), "a", "b");
+    let mut open: Vec<Command> = e.start().into_iter().filter(|c| c.call().is_some()).collect();
+    let (mut events, mut commands, mut waited) = (Vec::new(), Vec::new(), false);
+    let result = loop {
+        let c = open.remove(0);
+        let ev = answer(&c, &s, if waited { &later } else { &t });
+        waited |= matches!(ev, Event::Waited { .. });
+        events.push(serde_json::to_value(&ev).unwrap());
+        let next = e.step(ev);
+        let done = next.iter().find_map(|c| match c {
+            Command::Finish { result } => Some((**result).clone()),
+            _ => None,
+        });
+        commands.extend(next.iter().cloned());
+        open.extend(next.into_iter().filter(|c| c.call().is_some()));
+        if let Some(r) = done {
+            break r;
+        }
+    };
+    let r = json(&result);
+    assert_eq!(r["verdict"], "differ", "{r}");
+    let diffs = r["differences"].as_array().unwrap();
+    assert_eq!(diffs.len(), 1, "{r}");
+    assert_eq!(diffs[0]["kind"], "extra_in_target");
+    assert_eq!(diffs[0]["key"][0], 5000);
+    assert_eq!(
+        r["difference_counts"],
+        serde_json::json!({"missing_in_target": 0, "extra_in_target": 1, "changed": 0})
+    );
+    assert_eq!(
+        r["in_flight"],
+        serde_json::json!({"missing_in_target": 1, "extra_in_target": 0, "changed": 1})
+    );
+    let waits: Vec<&Command> = commands
+        .iter()
+        .filter(|c| matches!(c, Command::Wait { .. }))
+        .collect();
+    assert_eq!(waits.len(), 2);
+    assert!(matches!(waits[0], Command::Wait { round: 1, ms: 2000 }));
+    // no key of an in-flight row was asked to be revealed
+    for c in &commands {
+        if let Command::Reveal { request, .. } = c {
+            for k in [500, 1200] {
+                assert!(!request.key_hashes.contains(&key_hash(k)), "{k} revealed: {c:?}");
+            }
+        }
+    }
+    // round 2 reads only the range of the row that still differed
+    let round_two: Vec<&Command> = commands
+        .iter()
+        .filter(|c| matches!(c, Command::RowDigests { round: 2, .. }))
+        .collect();
+    assert_eq!(round_two.len(), 2, "{round_two:?}");
+    // the record replays to the same result
+    let mut again = Engine::new(spec, "a", "b");
+    let _ = again.start();
+    again.replay(&events).unwrap();
+    assert_eq!(json(again.result().unwrap()), r);
 }
