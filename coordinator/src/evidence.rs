@@ -1143,6 +1143,13 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 ));
             }
         }
+        // and the window they read is the one the spec asked for
+        let signed_window = p
+            .source
+            .as_ref()
+            .or(p.target.as_ref())
+            .and_then(|t| t.window.as_ref());
+        window_claim(&events, signed_window, &p.started)?;
         Ok("each side's equals the sum of its agent-signed level-1 buckets".to_string())
     });
     if !c.check("level-1 totals", totals) {
@@ -1195,4 +1202,104 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     Some(())
+}
+
+/// Whether the window both agents signed is the one the run's `started` spec asks for:
+/// none for a spec without one; for `as_of`, the bound normalised in some class the
+/// column can compare as; for `lag`, the recorded `clock_read` (within [`CLOCK_SKEW`]
+/// of the run's start) minus the lag. Otherwise a coordinator could have the agents
+/// read an empty window and claim a match of the whole table.
+fn window_claim(
+    events: &[Value],
+    signed: Option<&tally_common::segment::Window>,
+    started_at: &str,
+) -> Result<(), String> {
+    use tally_common::TypeClass;
+    let started = events.iter().find(|e| e["event"] == "started");
+    let spec: Option<crate::spec::WindowSpec> = started
+        .and_then(|e| e["spec"].get("window"))
+        .filter(|w| !w.is_null())
+        .map(|w| serde_json::from_value(w.clone()).map_err(|e| format!("the spec's window: {e}")))
+        .transpose()?;
+    let (spec, signed) = match (spec, signed) {
+        (None, None) => return Ok(()),
+        (None, Some(w)) => {
+            return Err(format!(
+                "the agents read a window ({} <= {}) the run's spec does not have",
+                w.column, w.upper
+            ));
+        }
+        (Some(w), None) => {
+            return Err(format!(
+                "the spec has a window on {}, the agents read none",
+                w.column
+            ));
+        }
+        (Some(s), Some(w)) => (s, w),
+    };
+    if !spec.column.eq_ignore_ascii_case(&signed.column) {
+        return Err(format!(
+            "the agents read a window on {}, the spec asks for {}",
+            signed.column, spec.column
+        ));
+    }
+    // the spec is the coordinator's: checked here as tally run checks it, never trusted
+    match (&spec.as_of, &spec.lag) {
+        (Some(_), None) => {}
+        (None, Some(l)) if crate::spec::parse_duration(l).is_some_and(|d| d <= crate::spec::MAX_LAG_SECS) => {
+        }
+        _ => return Err("the spec's window sets neither a valid as_of nor a valid lag".into()),
+    }
+    let now = match &spec.lag {
+        None => None,
+        Some(_) => {
+            let clock = events
+                .iter()
+                .find(|e| e["event"] == "clock_read")
+                .and_then(|e| e["unix_ms"].as_i64())
+                .ok_or("the spec's window has a lag and the record has no clock_read")?;
+            let start = time::OffsetDateTime::parse(started_at, &Rfc3339)
+                .map_err(|e| format!("the statement's started {started_at:?}: {e}"))?;
+            let read = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(clock) * 1_000_000)
+                .map_err(|e| format!("clock_read {clock}: {e}"))?;
+            let (lo, hi) = (start.checked_sub(CLOCK_SKEW), start.checked_add(CLOCK_SKEW * 12));
+            if lo.is_none_or(|lo| read < lo) || hi.is_none_or(|hi| read > hi) {
+                return Err(format!(
+                    "the window's clock was read at {}, not at the run's start ({started_at})",
+                    read.format(&Rfc3339).unwrap_or_default()
+                ));
+            }
+            Some(clock)
+        }
+    };
+    let zone = events
+        .iter()
+        .find(|e| e["event"] == "described")
+        .and_then(|e| e["source"]["time_zone"].as_str())
+        .unwrap_or("UTC")
+        .to_string();
+    let fits = [
+        TypeClass::Integer,
+        TypeClass::Date,
+        TypeClass::Timestamp,
+        TypeClass::TimestampTz,
+    ]
+    .into_iter()
+    .any(|class| {
+        crate::engine::drill::window_upper(&spec, class, now, &zone).is_ok_and(|u| u == signed.upper)
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agents read the window {} <= {}, which is not the spec's ({})",
+            signed.column,
+            signed.upper,
+            spec.as_of
+                .as_ref()
+                .map(|a| format!("as_of {}", a.text()))
+                .or(spec.lag.as_ref().map(|l| format!("lag {l}")))
+                .unwrap_or_default()
+        ))
+    }
 }

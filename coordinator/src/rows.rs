@@ -83,9 +83,6 @@ impl Classifier {
         }
     }
 
-    /// Ends the classification: a key missing in one range and extra in another (its
-    /// row moved between periods, the time column differing) is one changed row, found
-    /// where the source has it; then at most `sample_limit` findings are kept.
     /// The ranges holding at least one finding, in order.
     pub fn ranges_with_findings(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self.found.iter().map(|f| f.leaf).collect();
@@ -98,12 +95,12 @@ impl Classifier {
         !self.found.is_empty()
     }
 
-    /// Keeps the findings whose key (by range and key hash) is in `still` and returns
-    /// the counts of the others: a confirm round's rows that agree now.
-    pub fn retain_keys(&mut self, still: &HashSet<(usize, u64)>) -> DiffCounts {
+    /// Drops the findings whose key (by range and key hash) is in `agree` and returns
+    /// their counts: a confirm round's rows that both sides now show, equal.
+    pub fn drop_agreeing(&mut self, agree: &HashSet<(usize, u64)>) -> DiffCounts {
         let mut gone = DiffCounts::default();
         self.found.retain(|f| {
-            let keep = still.contains(&(f.leaf, f.key_hash));
+            let keep = !agree.contains(&(f.leaf, f.key_hash));
             if !keep {
                 match f.kind {
                     DiffKind::MissingInTarget => gone.missing_in_target += 1,
@@ -119,13 +116,36 @@ impl Classifier {
         gone
     }
 
-    /// The keys that differ between two digest lists of one range (any kind).
-    pub fn differing_keys(source: &[RowDigest], target: &[RowDigest]) -> HashSet<u64> {
-        let mut c = Classifier::default();
-        c.add_range(0, source, target);
-        c.found.into_iter().map(|f| f.key_hash).collect()
+    /// The keys both digest lists of one range hold exactly once, with the same row
+    /// hash: rows that agree. A key absent from both (it left the range or the
+    /// window) or repeated on either side (which row is compared is not fixed) is not
+    /// agreement: such a difference is kept, never dropped as in flight.
+    pub fn agreeing_keys(source: &[RowDigest], target: &[RowDigest]) -> HashSet<u64> {
+        let (mut ds, mut dt) = (0, 0);
+        let once = |d: &[RowDigest], dups: &mut u64| {
+            let mut seen: HashMap<u64, Option<u64>> = HashMap::with_capacity(d.len());
+            for x in d {
+                seen.entry(x.key_hash)
+                    .and_modify(|v| {
+                        *v = None;
+                        *dups += 1;
+                    })
+                    .or_insert(Some(x.row_hash));
+            }
+            seen
+        };
+        let (s, t) = (once(source, &mut ds), once(target, &mut dt));
+        s.iter()
+            .filter_map(|(k, h)| match (h, t.get(k)) {
+                (Some(a), Some(Some(b))) if a == b => Some(*k),
+                _ => None,
+            })
+            .collect()
     }
 
+    /// Ends the classification: a key missing in one range and extra in another (its
+    /// row moved between periods, the time column differing) is one changed row, found
+    /// where the source has it; then at most `sample_limit` findings are kept.
     pub fn finish(self, sample_limit: usize) -> Classified {
         let Classifier {
             mut counts,

@@ -69,8 +69,11 @@ fn default_rounds() -> u32 {
     1
 }
 
-/// At most this many confirm rounds.
+/// At most this many confirm rounds, each waiting at most a day.
 pub const MAX_CONFIRM_ROUNDS: u32 = 10;
+pub const MAX_CONFIRM_AFTER_SECS: u64 = 86_400;
+/// A window's lag is at most a hundred years (the bound stays a date).
+pub const MAX_LAG_SECS: u64 = 36_500 * 86_400;
 
 /// `window: {column, as_of | lag}`: only rows whose `column` is at most the bound, on
 /// both sides. `as_of` is the bound itself (an integer, a date, or a timestamp: with
@@ -414,20 +417,25 @@ impl Spec {
                 (Some(AsOf::Text(t)), None) if t.trim().is_empty() => {
                     return bad("window.as_of", "empty bound");
                 }
-                (None, Some(l)) if parse_duration(l).is_none() => {
+                (None, Some(l)) if parse_duration(l).is_none_or(|d| d > MAX_LAG_SECS) => {
                     return bad(
                         "window.lag",
-                        &format!("{l:?} is not a duration such as 30s, 5m, 2h, 1d or 1h30m"),
+                        &format!(
+                            "{l:?} is not a duration such as 30s, 5m, 2h, 1d or 1h30m, of at most 36500d"
+                        ),
                     );
                 }
                 _ => {}
             }
         }
         if let Some(c) = &self.confirm {
-            if parse_duration(&c.after).is_none() {
+            if parse_duration(&c.after).is_none_or(|d| d > MAX_CONFIRM_AFTER_SECS) {
                 return bad(
                     "confirm.after",
-                    &format!("{:?} is not a duration such as 30s, 5m or 1h", c.after),
+                    &format!(
+                        "{:?} is not a duration such as 30s, 5m or 1h, of at most 1d",
+                        c.after
+                    ),
                 );
             }
             if c.rounds == 0 || c.rounds > MAX_CONFIRM_ROUNDS {
@@ -650,6 +658,8 @@ mod tests {
             ("window: { column: at }", "window"),
             ("window: { column: at, as_of: x, lag: 5m }", "window"),
             ("window: { column: at, lag: soon }", "window.lag"),
+            ("window: { column: at, lag: 99999999999999d }", "window.lag"),
+            ("window: { column: at, lag: 36501d }", "window.lag"),
             ("window: { column: '', lag: 5m }", "window.column"),
             ("window: { column: at, lag: 5m, watermark: wait }", "watermark"),
         ] {

@@ -22,7 +22,7 @@ fn agent_yaml(dir: &Path, name: &str) -> std::path::PathBuf {
             "listen: 127.0.0.1:0\n\
              tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, zone_key: {name}-zone.key }}\n\
              release_log: {name}-release.jsonl\n\
-             datasets:\n  orders: {{ url: 'sqlite://{}', table: orders, key: [id], policy: {{ max_level: with_keys, time_columns: [id] }} }}\n",
+             datasets:\n  orders: {{ url: 'sqlite://{}', table: orders, key: [id], policy: {{ max_level: with_keys, time_columns: [id, created_at] }} }}\n",
             dir.join(format!("{name}.sqlite")).display()
         ),
     )
@@ -869,6 +869,11 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
         (
             "strategy: quantile, factor: 4, threshold: 64 }\nwindow: { column: id, as_of: 15000",
             "with_keys",
+        ),
+        // a lag: the verifier recomputes the bound from the recorded clock_read
+        (
+            "strategy: quantile, factor: 8, threshold: 256 }\nwindow: { column: created_at, lag: 1h",
+            "count_only",
         ),
     ] {
         let bundle = sealed_bundle(dir.path(), &a, &b, bisection, level).await;

@@ -79,13 +79,13 @@ pub trait Dialect: Sync {
     fn week_start(&self, canonical: &str) -> Option<String>;
     /// An integer expression as text.
     fn int_text(&self, e: &str) -> String;
-    /// Appended to a subquery so the engine computes its columns once instead of
-    /// substituting their expressions into every use (PostgreSQL: `OFFSET 0`).
     /// A text expression compared bytewise (by UTF-8 bytes), whatever the column's or
     /// the database's collation: window bounds compare canonical texts this way.
     fn bytewise(&self, e: &str) -> String {
         e.to_string()
     }
+    /// Appended to a subquery so the engine computes its columns once instead of
+    /// substituting their expressions into every use (PostgreSQL: `OFFSET 0`).
     fn fence(&self) -> &'static str {
         ""
     }

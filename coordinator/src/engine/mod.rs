@@ -6,7 +6,7 @@
 //! commands and feeds the answers back as [`Event`]s, appending each to the run log
 //! first, so a run resumes by replaying its events ([`Engine::replay`]).
 
-mod drill;
+pub(crate) mod drill;
 pub mod events;
 mod rows_phase;
 pub mod runtime;

@@ -80,8 +80,8 @@ struct Confirming {
     asked: usize,
     done: usize,
     digests: BTreeMap<usize, Pair<Vec<RowDigest>>>,
-    /// (range, key hash) of every row that still differs in this round.
-    still: BTreeSet<(usize, u64)>,
+    /// (range, key hash) of every row both sides show, equal, in this round.
+    agree: BTreeSet<(usize, u64)>,
 }
 
 impl RowsPhase {
@@ -319,8 +319,9 @@ impl Engine {
     }
 
     /// Confirm rounds (DESIGN §5 step 6), between classifying the rows and revealing
-    /// any: each round waits, reads again every range that holds a finding, and keeps
-    /// only the findings that still differ; the others were in flight. True once every
+    /// any: each round waits, reads again every range that holds a finding, and drops
+    /// only the findings whose row both sides now show once, equal (in flight); any
+    /// other finding is kept. True once every
     /// round is done (or none is due), false while one waits for an answer.
     fn confirm_rows(&mut self, out: &mut Out) -> bool {
         let Some(spec) = self.spec.confirm.clone() else {
@@ -342,7 +343,7 @@ impl Engine {
                     asked: 0,
                     done: 0,
                     digests: BTreeMap::new(),
-                    still: BTreeSet::new(),
+                    agree: BTreeSet::new(),
                 });
                 let ms = crate::spec::parse_duration(&spec.after).expect("validated") * 1000;
                 self.say(
@@ -368,8 +369,8 @@ impl Engine {
                 let (Some(s), Some(t)) = c.digests.remove(&range).expect("present") else {
                     unreachable!("both present")
                 };
-                for k in crate::rows::Classifier::differing_keys(&s, &t) {
-                    c.still.insert((range, k));
+                for k in crate::rows::Classifier::agreeing_keys(&s, &t) {
+                    c.agree.insert((range, k));
                 }
                 c.done += 1;
             }
@@ -378,8 +379,8 @@ impl Engine {
                 return false;
             }
             let c = rows.confirming.take().expect("in a round");
-            let still: HashSet<(usize, u64)> = c.still.into_iter().collect();
-            let gone = rows.classifier.retain_keys(&still);
+            let agree: HashSet<(usize, u64)> = c.agree.into_iter().collect();
+            let gone = rows.classifier.drop_agreeing(&agree);
             rows.in_flight.missing_in_target += gone.missing_in_target;
             rows.in_flight.extra_in_target += gone.extra_in_target;
             rows.in_flight.changed += gone.changed;

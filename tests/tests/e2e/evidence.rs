@@ -465,6 +465,30 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
         },
         "level-1 totals",
     ));
+    // the same, with the window also struck from the recorded spec: the agents' signed
+    // window is then one the spec never asked for (an empty window could make a match)
+    cases.push((
+        "a window the agents read struck from the spec and the result",
+        {
+            let mut forged_result = result_b.clone();
+            forged_result.as_object_mut().unwrap().remove("window");
+            let bytes = serde_json::to_vec(&forged_result).unwrap();
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+            let mut t = reseal(&b, &certs, |ev, st| {
+                let started = ev.iter_mut().find(|e| e["event"] == "started").unwrap();
+                started["spec"].as_object_mut().unwrap().remove("window");
+                // as the coordinator digests a spec: SHA-256 of its RFC 8785 JSON
+                let jcs = tally_common::jcs::canonical_json(&started["spec"].to_string()).unwrap();
+                st["predicate"]["spec_sha256"] = json!(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                    jcs.as_bytes()
+                )));
+                st["subject"][0]["digest"]["sha256"] = json!(digest);
+            });
+            t["result"] = b64e(&bytes);
+            t
+        },
+        "level-1 totals",
+    ));
     // agents' answers signed by a certificate of another CA, with the same names
     let other = Ca::generate("a forger's CA").unwrap();
     let fake_dc1 = other.issue("dc1", Role::Server, &[]).unwrap();
