@@ -95,12 +95,20 @@ impl Classifier {
         !self.found.is_empty()
     }
 
-    /// Drops the findings whose key (by range and key hash) is in `agree` and returns
-    /// their counts: a confirm round's rows that both sides now show, equal.
-    pub fn drop_agreeing(&mut self, agree: &HashSet<(usize, u64)>) -> DiffCounts {
+    /// Drops the findings whose key (by range and key hash) is in `agree`, or is in
+    /// neither side's re-read (`seen`) of a range where `absent_agrees` (no window or
+    /// period: both sides agree the row does not exist, a delete replicated), and
+    /// returns their counts: a confirm round's rows that agree now.
+    pub fn drop_agreeing(
+        &mut self,
+        agree: &HashSet<(usize, u64)>,
+        seen: &HashSet<(usize, u64)>,
+        absent_agrees: impl Fn(usize) -> bool,
+    ) -> DiffCounts {
         let mut gone = DiffCounts::default();
         self.found.retain(|f| {
-            let keep = !agree.contains(&(f.leaf, f.key_hash));
+            let k = (f.leaf, f.key_hash);
+            let keep = !(agree.contains(&k) || (!seen.contains(&k) && absent_agrees(f.leaf)));
             if !keep {
                 match f.kind {
                     DiffKind::MissingInTarget => gone.missing_in_target += 1,
@@ -117,9 +125,9 @@ impl Classifier {
     }
 
     /// The keys both digest lists of one range hold exactly once, with the same row
-    /// hash: rows that agree. A key absent from both (it left the range or the
-    /// window) or repeated on either side (which row is compared is not fixed) is not
-    /// agreement: such a difference is kept, never dropped as in flight.
+    /// hash: rows that agree. A key repeated on either side (which row is compared is
+    /// not fixed) is not agreement: such a difference is kept, never dropped as in
+    /// flight.
     pub fn agreeing_keys(source: &[RowDigest], target: &[RowDigest]) -> HashSet<u64> {
         let (mut ds, mut dt) = (0, 0);
         let once = |d: &[RowDigest], dups: &mut u64| {

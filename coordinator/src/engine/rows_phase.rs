@@ -82,6 +82,9 @@ struct Confirming {
     digests: BTreeMap<usize, Pair<Vec<RowDigest>>>,
     /// (range, key hash) of every row both sides show, equal, in this round.
     agree: BTreeSet<(usize, u64)>,
+    /// (range, key hash) of every row either side shows in this round.
+    #[serde(default)]
+    seen: BTreeSet<(usize, u64)>,
 }
 
 impl RowsPhase {
@@ -344,6 +347,7 @@ impl Engine {
                     done: 0,
                     digests: BTreeMap::new(),
                     agree: BTreeSet::new(),
+                    seen: BTreeSet::new(),
                 });
                 let ms = crate::spec::parse_duration(&spec.after).expect("validated") * 1000;
                 self.say(
@@ -372,6 +376,7 @@ impl Engine {
                 for k in crate::rows::Classifier::agreeing_keys(&s, &t) {
                     c.agree.insert((range, k));
                 }
+                c.seen.extend(s.iter().chain(&t).map(|d| (range, d.key_hash)));
                 c.done += 1;
             }
             if c.done < c.ranges.len() {
@@ -380,7 +385,15 @@ impl Engine {
             }
             let c = rows.confirming.take().expect("in a round");
             let agree: HashSet<(usize, u64)> = c.agree.into_iter().collect();
-            let gone = rows.classifier.drop_agreeing(&agree);
+            let seen: HashSet<(usize, u64)> = c.seen.into_iter().collect();
+            // a row gone from both sides of a plain key or hash range was deleted on
+            // both; under a window or in a period it may only have left it
+            let ranges = &rows.ranges;
+            let gone = rows.classifier.drop_agreeing(&agree, &seen, |r| {
+                ranges
+                    .get(r)
+                    .is_some_and(|s| s.window.is_none() && s.period.is_none())
+            });
             rows.in_flight.missing_in_target += gone.missing_in_target;
             rows.in_flight.extra_in_target += gone.extra_in_target;
             rows.in_flight.changed += gone.changed;
