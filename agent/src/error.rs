@@ -36,6 +36,9 @@ pub enum AgentError {
     Seal(String),
     #[error("{0}")]
     Unsupported(String),
+    /// The dataset's replication position could not be read (DESIGN §5, watermarks).
+    #[error("watermark of dataset {dataset}: {message}")]
+    Watermark { dataset: String, message: String },
     #[error("configuration: {0}")]
     Config(String),
     /// The release log could not record the call: the agent releases nothing it has
@@ -92,6 +95,7 @@ impl AgentError {
             AgentError::Query { .. } => Code::Internal,
             AgentError::Canonical { .. } => Code::FailedPrecondition,
             AgentError::Unsupported(_) => Code::Unimplemented,
+            AgentError::Watermark { .. } => Code::FailedPrecondition,
             AgentError::Config(_) => Code::FailedPrecondition,
             AgentError::ReleaseLog => Code::Unavailable,
             AgentError::Sign(_) => Code::Internal,

@@ -21,6 +21,7 @@ pub mod sealing;
 pub mod server;
 pub mod service;
 pub mod tls;
+pub mod watermark;
 
 /// rustls needs one process-wide crypto provider; both binaries install ring's.
 pub fn install_crypto_provider() {

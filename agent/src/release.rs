@@ -202,6 +202,20 @@ impl Asked {
         Asked::new(full, summary)
     }
 
+    pub fn read_position(r: &pb::ReadPositionRequest) -> Asked {
+        Asked::new(
+            json!({"rpc": "ReadPosition", "run_id": r.run_id, "dataset": r.dataset}),
+            json!({}),
+        )
+    }
+
+    pub fn wait_position(r: &pb::WaitPositionRequest) -> Asked {
+        let position = r.position.as_ref().map(|p| json!({"kind": p.kind, "value": p.value}));
+        let full = json!({"rpc": "WaitPosition", "run_id": r.run_id, "dataset": r.dataset,
+                          "position": position, "timeout_ms": r.timeout_ms.to_string()});
+        Asked::new(full, json!({"position": position, "timeout_ms": r.timeout_ms}))
+    }
+
     pub fn investigation_sql(r: &pb::InvestigationSqlRequest) -> Asked {
         let full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "segment": segment(r.segment.as_ref()), "sealed": r.sealed});

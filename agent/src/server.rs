@@ -40,6 +40,9 @@ pub fn open_datasets(
                 Arc::clone(e.insert(Arc::new(c)))
             }
         };
+        if let Some(w) = &d.watermark {
+            w.check_engine(name, connector.dialect().name())?;
+        }
         out.insert(
             name.clone(),
             Arc::new(Dataset::new(name.clone(), d.clone(), d.source(), connector)),

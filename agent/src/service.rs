@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use tally_common::PrivacyLevel;
@@ -12,8 +13,9 @@ use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::evidence::{AgentResult, Scope, SignedBucket};
 use tally_common::segment::{KeyPart, Segment, Split};
 use tally_common::wire::{
-    AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, RevealRequest,
-    RevealResponse, RevealedRow, RowDigest, RowDigestBatch, RowDigestsRequest, Seal,
+    AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, PositionResponse,
+    ReadPositionRequest, RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestBatch, RowDigestsRequest,
+    Seal, WaitPositionRequest,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent;
@@ -29,6 +31,7 @@ use crate::release_log::ReleaseLog;
 use crate::reveal_budget::RevealBudget;
 use crate::sealing::{self, Identity, Zone};
 use crate::tls::client_name;
+use crate::watermark;
 
 pub struct AgentService {
     pub datasets: BTreeMap<String, Arc<Dataset>>,
@@ -174,6 +177,7 @@ impl Agent for AgentService {
                 key_range: range.map(|(lo, hi)| (vec![KeyPart::Int(lo)], vec![KeyPart::Int(hi)])),
                 release_log_head: String::new(),
                 certificate_pem: self.identity.certificate_pem.clone(),
+                watermark: ds.config.watermark.as_ref().map(|w| w.kind()),
             })
         }
         .instrument(span)
@@ -496,6 +500,71 @@ impl Agent for AgentService {
         Ok(Response::new(
             tally_common::wire::InvestigationSqlResponse {
                 sql: result?,
+                release_log_head: head,
+            }
+            .into(),
+        ))
+    }
+
+    async fn read_position(
+        &self,
+        req: Request<pb::ReadPositionRequest>,
+    ) -> Result<Response<pb::PositionResponse>, Status> {
+        let client = client_name(&req);
+        let wire = req.into_inner();
+        let asked = Asked::read_position(&wire);
+        let dataset = wire.dataset.clone();
+        let span = tracing::info_span!("read_position", dataset = %dataset, client = %client);
+        let result = async {
+            let r = ReadPositionRequest::try_from(wire)?;
+            let ds = self.dataset(&r.dataset)?;
+            watermark::read(&ds).await
+        }
+        .instrument(span)
+        .await;
+        let released = match &result {
+            Ok(p) => json!({"position": {"kind": p.kind.name(), "value": p.value}}),
+            Err(_) => json!({}),
+        };
+        let head = self.record(&client, "ReadPosition", &dataset, &asked, &result, released)?;
+        Ok(Response::new(
+            PositionResponse {
+                position: result?,
+                reached: true,
+                release_log_head: head,
+            }
+            .into(),
+        ))
+    }
+
+    async fn wait_position(
+        &self,
+        req: Request<pb::WaitPositionRequest>,
+    ) -> Result<Response<pb::PositionResponse>, Status> {
+        let client = client_name(&req);
+        let wire = req.into_inner();
+        let asked = Asked::wait_position(&wire);
+        let dataset = wire.dataset.clone();
+        let span = tracing::info_span!("wait_position", dataset = %dataset, client = %client);
+        let result = async {
+            let r = WaitPositionRequest::try_from(wire)?;
+            let ds = self.dataset(&r.dataset)?;
+            watermark::wait(&ds, &r.position, Duration::from_millis(r.timeout_ms)).await
+        }
+        .instrument(span)
+        .await;
+        let released = match &result {
+            Ok((p, reached)) => {
+                json!({"position": {"kind": p.kind.name(), "value": p.value}, "reached": reached})
+            }
+            Err(_) => json!({}),
+        };
+        let head = self.record(&client, "WaitPosition", &dataset, &asked, &result, released)?;
+        let (position, reached) = result?;
+        Ok(Response::new(
+            PositionResponse {
+                position,
+                reached,
                 release_log_head: head,
             }
             .into(),

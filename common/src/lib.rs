@@ -12,6 +12,7 @@ pub mod dsse;
 pub mod evidence;
 pub mod jcs;
 pub mod period;
+pub mod position;
 pub mod pki;
 pub mod seal;
 pub mod segment;

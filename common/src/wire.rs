@@ -17,6 +17,7 @@ use tally_proto::v1 as pb;
 use crate::checksum::HashMethod;
 use crate::dsse::Envelope;
 use crate::evidence::valid_run_id;
+use crate::position::{Position, PositionKind};
 use crate::seal::{NONCE_LEN, SignedZoneKey};
 pub use crate::segment::WireError;
 use crate::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb, tuple_to_pb, wire_err};
@@ -221,6 +222,10 @@ pub struct Describe {
     /// answers.
     #[serde(default)]
     pub certificate_pem: String,
+    /// The kind of replication position the dataset's watermark reads; `None` when the
+    /// agent config sets no watermark for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<PositionKind>,
 }
 
 impl Describe {
@@ -279,6 +284,13 @@ impl TryFrom<pb::DescribeResponse> for Describe {
                 .transpose()?,
             release_log_head: d.release_log_head,
             certificate_pem: d.certificate_pem,
+            watermark: match d.watermark.as_str() {
+                "" => None,
+                k => Some(
+                    PositionKind::from_name(k)
+                        .ok_or_else(|| wire_err("watermark", "expected lsn, gtid, integer or empty"))?,
+                ),
+            },
         })
     }
 }
@@ -308,6 +320,7 @@ impl From<Describe> for pb::DescribeResponse {
             time_columns: d.time_columns,
             zone_key: d.zone_key.map(|z| z.to_pb()),
             certificate_pem: d.certificate_pem,
+            watermark: d.watermark.map(|k| k.name().to_string()).unwrap_or_default(),
         }
     }
 }
@@ -756,6 +769,109 @@ impl From<InvestigationSqlResponse> for pb::InvestigationSqlResponse {
     }
 }
 
+/// `ReadPosition`: the dataset whose replication position to read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadPositionRequest {
+    pub dataset: String,
+    pub run_id: String,
+}
+
+impl TryFrom<pb::ReadPositionRequest> for ReadPositionRequest {
+    type Error = WireError;
+    fn try_from(r: pb::ReadPositionRequest) -> Result<ReadPositionRequest, WireError> {
+        Ok(ReadPositionRequest {
+            run_id: run_id_from(r.run_id)?,
+            dataset: r.dataset,
+        })
+    }
+}
+
+impl From<ReadPositionRequest> for pb::ReadPositionRequest {
+    fn from(r: ReadPositionRequest) -> Self {
+        pb::ReadPositionRequest {
+            dataset: r.dataset,
+            run_id: r.run_id,
+        }
+    }
+}
+
+fn position_from(p: Option<pb::Position>, field: &str) -> Result<Position, WireError> {
+    let p = p.ok_or_else(|| wire_err(field, "missing"))?;
+    let kind = PositionKind::from_name(&p.kind)
+        .ok_or_else(|| wire_err(format!("{field}.kind"), "expected lsn, gtid or integer"))?;
+    Position::parse(kind, &p.value).map_err(|m| wire_err(format!("{field}.value"), m))
+}
+
+fn position_to(p: Position) -> pb::Position {
+    pb::Position {
+        kind: p.kind.name().to_string(),
+        value: p.value,
+    }
+}
+
+/// `WaitPosition`: wait until the dataset has applied `position` (a source's), at most
+/// `timeout_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitPositionRequest {
+    pub dataset: String,
+    pub position: Position,
+    pub timeout_ms: u64,
+    pub run_id: String,
+}
+
+impl TryFrom<pb::WaitPositionRequest> for WaitPositionRequest {
+    type Error = WireError;
+    fn try_from(r: pb::WaitPositionRequest) -> Result<WaitPositionRequest, WireError> {
+        Ok(WaitPositionRequest {
+            position: position_from(r.position, "position")?,
+            run_id: run_id_from(r.run_id)?,
+            timeout_ms: r.timeout_ms,
+            dataset: r.dataset,
+        })
+    }
+}
+
+impl From<WaitPositionRequest> for pb::WaitPositionRequest {
+    fn from(r: WaitPositionRequest) -> Self {
+        pb::WaitPositionRequest {
+            dataset: r.dataset,
+            position: Some(position_to(r.position)),
+            timeout_ms: r.timeout_ms,
+            run_id: r.run_id,
+        }
+    }
+}
+
+/// A position read (`ReadPosition`) or last read while waiting (`WaitPosition`, with
+/// whether it reached the one asked for).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PositionResponse {
+    pub position: Position,
+    pub reached: bool,
+    pub release_log_head: String,
+}
+
+impl TryFrom<pb::PositionResponse> for PositionResponse {
+    type Error = WireError;
+    fn try_from(r: pb::PositionResponse) -> Result<PositionResponse, WireError> {
+        Ok(PositionResponse {
+            position: position_from(r.position, "position")?,
+            reached: r.reached,
+            release_log_head: r.release_log_head,
+        })
+    }
+}
+
+impl From<PositionResponse> for pb::PositionResponse {
+    fn from(r: PositionResponse) -> Self {
+        pb::PositionResponse {
+            position: Some(position_to(r.position)),
+            reached: r.reached,
+            release_log_head: r.release_log_head,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -864,6 +980,7 @@ mod tests {
             zone_key: Some(zone_key("agent-a.example")),
             release_log_head: "ab".repeat(32),
             certificate_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+            watermark: Some(PositionKind::Lsn),
         }
     }
 
@@ -1038,6 +1155,22 @@ mod tests {
         });
         round_trip::<_, pb::DescribeRequest>(DescribeRequest {
             dataset: "orders".into(),
+        });
+        let pos = Position::parse(PositionKind::Gtid, "0-1-42").unwrap();
+        round_trip::<_, pb::ReadPositionRequest>(ReadPositionRequest {
+            dataset: "orders".into(),
+            run_id: "r1".into(),
+        });
+        round_trip::<_, pb::WaitPositionRequest>(WaitPositionRequest {
+            dataset: "orders".into(),
+            position: pos.clone(),
+            timeout_ms: 60_000,
+            run_id: "r1".into(),
+        });
+        round_trip::<_, pb::PositionResponse>(PositionResponse {
+            position: pos,
+            reached: true,
+            release_log_head: "h".into(),
         });
         round_trip::<_, pb::Seal>(seal());
     }

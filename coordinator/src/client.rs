@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
-    InvestigationSqlResponse, RevealRequest, RevealResponse, RowDigest, RowDigestBatch, RowDigestsRequest,
-    WireError,
+    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse, RowDigest,
+    RowDigestBatch, RowDigestsRequest, WaitPositionRequest, WireError,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;
@@ -187,6 +187,30 @@ impl Agent {
         self.valid(rpc, RevealResponse::try_from(r))
     }
 
+    pub async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
+        let req = pb::ReadPositionRequest::from(req);
+        let r = self
+            .retry("ReadPosition", |mut c| {
+                let r = req.clone();
+                async move { c.read_position(r).await }
+            })
+            .await?;
+        self.valid("ReadPosition", PositionResponse::try_from(r))
+    }
+
+    /// Waits as long as the request's timeout says (the agent answers then, reached or
+    /// not); a retry after a dropped connection waits again from the start.
+    pub async fn wait_position(&self, req: WaitPositionRequest) -> Result<PositionResponse, RunError> {
+        let req = pb::WaitPositionRequest::from(req);
+        let r = self
+            .retry("WaitPosition", |mut c| {
+                let r = req.clone();
+                async move { c.wait_position(r).await }
+            })
+            .await?;
+        self.valid("WaitPosition", PositionResponse::try_from(r))
+    }
+
     pub async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
         let req = pb::InvestigationSqlRequest::from(req);
         self.retry("InvestigationSql", |mut c| {
@@ -240,6 +264,10 @@ pub trait AgentApi: Send + Sync {
     /// RevealRows when `rows`, else RevealKeys.
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError>;
     async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError>;
+    /// The dataset's replication position (its agent's configured watermark).
+    async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError>;
+    /// Waits until the dataset has applied a position, up to the request's timeout.
+    async fn wait_position(&self, req: WaitPositionRequest) -> Result<PositionResponse, RunError>;
 }
 
 #[tonic::async_trait]
@@ -261,5 +289,11 @@ impl AgentApi for Agent {
     }
     async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
         Agent::investigation_sql(self, req).await
+    }
+    async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
+        Agent::read_position(self, req).await
+    }
+    async fn wait_position(&self, req: WaitPositionRequest) -> Result<PositionResponse, RunError> {
+        Agent::wait_position(self, req).await
     }
 }

@@ -40,6 +40,10 @@ pub enum RunError {
     },
     #[error("gate {gate} tripped: {message}")]
     Gate { gate: &'static str, message: String },
+    /// A target did not apply its source's replication position in time (a window's
+    /// `watermark: wait`), or a side has no watermark to read.
+    #[error("watermark: {0}")]
+    Watermark(String),
     #[error("cancelled")]
     Cancelled,
     #[error("{0}")]
@@ -95,6 +99,7 @@ impl RunError {
             RunError::Unreachable { .. } => "agent_unreachable",
             RunError::Agent { .. } | RunError::MalformedAnswer { .. } => "agent_error",
             RunError::Gate { .. } => "gate_tripped",
+            RunError::Watermark(_) => "watermark",
             RunError::Cancelled => "cancelled",
             RunError::Internal(_) => "internal",
         }

@@ -1221,7 +1221,9 @@ fn window_claim(
         .filter(|w| !w.is_null())
         .map(|w| serde_json::from_value(w.clone()).map_err(|e| format!("the spec's window: {e}")))
         .transpose()?;
-    let (spec, signed) = match (spec, signed) {
+    // a window that only waits for a watermark bounds no column
+    let spec = spec.and_then(|w| w.column.clone().map(|c| (c, w)));
+    let ((column, spec), signed) = match (spec, signed) {
         (None, None) => return Ok(()),
         (None, Some(w)) => {
             return Err(format!(
@@ -1229,18 +1231,15 @@ fn window_claim(
                 w.column, w.upper
             ));
         }
-        (Some(w), None) => {
-            return Err(format!(
-                "the spec has a window on {}, the agents read none",
-                w.column
-            ));
+        (Some((column, _)), None) => {
+            return Err(format!("the spec has a window on {column}, the agents read none"));
         }
         (Some(s), Some(w)) => (s, w),
     };
-    if !spec.column.eq_ignore_ascii_case(&signed.column) {
+    if !column.eq_ignore_ascii_case(&signed.column) {
         return Err(format!(
-            "the agents read a window on {}, the spec asks for {}",
-            signed.column, spec.column
+            "the agents read a window on {}, the spec asks for {column}",
+            signed.column
         ));
     }
     // the spec is the coordinator's: checked here as tally run checks it, never trusted

@@ -14,7 +14,8 @@ use futures::StreamExt;
 use tally_agent::service::AgentService;
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
-    InvestigationSqlResponse, RevealRequest, RevealResponse, RowDigestBatch, RowDigestsRequest,
+    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse, RowDigestBatch,
+    RowDigestsRequest, WaitPositionRequest,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent as _;
@@ -130,5 +131,23 @@ impl AgentApi for InProcessAgent {
             .await
             .map_err(|s| self.error("InvestigationSql", s))?;
         Ok(InvestigationSqlResponse::from(r.into_inner()).sql)
+    }
+
+    async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
+        let r = self
+            .service
+            .read_position(Request::new(pb::ReadPositionRequest::from(req)))
+            .await
+            .map_err(|s| self.error("ReadPosition", s))?;
+        self.valid("ReadPosition", PositionResponse::try_from(r.into_inner()))
+    }
+
+    async fn wait_position(&self, req: WaitPositionRequest) -> Result<PositionResponse, RunError> {
+        let r = self
+            .service
+            .wait_position(Request::new(pb::WaitPositionRequest::from(req)))
+            .await
+            .map_err(|s| self.error("WaitPosition", s))?;
+        self.valid("WaitPosition", PositionResponse::try_from(r.into_inner()))
     }
 }

@@ -492,8 +492,8 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
                 ),
             });
         }
-        if let Some(w) = &spec.window
-            && !d.time_columns.iter().any(|t| t.eq_ignore_ascii_case(&w.column))
+        if let Some((column, _)) = spec.column_window()
+            && !d.time_columns.iter().any(|t| t.eq_ignore_ascii_case(column))
         {
             return Err(RunError::PolicyRefused {
                 agent: agent.to_string(),
@@ -501,7 +501,7 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
                 message: format!(
                     "refused by policy time_columns of dataset {}: a window on {} is not allowed (counts under a \
                      window tell when rows were written); list it in the agent's policy time_columns or drop the window",
-                    d.dataset, w.column
+                    d.dataset, column
                 ),
             });
         }

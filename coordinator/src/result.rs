@@ -140,6 +140,20 @@ pub struct WindowOut {
     pub lag: Option<String>,
 }
 
+/// The replication positions of one watermark wait (DESIGN §5): the source's, read
+/// first, and the target's once it had applied it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PositionsOut {
+    /// 0: before the drill; n: before confirm round n's reads.
+    pub round: u32,
+    pub source: tally_common::position::Position,
+    /// Absent while (or when) the target has not reached the source's position.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<tally_common::position::Position>,
+    /// How long the target agent waited, in milliseconds.
+    pub waited_ms: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorOut {
     pub code: String,
@@ -164,6 +178,9 @@ pub struct RunResult {
     /// The run's window: only rows with `column <= upper` were compared, on both sides.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub window: Option<WindowOut>,
+    /// With `window.watermark`: the positions each wait aligned, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub positions: Vec<PositionsOut>,
     pub levels: Vec<LevelOut>,
     pub leaves: Vec<LeafOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -318,6 +335,19 @@ impl RunResult {
                 let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
             }
         }
+        for p in &self.positions {
+            let at = match p.round {
+                0 => "before the drill".to_string(),
+                n => format!("before confirm round {n}"),
+            };
+            let _ = writeln!(
+                o,
+                "  positions {at}: source {}, target {} (waited {} ms)",
+                p.source,
+                p.target.as_ref().map_or("not reached".to_string(), |t| t.to_string()),
+                p.waited_ms
+            );
+        }
         if let Some(f) = &self.in_flight {
             let _ = writeln!(
                 o,
@@ -356,6 +386,7 @@ mod tests {
             source: SideStats::default(),
             target: SideStats::default(),
             window: None,
+            positions: Vec::new(),
             levels: Vec::new(),
             leaves,
             differences: None,

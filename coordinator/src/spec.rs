@@ -74,6 +74,10 @@ pub const MAX_CONFIRM_ROUNDS: u32 = 10;
 pub const MAX_CONFIRM_AFTER_SECS: u64 = 86_400;
 /// A window's lag is at most a hundred years (the bound stays a date).
 pub const MAX_LAG_SECS: u64 = 36_500 * 86_400;
+/// How long a watermark wait lasts unless the spec says (`window.timeout`), and at most
+/// (an agent caps one wait at an hour too).
+pub const DEFAULT_WATERMARK_TIMEOUT: &str = "10m";
+pub const MAX_WATERMARK_TIMEOUT_SECS: u64 = 3600;
 
 /// `window: {column, as_of | lag}`: only rows whose `column` is at most the bound, on
 /// both sides. `as_of` is the bound itself (an integer, a date, or a timestamp: with
@@ -81,14 +85,48 @@ pub const MAX_LAG_SECS: u64 = 36_500 * 86_400;
 /// (`30s`, `5m`, `2h`, `1d`, or combined: `1h30m`) makes it the coordinator's clock
 /// at the start of the run minus the lag. Either way the bound is fixed for the run
 /// and recorded with it, so a resumed run reads the same window.
+///
+/// `watermark: wait` (with `timeout`, default 10m) aligns the sides' moments instead
+/// of, or besides, bounding a column: before the drill, and before each confirm round's
+/// reads, the source agent reads its replication position and the target agent waits
+/// until it has applied it (DESIGN §5).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct WindowSpec {
-    pub column: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_of: Option<AsOf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// `window.watermark`: what to do with the replication positions.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WatermarkMode {
+    /// Wait until the target has applied the source's position, then read.
+    Wait,
+}
+
+impl Spec {
+    /// The window's column bound, when the window has one (`column` with `as_of` or `lag`).
+    pub fn column_window(&self) -> Option<(&str, &WindowSpec)> {
+        let w = self.window.as_ref()?;
+        w.column.as_deref().map(|c| (c, w))
+    }
+
+    /// How long a watermark wait may take, in milliseconds, when the window waits for one.
+    pub fn watermark_timeout_ms(&self) -> Option<u64> {
+        let w = self.window.as_ref()?;
+        w.watermark?;
+        let t = w.timeout.as_deref().unwrap_or(DEFAULT_WATERMARK_TIMEOUT);
+        Some(parse_duration(t).expect("validated") * 1000)
+    }
 }
 
 /// A window's bound as written: a YAML integer or a string.
@@ -398,26 +436,53 @@ impl Spec {
             }
         }
         if let Some(w) = &self.window {
-            if w.column.trim().is_empty() {
+            if w.column.as_ref().is_some_and(|c| c.trim().is_empty()) {
                 return bad(
                     "window.column",
                     "must name the column to bound (a date, timestamp or integer)",
                 );
             }
-            match (&w.as_of, &w.lag) {
-                (None, None) => {
+            if let Some(t) = &w.timeout {
+                if w.watermark.is_none() {
+                    return bad(
+                        "window.timeout",
+                        "bounds a watermark wait: set watermark: wait, or drop it",
+                    );
+                }
+                if parse_duration(t).is_none_or(|d| d == 0 || d > MAX_WATERMARK_TIMEOUT_SECS) {
+                    return bad(
+                        "window.timeout",
+                        &format!("{t:?} is not a duration such as 30s, 5m or 1h, of 1s to 1h"),
+                    );
+                }
+            }
+            if w.column.is_none() && (w.as_of.is_some() || w.lag.is_some()) {
+                return bad(
+                    "window.column",
+                    "missing: as_of and lag bound a column; name it (a date, timestamp or integer)",
+                );
+            }
+            match (&w.column, &w.as_of, &w.lag) {
+                (None, _, _) if w.watermark.is_some() => {}
+                (None, _, _) => {
+                    return bad(
+                        "window",
+                        "set column with as_of or lag, or watermark: wait (or both)",
+                    );
+                }
+                (Some(_), None, None) => {
                     return bad(
                         "window",
                         "set as_of (a fixed bound) or lag (the clock minus a delay)",
                     );
                 }
-                (Some(_), Some(_)) => {
+                (Some(_), Some(_), Some(_)) => {
                     return bad("window", "as_of and lag are two ways to set the bound: set one");
                 }
-                (Some(AsOf::Text(t)), None) if t.trim().is_empty() => {
+                (Some(_), Some(AsOf::Text(t)), None) if t.trim().is_empty() => {
                     return bad("window.as_of", "empty bound");
                 }
-                (None, Some(l)) if parse_duration(l).is_none_or(|d| d > MAX_LAG_SECS) => {
+                (Some(_), None, Some(l)) if parse_duration(l).is_none_or(|d| d > MAX_LAG_SECS) => {
                     return bad(
                         "window.lag",
                         &format!(
@@ -637,11 +702,19 @@ mod tests {
     #[test]
     fn windows_parse_and_bad_ones_name_the_key() {
         let s = parse_extra("window: { column: updated_at, lag: 1h30m }").unwrap();
-        let w = s.window.unwrap();
+        let w = s.window.clone().unwrap();
         assert_eq!(
-            (w.column.as_str(), w.lag.as_deref()),
-            ("updated_at", Some("1h30m"))
+            (w.column.as_deref(), w.lag.as_deref()),
+            (Some("updated_at"), Some("1h30m"))
         );
+        assert_eq!(s.watermark_timeout_ms(), None);
+        // a watermark alone, or with a column bound; its timeout defaults to 10 minutes
+        let s = parse_extra("window: { watermark: wait }").unwrap();
+        assert_eq!(s.watermark_timeout_ms(), Some(600_000));
+        assert!(s.column_window().is_none());
+        let s = parse_extra("window: { column: at, lag: 5s, watermark: wait, timeout: 90s }").unwrap();
+        assert_eq!(s.watermark_timeout_ms(), Some(90_000));
+        assert_eq!(s.column_window().map(|(c, _)| c), Some("at"));
         let s = parse_extra("window: { column: seq, as_of: 918273645 }").unwrap();
         assert_eq!(s.window.unwrap().as_of, Some(AsOf::Int(918_273_645)));
         let s = parse_extra("window: { column: at, as_of: 2026-12-01T00:00:00Z }").unwrap();
@@ -661,7 +734,14 @@ mod tests {
             ("window: { column: at, lag: 99999999999999d }", "window.lag"),
             ("window: { column: at, lag: 36501d }", "window.lag"),
             ("window: { column: '', lag: 5m }", "window.column"),
-            ("window: { column: at, lag: 5m, watermark: wait }", "watermark"),
+            ("window: { column: at, lag: 5m, watermark: soon }", "watermark"),
+            ("window: { lag: 5m, watermark: wait }", "window.column"),
+            ("window: { as_of: 3 }", "window.column"),
+            ("window: { }", "window"),
+            ("window: { watermark: wait, timeout: 2h }", "window.timeout"),
+            ("window: { watermark: wait, timeout: 0s }", "window.timeout"),
+            ("window: { watermark: wait, timeout: soon }", "window.timeout"),
+            ("window: { column: at, lag: 5m, timeout: 5m }", "window.timeout"),
         ] {
             let e = parse_extra(extra).unwrap_err();
             assert!(e.contains(key), "{extra}: {e}");

@@ -758,6 +758,18 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     ) -> Result<String, tally_coordinator::error::RunError> {
         self.agent.investigation_sql(req).await
     }
+    async fn read_position(
+        &self,
+        req: tally_common::wire::ReadPositionRequest,
+    ) -> Result<tally_common::wire::PositionResponse, tally_coordinator::error::RunError> {
+        self.agent.read_position(req).await
+    }
+    async fn wait_position(
+        &self,
+        req: tally_common::wire::WaitPositionRequest,
+    ) -> Result<tally_common::wire::PositionResponse, tally_coordinator::error::RunError> {
+        self.agent.wait_position(req).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -117,16 +117,22 @@ fn start_postgres() -> Server {
 /// A PostgreSQL listening on 127.0.0.1 of network namespace `ns` (of this one when
 /// `None`), removed when the test process exits.
 pub fn start_postgres_in(ns: Option<&str>) -> Server {
-    start_postgres_with(ns, 100)
+    start_postgres_with(ns, 100, &[])
+}
+
+/// A PostgreSQL of this test's own with extra server settings (`-c name=value`
+/// each), for replication tests.
+pub fn start_postgres_configured(settings: &[&str]) -> Server {
+    start_postgres_with(None, 100, settings)
 }
 
 /// A PostgreSQL of this test's own (never `TALLY_TEST_PG_URL`'s) that admits at most
 /// `max_connections` clients, for tests of connection limits.
 pub fn start_postgres_with_max_connections(max_connections: u32) -> Server {
-    start_postgres_with(None, max_connections)
+    start_postgres_with(None, max_connections, &[])
 }
 
-fn start_postgres_with(ns: Option<&str>, max_connections: u32) -> Server {
+fn start_postgres_with(ns: Option<&str>, max_connections: u32, settings: &[&str]) -> Server {
     let bin = pg_bindir();
     let dir = temp_dir("tally-pg");
     let data = dir.join("data");
@@ -172,8 +178,9 @@ fn start_postgres_with(ns: Option<&str>, max_connections: u32) -> Server {
     ));
     let opts = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-         -c max_connections={max_connections} -c shared_buffers=256MB",
-        dir.display()
+         -c max_connections={max_connections} -c shared_buffers=256MB{}",
+        dir.display(),
+        settings.iter().map(|s| format!(" -c {s}")).collect::<String>()
     );
     run(
         as_pg("pg_ctl")
@@ -205,18 +212,25 @@ fn start_mariadb() -> Server {
 /// A MariaDB listening on 127.0.0.1 of network namespace `ns` (of this one when
 /// `None`), removed when the test process exits.
 pub fn start_mariadb_in(ns: Option<&str>) -> Server {
-    start_mariadb_with(ns, 200)
+    start_mariadb_with(ns, 200, &[])
+}
+
+/// A MariaDB of this test's own with extra server options (`--server-id=1`,
+/// `--log-bin=binlog`, ...), for replication tests; without `--log-bin` among them
+/// it writes no binary log.
+pub fn start_mariadb_configured(options: &[&str]) -> Server {
+    start_mariadb_with(None, 200, options)
 }
 
 /// A MariaDB of this test's own (never `TALLY_TEST_MYSQL_URL`'s) that admits at most
 /// `max_connections` clients, for tests of connection limits.
 pub fn start_mariadb_with_max_connections(max_connections: u32) -> Server {
-    start_mariadb_with(None, max_connections)
+    start_mariadb_with(None, max_connections, &[])
 }
 
 // mariadbd outlives the handle on purpose: the reaper stops it when this process ends
 #[allow(clippy::zombie_processes)]
-fn start_mariadb_with(ns: Option<&str>, max_connections: u32) -> Server {
+fn start_mariadb_with(ns: Option<&str>, max_connections: u32, options: &[&str]) -> Server {
     let (install, server) = (
         Path::new("/usr/bin/mariadb-install-db"),
         Path::new("/usr/sbin/mariadbd"),
@@ -245,9 +259,13 @@ fn start_mariadb_with(ns: Option<&str>, max_connections: u32) -> Server {
             "--no-defaults",
             "--user=root",
             "--bind-address=127.0.0.1",
-            "--skip-log-bin",
             "--innodb-buffer-pool-size=512M",
         ])
+        .args(
+            (!options.iter().any(|o| o.starts_with("--log-bin")))
+                .then_some("--skip-log-bin"),
+        )
+        .args(options)
         .args([
             "--innodb-flush-log-at-trx-commit=0",
             "--innodb-doublewrite=0",
@@ -456,6 +474,27 @@ impl Server {
             self.kind,
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Starts the engine's CLI client running `sql` in the background (a writer's
+    /// server-side loop), killed when the guard is dropped.
+    pub fn spawn_sql(&self, db: Option<&str>, sql: &str) -> crate::proc::ChildGuard {
+        use std::io::Write;
+        let script = std::env::temp_dir().join(format!("tally-sql-{}-{}.sql", std::process::id(), free_port()));
+        std::fs::File::create(&script)
+            .and_then(|mut f| f.write_all(sql.as_bytes()))
+            .expect("writer script");
+        let child = self
+            .client(db)
+            .stdin(std::fs::File::open(&script).expect("writer script"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the SQL client starts");
+        crate::proc::ChildGuard {
+            child,
+            name: "sql writer".into(),
+        }
     }
 
     /// Runs SQL (one or more statements) through the engine's own CLI client; panics

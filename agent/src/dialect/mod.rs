@@ -19,6 +19,7 @@ use tally_common::segment::{KeyPart, KeyTuple, Period, Segment, Window};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
+use crate::watermark::WatermarkRead;
 use crate::schema::{BoundColumn, ColumnInfo};
 
 /// SQL text with its bind values, in placeholder order.
@@ -73,6 +74,16 @@ pub trait Dialect: Sync {
     fn xor_aggregate(&self, h: &str) -> Option<String>;
     /// SUM rendered so the exact result arrives as text.
     fn sum_text(&self, h: &str) -> String;
+    /// The statement that reads a dataset's replication position as one text value
+    /// (DESIGN §5, watermarks): a built-in of this engine, or the zone's own query as a
+    /// scalar subquery (no row reads as NULL, two rows are an error); `None` for a
+    /// built-in of another engine.
+    fn watermark_sql(&self, read: &WatermarkRead) -> Option<String> {
+        match read {
+            WatermarkRead::Query(q) => Some(format!("SELECT CAST(({q}) AS TEXT)")),
+            _ => None,
+        }
+    }
     /// Integer division.
     fn int_div(&self, a: &str, b: &str) -> String;
     /// The ISO week (its Monday, `YYYY-MM-DD`) of a canonical date/timestamp text.

@@ -10,6 +10,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
+use crate::watermark::{Builtin, WatermarkRead};
 use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
 
 /// MySQL's and MariaDB's type table, from `information_schema.COLUMNS` (`DATA_TYPE`,
@@ -102,6 +103,15 @@ impl Dialect for MySql {
 
     fn bytewise(&self, e: &str) -> String {
         format!("CAST(CONVERT({e} USING utf8mb4) AS BINARY)")
+    }
+
+    fn watermark_sql(&self, read: &WatermarkRead) -> Option<String> {
+        Some(match read {
+            WatermarkRead::Builtin(Builtin::GtidBinlogPos) => "SELECT CAST(@@gtid_binlog_pos AS CHAR)".into(),
+            WatermarkRead::Builtin(Builtin::GtidSlavePos) => "SELECT CAST(@@gtid_slave_pos AS CHAR)".into(),
+            WatermarkRead::Query(q) => format!("SELECT CAST(({q}) AS CHAR)"),
+            WatermarkRead::Builtin(_) | WatermarkRead::Subscription(_) => return None,
+        })
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {

@@ -8,6 +8,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
+use crate::watermark::{Builtin, WatermarkRead};
 use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
 
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +147,26 @@ impl Dialect for Postgres {
 
     fn bytewise(&self, e: &str) -> String {
         format!("({e}) COLLATE \"C\"")
+    }
+
+    fn watermark_sql(&self, read: &WatermarkRead) -> Option<String> {
+        Some(match read {
+            WatermarkRead::Builtin(Builtin::PgWalLsn) => "SELECT pg_current_wal_insert_lsn()::text".into(),
+            WatermarkRead::Builtin(Builtin::PgReplayLsn) => "SELECT pg_last_wal_replay_lsn()::text".into(),
+            // the origin's progress moves at each applied commit; an idle publisher's WAL
+            // (other databases, checkpoints) moves only the position it last confirmed
+            // in a keepalive, which the apply worker handles after every change before
+            // it. NULL: no such subscription; no progress yet: 0/0.
+            WatermarkRead::Subscription(name) => format!(
+                "SELECT (SELECT coalesce(greatest(pg_replication_origin_progress('pg_' || s.oid, false), \
+                 (SELECT max(st.latest_end_lsn) FROM pg_stat_subscription st WHERE st.subid = s.oid))::text, '0/0') \
+                 FROM pg_subscription s WHERE s.subname = {} \
+                 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+                self.literal(&KeyPart::Text(name.clone()))
+            ),
+            WatermarkRead::Builtin(_) => return None,
+            WatermarkRead::Query(q) => format!("SELECT (({q}))::text"),
+        })
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {

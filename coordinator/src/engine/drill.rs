@@ -91,11 +91,12 @@ impl Engine {
             )
             .into());
         }
+        super::watermark::check_watermarks(&self.spec, &self.agents, &s, &t)?;
         self.resolved = Some(resolved);
         self.described = Some((s, t));
-        match &self.spec.window {
+        match self.spec.column_window() {
             // the bound is the clock minus the lag: read once, recorded, fixed
-            Some(w) if w.lag.is_some() => {
+            Some((_, w)) if w.lag.is_some() => {
                 self.window_column()?;
                 self.ask(out, Command::ReadClock);
                 Ok(())
@@ -113,7 +114,13 @@ impl Engine {
         self.after_window(out)
     }
 
-    fn after_window(&mut self, out: &mut Out) -> Step {
+    /// After the window is fixed: the sides' positions aligned (a watermark), then
+    /// the seal, then the drill.
+    pub(super) fn after_window(&mut self, out: &mut Out) -> Step {
+        if !self.positions_synced(0) {
+            self.sync_positions(out, 0);
+            return Ok(());
+        }
         let sealed = self.resolved.as_ref().expect("resolved").method.is_sealed();
         if sealed {
             self.ask(out, Command::DrawNonce);
@@ -125,17 +132,17 @@ impl Engine {
 
     /// The window's column among the resolved ones (key or compared), and its class.
     fn window_column(&self) -> Result<(String, TypeClass), RunError> {
-        let w = self.spec.window.as_ref().expect("a window");
+        let (column, _) = self.spec.column_window().expect("a window column");
         let r = self.resolved.as_ref().expect("resolved");
         let c = r
             .columns
             .iter()
-            .find(|c| c.source_name.eq_ignore_ascii_case(&w.column))
+            .find(|c| c.source_name.eq_ignore_ascii_case(column))
             .ok_or_else(|| {
                 RunError::Config(format!(
                     "window.column {} is not among the compared columns ({}): a window filters by the \
                      column's canonical value, so both sides must have and compare it",
-                    w.column,
+                    column,
                     r.columns
                         .iter()
                         .map(|c| c.source_name.as_str())
@@ -148,8 +155,7 @@ impl Engine {
                 Ok((c.source_name.clone(), c.format.class))
             }
             other => Err(RunError::Config(format!(
-                "window.column {} is compared as {other}; a window needs an integer, date or timestamp column",
-                w.column
+                "window.column {column} is compared as {other}; a window needs an integer, date or timestamp column",
             ))),
         }
     }
@@ -581,13 +587,13 @@ pub(crate) fn window_upper(
 ) -> Result<String, RunError> {
     use tally_common::canonical::{FieldFormat, MAX_TIME_PRECISION, canonical_from_text};
     let config = |m: String| RunError::Config(m);
+    let column = w.column.as_deref().unwrap_or_default();
     if let Some(a) = &w.as_of {
         let text = a.text();
         if class == TypeClass::Integer {
             return text.trim().parse::<i64>().map(|n| n.to_string()).map_err(|_| {
                 config(format!(
-                    "window.as_of {text:?}: the column {} is an integer",
-                    w.column
+                    "window.as_of {text:?}: the column {column} is an integer",
                 ))
             });
         }
@@ -596,8 +602,7 @@ pub(crate) fn window_upper(
             Ok(Some(t)) if !t.contains("infinity") => Ok(t),
             Ok(_) => Err(config(format!("window.as_of {text:?} is not a finite {class}"))),
             Err(e) => Err(config(format!(
-                "window.as_of {text:?} is not a {class} (the column {} compares as {class}): {e}",
-                w.column
+                "window.as_of {text:?} is not a {class} (the column {column} compares as {class}): {e}",
             ))),
         };
     }
@@ -608,8 +613,7 @@ pub(crate) fn window_upper(
         .expect("validated: as_of or a lag");
     if class == TypeClass::Integer {
         return Err(config(format!(
-            "window.lag needs a date or timestamp column; {} is an integer: set window.as_of",
-            w.column
+            "window.lag needs a date or timestamp column; {column} is an integer: set window.as_of",
         )));
     }
     let now_ms = now_ms.expect("the clock is read for a lag");
@@ -647,9 +651,11 @@ mod window_tests {
 
     fn w(as_of: Option<AsOf>, lag: Option<&str>) -> WindowSpec {
         WindowSpec {
-            column: "at".into(),
+            column: Some("at".into()),
             as_of,
             lag: lag.map(str::to_string),
+            watermark: None,
+            timeout: None,
         }
     }
 

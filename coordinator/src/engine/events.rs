@@ -3,10 +3,11 @@
 //! JSON objects tagged `"event"`; replaying them rebuilds the engine.
 
 use serde::{Deserialize, Serialize};
+use tally_common::position::Position;
 use tally_common::seal::NONCE_LEN;
 use tally_common::wire::{
-    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, RevealRequest, RevealResponse,
-    RowDigest, RowDigestsRequest,
+    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, PositionResponse, ReadPositionRequest,
+    RevealRequest, RevealResponse, RowDigest, RowDigestsRequest, WaitPositionRequest,
 };
 
 use crate::result::{LevelOut, RunResult};
@@ -55,6 +56,20 @@ pub enum Event {
     ClockRead { unix_ms: i64 },
     /// The wait before confirm round `round` is over.
     Waited { round: u32 },
+    /// The source's replication position, read before the drill (round 0) or before
+    /// confirm round `round`'s reads (a window's `watermark: wait`).
+    PositionRead {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
+        position: Position,
+    },
+    /// The target's answer to waiting until it had applied that position.
+    PositionApplied {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
+        response: PositionResponse,
+        elapsed_ms: u64,
+    },
     /// One side's aggregate of drill level `level`.
     Aggregated {
         level: u32,
@@ -104,6 +119,8 @@ impl Event {
             Event::NonceDrawn { .. } => "nonce_drawn",
             Event::ClockRead { .. } => "clock_read",
             Event::Waited { .. } => "waited",
+            Event::PositionRead { .. } => "position_read",
+            Event::PositionApplied { .. } => "position_applied",
             Event::Aggregated { .. } => "aggregated",
             Event::Digests { .. } => "digests",
             Event::Revealed { .. } => "revealed",
@@ -121,6 +138,8 @@ impl Event {
             Event::NonceDrawn { .. } => Call::Nonce,
             Event::ClockRead { .. } => Call::Clock,
             Event::Waited { round } => Call::Wait(*round),
+            Event::PositionRead { round, .. } => Call::Position(*round),
+            Event::PositionApplied { round, .. } => Call::Applied(*round),
             Event::Aggregated { level, side, .. } => Call::Aggregate(*level, *side),
             Event::Digests {
                 round, range, side, ..
@@ -163,6 +182,19 @@ pub enum Command {
     },
     /// Wait `ms` milliseconds before confirm round `round`; answered by `waited`.
     Wait { round: u32, ms: u64 },
+    /// Read the source's replication position; answered by `position_read`.
+    ReadPosition {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
+        request: ReadPositionRequest,
+    },
+    /// Have the target wait until it has applied a position; answered by
+    /// `position_applied`.
+    WaitPosition {
+        #[serde(default, skip_serializing_if = "is_zero")]
+        round: u32,
+        request: WaitPositionRequest,
+    },
     /// RevealRows when `rows`, else RevealKeys.
     Reveal {
         range: usize,
@@ -196,6 +228,8 @@ impl Command {
                 round, range, side, ..
             } => Call::Digests(*round, *range, *side),
             Command::Wait { round, .. } => Call::Wait(*round),
+            Command::ReadPosition { round, .. } => Call::Position(*round),
+            Command::WaitPosition { round, .. } => Call::Applied(*round),
             Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
@@ -210,6 +244,10 @@ pub enum Call {
     Nonce,
     Clock,
     Wait(u32),
+    /// The source's position before the drill (0) or a confirm round.
+    Position(u32),
+    /// The target's wait for it.
+    Applied(u32),
     Aggregate(u32, Side),
     /// (confirm round, range, side)
     Digests(u32, usize, Side),
@@ -227,6 +265,10 @@ impl std::fmt::Display for Call {
             Call::Digests(0, r, s) => write!(f, "the {} digests of range {r}", s.name()),
             Call::Digests(n, r, s) => write!(f, "the {} digests of range {r} in confirm round {n}", s.name()),
             Call::Wait(n) => write!(f, "the wait before confirm round {n}"),
+            Call::Position(0) => write!(f, "the source position"),
+            Call::Position(n) => write!(f, "the source position before confirm round {n}"),
+            Call::Applied(0) => write!(f, "the target's wait for the source position"),
+            Call::Applied(n) => write!(f, "the target's wait for the source position before confirm round {n}"),
             Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
         }

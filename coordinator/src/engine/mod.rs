@@ -10,6 +10,7 @@ pub(crate) mod drill;
 pub mod events;
 mod rows_phase;
 pub mod runtime;
+mod watermark;
 #[cfg(test)]
 mod tests;
 
@@ -86,6 +87,7 @@ pub fn empty_result(spec: &Spec) -> RunResult {
             ..Default::default()
         },
         window: None,
+        positions: Vec::new(),
         levels: Vec::new(),
         leaves: Vec::new(),
         differences: None,
@@ -251,6 +253,12 @@ impl Engine {
             Event::Described { source, target } => self.on_described(&mut out, *source, *target),
             Event::NonceDrawn { nonce } => self.on_nonce(&mut out, nonce),
             Event::ClockRead { unix_ms } => self.on_clock(&mut out, unix_ms),
+            Event::PositionRead { round, position } => self.on_position_read(&mut out, round, position),
+            Event::PositionApplied {
+                round,
+                response,
+                elapsed_ms,
+            } => self.on_position_applied(&mut out, round, response, elapsed_ms),
             Event::Aggregated {
                 level,
                 side,

@@ -296,7 +296,18 @@ impl Engine {
         }
     }
 
+    /// The wait before confirm round `round` is over: with a watermark, the sides'
+    /// positions are aligned again before the round reads anything.
     pub(super) fn on_waited(&mut self, out: &mut Out, round: u32) -> Step {
+        if !self.positions_synced(round) {
+            self.sync_positions(out, round);
+            return Ok(());
+        }
+        self.on_confirm_synced(out, round)
+    }
+
+    /// Confirm round `round` may read: its wait (and watermark) is done.
+    pub(super) fn on_confirm_synced(&mut self, out: &mut Out, round: u32) -> Step {
         if let Some(c) = self.rows().confirming.as_mut()
             && c.round == round
         {

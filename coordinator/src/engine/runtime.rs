@@ -310,6 +310,27 @@ impl Runtime<'_> {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                     Ok(Event::Waited { round })
                 }
+                Command::ReadPosition { round, mut request } => {
+                    request.run_id = self.run_id.clone();
+                    self.source
+                        .read_position(request)
+                        .await
+                        .map(|r| Event::PositionRead {
+                            round,
+                            position: r.position,
+                        })
+                }
+                Command::WaitPosition { round, mut request } => {
+                    request.run_id = self.run_id.clone();
+                    self.target
+                        .wait_position(request)
+                        .await
+                        .map(|response| Event::PositionApplied {
+                            round,
+                            response,
+                            elapsed_ms: t0.elapsed().as_millis() as u64,
+                        })
+                }
                 Command::RowDigests {
                     round,
                     range,

@@ -15,6 +15,7 @@ use crate::result::{DiffKind, RunResult, Verdict};
 
 mod adversarial;
 mod rows;
+mod watermark;
 
 /// One side's rows: key → row hash (a key listed twice is a duplicate).
 #[derive(Clone)]
@@ -26,6 +27,8 @@ struct Fake {
     reveal_budget: Option<usize>,
     /// The policy's `time_columns`.
     time_columns: Vec<String>,
+    /// The replication position its watermark reads (none: no watermark configured).
+    position: Option<tally_common::position::Position>,
 }
 
 fn key_hash(k: i64) -> u64 {
@@ -43,6 +46,7 @@ impl Fake {
             sealed: false,
             reveal_budget: None,
             time_columns: Vec::new(),
+            position: None,
         }
     }
 
@@ -164,6 +168,7 @@ impl Fake {
             max_level: PrivacyLevel::Detailed,
             expose_key_bounds: true,
             time_columns: self.time_columns.clone(),
+            watermark: self.position.as_ref().map(|p| p.kind),
             ..Default::default()
         }
     }
@@ -216,6 +221,22 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             elapsed_ms: 3,
         },
         Command::Wait { round, .. } => Event::Waited { round: *round },
+        Command::ReadPosition { round, .. } => Event::PositionRead {
+            round: *round,
+            position: s.position.clone().expect("a source with a watermark"),
+        },
+        Command::WaitPosition { round, request } => {
+            let have = t.position.clone().expect("a target with a watermark");
+            Event::PositionApplied {
+                round: *round,
+                response: tally_common::wire::PositionResponse {
+                    reached: have.reached(&request.position).unwrap(),
+                    position: have,
+                    release_log_head: String::new(),
+                },
+                elapsed_ms: 40,
+            }
+        }
         Command::RowDigests {
             round,
             range,
@@ -654,9 +675,11 @@ impl Spec {
     fn clone_with_window_lag(&self) -> Spec {
         let mut s = self.clone();
         s.window = Some(crate::spec::WindowSpec {
-            column: "id".into(),
+            column: Some("id".into()),
             as_of: None,
             lag: Some("5m".into()),
+            watermark: None,
+            timeout: None,
         });
         s
     }
@@ -793,9 +816,11 @@ fn confirm_rounds_report_rows_that_agree_again_as_in_flight() {
 fn spec_with_window(spec: &Spec) -> Spec {
     let mut s = spec.clone();
     s.window = Some(crate::spec::WindowSpec {
-        column: "id".into(),
+        column: Some("id".into()),
         as_of: Some(crate::spec::AsOf::Int(100_000)),
         lag: None,
+        watermark: None,
+        timeout: None,
     });
     s
 }
