@@ -704,17 +704,30 @@ mod tests {
     fn watermarks_parse_and_bad_ones_name_the_key() {
         use crate::watermark::{Builtin, WatermarkRead};
         use tally_common::position::PositionKind;
-        let ds = |w: &str| format!("{BASE}datasets:\n  o: {{ url: 'postgres://h/d', table: t, key: [id], watermark: {w} }}\n");
+        let ds = |w: &str| {
+            format!(
+                "{BASE}datasets:\n  o: {{ url: 'postgres://h/d', table: t, key: [id], watermark: {w} }}\n"
+            )
+        };
         let c = parse(&ds("{ builtin: gtid_slave_pos }")).unwrap();
         let w = c.datasets["o"].watermark.clone().unwrap();
-        assert_eq!((w.kind(), w.read()), (PositionKind::Gtid, WatermarkRead::Builtin(Builtin::GtidSlavePos)));
+        assert_eq!(
+            (w.kind(), w.read()),
+            (PositionKind::Gtid, WatermarkRead::Builtin(Builtin::GtidSlavePos))
+        );
         let c = parse(&ds("{ builtin: pg_subscription, subscription: orders_sub }")).unwrap();
         let w = c.datasets["o"].watermark.clone().unwrap();
         assert_eq!(w.read(), WatermarkRead::Subscription("orders_sub".into()));
-        let c = parse(&ds("{ query: 'SELECT applied FROM cdc.offsets WHERE pipe = 1;', kind: integer }")).unwrap();
+        let c = parse(&ds(
+            "{ query: 'SELECT applied FROM cdc.offsets WHERE pipe = 1;', kind: integer }",
+        ))
+        .unwrap();
         let w = c.datasets["o"].watermark.clone().unwrap();
         assert_eq!(w.kind(), PositionKind::Integer);
-        assert_eq!(w.read(), WatermarkRead::Query("SELECT applied FROM cdc.offsets WHERE pipe = 1".into()));
+        assert_eq!(
+            w.read(),
+            WatermarkRead::Query("SELECT applied FROM cdc.offsets WHERE pipe = 1".into())
+        );
         // a builtin of another engine is refused when the datasets open
         assert!(w.check_engine("o", "postgres").is_ok());
         let e = crate::watermark::WatermarkConfig {
@@ -727,16 +740,28 @@ mod tests {
         .check_engine("o", "mysql")
         .unwrap_err()
         .to_string();
-        assert!(e.contains("datasets.o.watermark.builtin") && e.contains("PostgreSQL"), "{e}");
+        assert!(
+            e.contains("datasets.o.watermark.builtin") && e.contains("PostgreSQL"),
+            "{e}"
+        );
         for (w, key) in [
             ("{ }", "datasets.o.watermark"),
-            ("{ builtin: pg_wal_lsn, query: 'SELECT 1', kind: lsn }", "watermark.query"),
+            (
+                "{ builtin: pg_wal_lsn, query: 'SELECT 1', kind: lsn }",
+                "watermark.query",
+            ),
             ("{ builtin: binlog }", "watermark"),
             ("{ builtin: pg_subscription }", "watermark.subscription"),
-            ("{ builtin: pg_wal_lsn, subscription: s }", "watermark.subscription"),
+            (
+                "{ builtin: pg_wal_lsn, subscription: s }",
+                "watermark.subscription",
+            ),
             ("{ builtin: pg_wal_lsn, kind: gtid }", "watermark.kind"),
             ("{ query: 'SELECT 1' }", "watermark.kind"),
-            ("{ query: 'SELECT 1; DROP TABLE t', kind: integer }", "watermark.query"),
+            (
+                "{ query: 'SELECT 1; DROP TABLE t', kind: integer }",
+                "watermark.query",
+            ),
             ("{ query: ' ', kind: integer }", "watermark.query"),
             ("{ query: 'SELECT 1', kind: float }", "watermark"),
             ("{ builtin: gtid_binlog_pos, poll_ms: 1 }", "watermark.poll_ms"),

@@ -210,7 +210,10 @@ impl Asked {
     }
 
     pub fn wait_position(r: &pb::WaitPositionRequest) -> Asked {
-        let position = r.position.as_ref().map(|p| json!({"kind": p.kind, "value": p.value}));
+        let position = r
+            .position
+            .as_ref()
+            .map(|p| json!({"kind": p.kind, "value": p.value}));
         let full = json!({"rpc": "WaitPosition", "run_id": r.run_id, "dataset": r.dataset,
                           "position": position, "timeout_ms": r.timeout_ms.to_string()});
         Asked::new(full, json!({"position": position, "timeout_ms": r.timeout_ms}))

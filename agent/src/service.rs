@@ -14,8 +14,8 @@ use tally_common::evidence::{AgentResult, Scope, SignedBucket};
 use tally_common::segment::{KeyPart, Segment, Split};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, PositionResponse,
-    ReadPositionRequest, RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestBatch, RowDigestsRequest,
-    Seal, WaitPositionRequest,
+    ReadPositionRequest, RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestBatch,
+    RowDigestsRequest, Seal, WaitPositionRequest,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent;

@@ -123,14 +123,20 @@ impl WatermarkConfig {
                 }
                 match (b, &self.subscription) {
                     (Builtin::PgSubscription, None) => {
-                        return bad("subscription", "missing: name the subscription whose progress to read".into());
+                        return bad(
+                            "subscription",
+                            "missing: name the subscription whose progress to read".into(),
+                        );
                     }
                     (Builtin::PgSubscription, Some(s)) if s.trim().is_empty() => {
                         return bad("subscription", "empty subscription name".into());
                     }
                     (Builtin::PgSubscription, Some(_)) => {}
                     (_, Some(_)) => {
-                        return bad("subscription", "only builtin pg_subscription takes a subscription".into());
+                        return bad(
+                            "subscription",
+                            "only builtin pg_subscription takes a subscription".into(),
+                        );
                     }
                     (_, None) => {}
                 }
@@ -143,10 +149,16 @@ impl WatermarkConfig {
                     return bad("query", "one SELECT statement, no ';' inside".into());
                 }
                 if self.kind.is_none() {
-                    return bad("kind", "missing: integer, lsn or gtid (what the query returns)".into());
+                    return bad(
+                        "kind",
+                        "missing: integer, lsn or gtid (what the query returns)".into(),
+                    );
                 }
                 if self.subscription.is_some() {
-                    return bad("subscription", "only builtin pg_subscription takes a subscription".into());
+                    return bad(
+                        "subscription",
+                        "only builtin pg_subscription takes a subscription".into(),
+                    );
                 }
             }
         }

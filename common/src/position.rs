@@ -97,8 +97,12 @@ fn parse_gtid(t: &str) -> Result<BTreeMap<u32, u64>, String> {
             return Err(format!("{part:?} is not domain-server-sequence"));
         }
         let domain: u32 = d.parse().map_err(|_| format!("{part:?}: domain out of range"))?;
-        let _server: u32 = s.parse().map_err(|_| format!("{part:?}: server id out of range"))?;
-        let seq: u64 = n.parse().map_err(|_| format!("{part:?}: sequence out of range"))?;
+        let _server: u32 = s
+            .parse()
+            .map_err(|_| format!("{part:?}: server id out of range"))?;
+        let seq: u64 = n
+            .parse()
+            .map_err(|_| format!("{part:?}: sequence out of range"))?;
         if out.insert(domain, seq).is_some() {
             return Err(format!("domain {domain} appears twice"));
         }
@@ -151,7 +155,10 @@ impl Position {
             ));
         }
         Ok(
-            match (Position::parsed(self.kind, &self.value)?, Position::parsed(wanted.kind, &wanted.value)?) {
+            match (
+                Position::parsed(self.kind, &self.value)?,
+                Position::parsed(wanted.kind, &wanted.value)?,
+            ) {
                 (Parsed::Lsn(a), Parsed::Lsn(w)) => a >= w,
                 (Parsed::Integer(a), Parsed::Integer(w)) => a >= w,
                 (Parsed::Gtid(a), Parsed::Gtid(w)) => w
@@ -196,9 +203,21 @@ mod tests {
         assert_eq!(p(PositionKind::Lsn, " 0/016B3748 ").value, "0/16B3748");
         assert_eq!(p(PositionKind::Lsn, "1/0").value, "1/0");
         // 1/0 is past FFFFFFFF within segment 0: compared as numbers, not as text
-        assert!(p(PositionKind::Lsn, "1/0").reached(&p(PositionKind::Lsn, "0/FFFFFFFF")).unwrap());
-        assert!(!p(PositionKind::Lsn, "0/A").reached(&p(PositionKind::Lsn, "0/9A")).unwrap());
-        assert!(p(PositionKind::Lsn, "0/9A").reached(&p(PositionKind::Lsn, "0/9a")).unwrap());
+        assert!(
+            p(PositionKind::Lsn, "1/0")
+                .reached(&p(PositionKind::Lsn, "0/FFFFFFFF"))
+                .unwrap()
+        );
+        assert!(
+            !p(PositionKind::Lsn, "0/A")
+                .reached(&p(PositionKind::Lsn, "0/9A"))
+                .unwrap()
+        );
+        assert!(
+            p(PositionKind::Lsn, "0/9A")
+                .reached(&p(PositionKind::Lsn, "0/9a"))
+                .unwrap()
+        );
         for bad in ["", "0", "0/", "/1", "0/G", "123456789/0", "0/1/2", "-1/0"] {
             assert!(Position::parse(PositionKind::Lsn, bad).is_err(), "{bad:?}");
         }
@@ -210,7 +229,11 @@ mod tests {
         assert_eq!(want.value, "0-1-42,1-2-7");
         assert!(p(PositionKind::Gtid, "0-1-42,1-2-7").reached(&want).unwrap());
         // a failover changes the server id, not the order: the sequence counts
-        assert!(p(PositionKind::Gtid, "0-3-43,1-2-9,5-1-1").reached(&want).unwrap());
+        assert!(
+            p(PositionKind::Gtid, "0-3-43,1-2-9,5-1-1")
+                .reached(&want)
+                .unwrap()
+        );
         // one domain behind, or missing, is not reached
         let behind = p(PositionKind::Gtid, "0-1-41,1-2-7");
         assert!(!behind.reached(&want).unwrap());
@@ -219,8 +242,19 @@ mod tests {
         assert!(!missing.reached(&want).unwrap());
         assert!(missing.behind(&want).contains("domain 1 not applied"));
         // nothing written yet on the source: any target has reached it
-        assert!(p(PositionKind::Gtid, "").reached(&p(PositionKind::Gtid, "")).unwrap());
-        for bad in ["0-1", "0-1-x", "a-1-2", "0-1-2,0-2-3", "0-1-2-3", "99999999999-1-1"] {
+        assert!(
+            p(PositionKind::Gtid, "")
+                .reached(&p(PositionKind::Gtid, ""))
+                .unwrap()
+        );
+        for bad in [
+            "0-1",
+            "0-1-x",
+            "a-1-2",
+            "0-1-2,0-2-3",
+            "0-1-2-3",
+            "99999999999-1-1",
+        ] {
             assert!(Position::parse(PositionKind::Gtid, bad).is_err(), "{bad:?}");
         }
     }
@@ -228,12 +262,22 @@ mod tests {
     #[test]
     fn integers_and_mixed_kinds() {
         assert_eq!(p(PositionKind::Integer, "+0042").value, "42");
-        assert!(p(PositionKind::Integer, "-1").reached(&p(PositionKind::Integer, "-2")).unwrap());
-        assert!(!p(PositionKind::Integer, "9").reached(&p(PositionKind::Integer, "10")).unwrap());
+        assert!(
+            p(PositionKind::Integer, "-1")
+                .reached(&p(PositionKind::Integer, "-2"))
+                .unwrap()
+        );
+        assert!(
+            !p(PositionKind::Integer, "9")
+                .reached(&p(PositionKind::Integer, "10"))
+                .unwrap()
+        );
         assert!(Position::parse(PositionKind::Integer, "1.5").is_err());
         assert!(Position::parse(PositionKind::Integer, "99999999999999999999").is_err());
         // kinds never compare, whatever the text
-        let e = p(PositionKind::Integer, "5").reached(&p(PositionKind::Lsn, "0/5")).unwrap_err();
+        let e = p(PositionKind::Integer, "5")
+            .reached(&p(PositionKind::Lsn, "0/5"))
+            .unwrap_err();
         assert!(e.contains("integer") && e.contains("lsn"), "{e}");
         // text that is not of its kind never counts as reached
         let forged = Position {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
-    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse, RowDigest,
-    RowDigestBatch, RowDigestsRequest, WaitPositionRequest, WireError,
+    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse,
+    RowDigest, RowDigestBatch, RowDigestsRequest, WaitPositionRequest, WireError,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_client::AgentClient;

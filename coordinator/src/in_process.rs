@@ -14,8 +14,8 @@ use futures::StreamExt;
 use tally_agent::service::AgentService;
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
-    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse, RowDigestBatch,
-    RowDigestsRequest, WaitPositionRequest,
+    InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse,
+    RowDigestBatch, RowDigestsRequest, WaitPositionRequest,
 };
 use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent as _;

@@ -344,7 +344,9 @@ impl RunResult {
                 o,
                 "  positions {at}: source {}, target {} (waited {} ms)",
                 p.source,
-                p.target.as_ref().map_or("not reached".to_string(), |t| t.to_string()),
+                p.target
+                    .as_ref()
+                    .map_or("not reached".to_string(), |t| t.to_string()),
                 p.waited_ms
             );
         }

@@ -261,10 +261,7 @@ fn start_mariadb_with(ns: Option<&str>, max_connections: u32, options: &[&str]) 
             "--bind-address=127.0.0.1",
             "--innodb-buffer-pool-size=512M",
         ])
-        .args(
-            (!options.iter().any(|o| o.starts_with("--log-bin")))
-                .then_some("--skip-log-bin"),
-        )
+        .args((!options.iter().any(|o| o.starts_with("--log-bin"))).then_some("--skip-log-bin"))
         .args(options)
         .args([
             "--innodb-flush-log-at-trx-commit=0",
@@ -480,7 +477,8 @@ impl Server {
     /// server-side loop), killed when the guard is dropped.
     pub fn spawn_sql(&self, db: Option<&str>, sql: &str) -> crate::proc::ChildGuard {
         use std::io::Write;
-        let script = std::env::temp_dir().join(format!("tally-sql-{}-{}.sql", std::process::id(), free_port()));
+        let script =
+            std::env::temp_dir().join(format!("tally-sql-{}-{}.sql", std::process::id(), free_port()));
         std::fs::File::create(&script)
             .and_then(|mut f| f.write_all(sql.as_bytes()))
             .expect("writer script");

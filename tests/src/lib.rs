@@ -12,4 +12,5 @@ pub mod https;
 pub mod netns;
 pub mod proc;
 pub mod raft_db;
+pub mod replication;
 pub mod zones;

@@ -19,8 +19,8 @@ use tally_common::segment::{KeyPart, KeyTuple, Period, Segment, Window};
 use tally_common::types::TypeClass;
 
 use crate::config::Source;
-use crate::watermark::WatermarkRead;
 use crate::schema::{BoundColumn, ColumnInfo};
+use crate::watermark::WatermarkRead;
 
 /// SQL text with its bind values, in placeholder order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

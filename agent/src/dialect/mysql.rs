@@ -10,8 +10,8 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::watermark::{Builtin, WatermarkRead};
 use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
+use crate::watermark::{Builtin, WatermarkRead};
 
 /// MySQL's and MariaDB's type table, from `information_schema.COLUMNS` (`DATA_TYPE`,
 /// `COLUMN_TYPE`, `NUMERIC_SCALE`, `DATETIME_PRECISION`). `json_checked`: MariaDB's

@@ -8,8 +8,8 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::Dialect;
-use crate::watermark::{Builtin, WatermarkRead};
 use crate::schema::{BoundColumn, ColumnInfo, Declared, Native, TypeEntry};
+use crate::watermark::{Builtin, WatermarkRead};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Postgres {

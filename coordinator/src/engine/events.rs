@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use tally_common::position::Position;
 use tally_common::seal::NONCE_LEN;
 use tally_common::wire::{
-    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, PositionResponse, ReadPositionRequest,
-    RevealRequest, RevealResponse, RowDigest, RowDigestsRequest, WaitPositionRequest,
+    AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, PositionResponse,
+    ReadPositionRequest, RevealRequest, RevealResponse, RowDigest, RowDigestsRequest, WaitPositionRequest,
 };
 
 use crate::result::{LevelOut, RunResult};
@@ -268,7 +268,10 @@ impl std::fmt::Display for Call {
             Call::Position(0) => write!(f, "the source position"),
             Call::Position(n) => write!(f, "the source position before confirm round {n}"),
             Call::Applied(0) => write!(f, "the target's wait for the source position"),
-            Call::Applied(n) => write!(f, "the target's wait for the source position before confirm round {n}"),
+            Call::Applied(n) => write!(
+                f,
+                "the target's wait for the source position before confirm round {n}"
+            ),
             Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
         }

@@ -10,9 +10,9 @@ pub(crate) mod drill;
 pub mod events;
 mod rows_phase;
 pub mod runtime;
-mod watermark;
 #[cfg(test)]
 mod tests;
+mod watermark;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -75,7 +75,9 @@ impl Engine {
             out,
             format!(
                 "watermark: source at {position}; waiting up to {} for the target to apply it",
-                timeout.as_deref().unwrap_or(crate::spec::DEFAULT_WATERMARK_TIMEOUT)
+                timeout
+                    .as_deref()
+                    .unwrap_or(crate::spec::DEFAULT_WATERMARK_TIMEOUT)
             ),
         );
         self.res.positions.retain(|p| p.round != round);

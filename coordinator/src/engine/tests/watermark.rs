@@ -71,7 +71,9 @@ fn a_target_that_does_not_reach_the_position_ends_the_run_before_any_scan() {
     let e = tr.result.error.as_ref().unwrap();
     assert_eq!(e.code, "watermark");
     assert!(
-        e.message.contains("0-1-42,1-2-7") && e.message.contains("domain 1 at 6 of 7") && e.message.contains("10m"),
+        e.message.contains("0-1-42,1-2-7")
+            && e.message.contains("domain 1 at 6 of 7")
+            && e.message.contains("10m"),
         "{}",
         e.message
     );
@@ -118,7 +120,11 @@ fn a_side_without_a_watermark_or_of_another_kind_is_refused_before_any_call() {
     t.position = Some(Position::parse(PositionKind::Lsn, "0/10").unwrap());
     let tr = drive(&spec, &s, &t);
     let e = tr.result.error.as_ref().unwrap();
-    assert!(e.message.contains("gtid") && e.message.contains("lsn"), "{}", e.message);
+    assert!(
+        e.message.contains("gtid") && e.message.contains("lsn"),
+        "{}",
+        e.message
+    );
     assert_eq!(kinds(&tr), vec![Call::Describe]);
 }
 
@@ -133,7 +139,11 @@ fn each_confirm_round_waits_for_the_position_again_before_its_reads() {
     assert_eq!(tr.result.verdict, Verdict::Differ, "{:?}", tr.result.error);
     let k = kinds(&tr);
     for round in 1..=2 {
-        let at = |c: Call| k.iter().position(|x| *x == c).unwrap_or_else(|| panic!("{c} in {k:?}"));
+        let at = |c: Call| {
+            k.iter()
+                .position(|x| *x == c)
+                .unwrap_or_else(|| panic!("{c} in {k:?}"))
+        };
         let first_read = k
             .iter()
             .position(|c| matches!(c, Call::Digests(r, ..) if *r == round))
