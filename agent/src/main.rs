@@ -198,6 +198,15 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                         note
                     );
                 }
+                if let Some(w) = &ds.config.watermark {
+                    match tally_agent::watermark::read(ds).await {
+                        Ok(p) => println!("  watermark: {} reads {p}", w.describe()),
+                        Err(e) => {
+                            println!("  watermark: {e}");
+                            ok = false;
+                        }
+                    }
+                }
             }
             Err(e) => {
                 println!("dataset {name}: {e}");

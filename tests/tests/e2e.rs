@@ -513,7 +513,9 @@ fn agent_check_reports_each_dataset() {
     let d = Deployment::new(&["dc1"]);
     let cfg = format!(
         "listen: 127.0.0.1:0\ntls: {{ ca: certs/ca.pem, cert: certs/dc1.pem, key: certs/dc1-key.pem, zone_key: certs/dc1-zone.key }}\n\
-         datasets:\n  good: {{ url: '{url}', table: t, key: [id] }}\n  bad: {{ url: 'postgres://postgres@127.0.0.1:9/x', table: t, key: [id] }}\n"
+         datasets:\n  good: {{ url: '{url}', table: t, key: [id], watermark: {{ builtin: pg_wal_lsn }} }}\n  \
+         standby: {{ url: '{url}', table: t, key: [id], watermark: {{ builtin: pg_replay_lsn }} }}\n  \
+         bad: {{ url: 'postgres://postgres@127.0.0.1:9/x', table: t, key: [id] }}\n"
     );
     let path = d.path().join("check.yaml");
     std::fs::write(&path, cfg).unwrap();
@@ -550,6 +552,16 @@ fn agent_check_reports_each_dataset() {
     );
     assert!(
         stdout.contains("dataset bad: cannot connect:") && stdout.contains("Connection refused"),
+        "{stdout}"
+    );
+    // each watermark is read once: a primary's position, and a clear word where the
+    // builtin does not fit the server
+    assert!(
+        line("watermark: builtin pg_wal_lsn reads lsn ").contains('/'),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("watermark: watermark of dataset standby: pg_last_wal_replay_lsn() is NULL: the server is not a standby"),
         "{stdout}"
     );
     // a config error names the key and exits 2
