@@ -764,7 +764,7 @@ mod tests {
             ),
             ("{ query: ' ', kind: integer }", "watermark.query"),
             ("{ query: 'SELECT 1', kind: float }", "watermark"),
-            ("{ builtin: gtid_binlog_pos, poll_ms: 1 }", "watermark.poll_ms"),
+            ("{ builtin: gtid_binlog_pos, poll_ms: 10 }", "watermark.poll_ms"),
             ("{ builtin: gtid_binlog_pos, wait: 1 }", "watermark"),
         ] {
             let e = parse(&ds(w)).unwrap_err().to_string();

@@ -36,6 +36,10 @@ pub enum AgentError {
     Seal(String),
     #[error("{0}")]
     Unsupported(String),
+    /// The agent is serving as many calls of this kind as it allows; a retry may find
+    /// room.
+    #[error("busy: {0}")]
+    Busy(String),
     /// The dataset's replication position could not be read (DESIGN §5, watermarks).
     #[error("watermark of dataset {dataset}: {message}")]
     Watermark { dataset: String, message: String },
@@ -96,6 +100,7 @@ impl AgentError {
             AgentError::Canonical { .. } => Code::FailedPrecondition,
             AgentError::Unsupported(_) => Code::Unimplemented,
             AgentError::Watermark { .. } => Code::FailedPrecondition,
+            AgentError::Busy(_) => Code::ResourceExhausted,
             AgentError::Config(_) => Code::FailedPrecondition,
             AgentError::ReleaseLog => Code::Unavailable,
             AgentError::Sign(_) => Code::Internal,

@@ -216,7 +216,15 @@ impl Asked {
             .map(|p| json!({"kind": p.kind, "value": p.value}));
         let full = json!({"rpc": "WaitPosition", "run_id": r.run_id, "dataset": r.dataset,
                           "position": position, "timeout_ms": r.timeout_ms.to_string()});
-        Asked::new(full, json!({"position": position, "timeout_ms": r.timeout_ms}))
+        // the digest covers the request whole; the summary keeps at most 200 characters
+        let shown = r.position.as_ref().map(|p| {
+            json!({"kind": p.kind.chars().take(20).collect::<String>(),
+                   "value": p.value.chars().take(200).collect::<String>()})
+        });
+        Asked::new(
+            full,
+            json!({"position": shown, "timeout_ms": r.timeout_ms.to_string()}),
+        )
     }
 
     pub fn investigation_sql(r: &pb::InvestigationSqlRequest) -> Asked {

@@ -98,6 +98,7 @@ pub fn service(cfg: &AgentConfig, config_path: &Path) -> Result<AgentService, Ag
         reveals: Default::default(),
         zone,
         identity: Arc::new(crate::sealing::Identity::load(&cfg.tls)?),
+        waits: Arc::new(tokio::sync::Semaphore::new(crate::service::MAX_WAITS)),
     })
 }
 

@@ -43,7 +43,13 @@ pub struct AgentService {
     pub zone: Option<Arc<Zone>>,
     /// The key and name Aggregate and RowDigests answers are signed with.
     pub identity: Arc<Identity>,
+    /// `WaitPosition` calls in progress at once, at most [`MAX_WAITS`]: each polls
+    /// the database for up to an hour.
+    pub waits: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many `WaitPosition` calls one agent serves at once.
+pub const MAX_WAITS: usize = 16;
 
 impl std::fmt::Debug for AgentService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -518,7 +524,7 @@ impl Agent for AgentService {
         let result = async {
             let r = ReadPositionRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
-            watermark::read(&ds).await
+            watermark::read_source(&ds).await
         }
         .instrument(span)
         .await;
@@ -549,6 +555,11 @@ impl Agent for AgentService {
         let result = async {
             let r = WaitPositionRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
+            let _slot = Arc::clone(&self.waits).try_acquire_owned().map_err(|_| {
+                AgentError::Busy(format!(
+                    "{MAX_WAITS} position waits are in progress on this agent"
+                ))
+            })?;
             watermark::wait(&ds, &r.position, Duration::from_millis(r.timeout_ms)).await
         }
         .instrument(span)

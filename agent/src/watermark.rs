@@ -33,8 +33,9 @@ pub enum Builtin {
     /// PostgreSQL physical standby: `pg_last_wal_replay_lsn()`.
     PgReplayLsn,
     /// PostgreSQL logical subscriber: how far subscription `subscription` has applied
-    /// its publisher's WAL (the replication origin's progress, or the publisher's
-    /// position last confirmed while idle, whichever is further).
+    /// its publisher's WAL (the replication origin's progress, or the publisher's end of
+    /// WAL its main apply worker last handled in a keepalive, whichever is further;
+    /// 0/0 while a table is still in its initial copy).
     PgSubscription,
     /// MariaDB primary: `@@gtid_binlog_pos`.
     GtidBinlogPos,
@@ -58,6 +59,15 @@ impl Builtin {
             Builtin::PgWalLsn | Builtin::PgReplayLsn | Builtin::PgSubscription => PositionKind::Lsn,
             Builtin::GtidBinlogPos | Builtin::GtidSlavePos => PositionKind::Gtid,
         }
+    }
+
+    /// Whether it reads what the server applied from its source (a target's
+    /// position), rather than what the server itself wrote (a source's).
+    pub fn reads_applied(self) -> bool {
+        matches!(
+            self,
+            Builtin::PgReplayLsn | Builtin::PgSubscription | Builtin::GtidSlavePos
+        )
     }
 
     fn engine(self) -> &'static str {
@@ -162,8 +172,8 @@ impl WatermarkConfig {
                 }
             }
         }
-        if !(10..=60_000).contains(&self.poll_ms) {
-            return bad("poll_ms", "between 10 and 60000".into());
+        if !(50..=60_000).contains(&self.poll_ms) {
+            return bad("poll_ms", "between 50 and 60000".into());
         }
         Ok(())
     }
@@ -221,7 +231,12 @@ fn refused(ds: &Dataset, message: String) -> AgentError {
     }
 }
 
-/// The dataset's replication position now.
+/// One read of a position may take this long (a lock, a stuck server) before the call
+/// fails; a wait's deadline is checked between reads.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The dataset's replication position now: one statement in a read-only transaction
+/// of its own (a new one per read, so a poll sees the position move).
 pub async fn read(ds: &Dataset) -> Result<Position> {
     let w = ds.config.watermark.as_ref().ok_or_else(|| {
         refused(
@@ -235,7 +250,24 @@ pub async fn read(ds: &Dataset) -> Result<Position> {
         .dialect()
         .watermark_sql(&read)
         .ok_or_else(|| refused(ds, format!("{} is not available on its engine", w.describe())))?;
-    let text = ds.connector.query_text(&ds.name, &sql).await.map_err(|e| match e {
+    let text = tokio::time::timeout(READ_TIMEOUT, async {
+        let mut s = ds.session().await?;
+        let text = s.query_text(&sql).await?;
+        s.finish().await?;
+        Ok(text)
+    })
+    .await
+    .map_err(|_| {
+        refused(
+            ds,
+            format!(
+                "reading the position with {} took longer than {} s",
+                w.describe(),
+                READ_TIMEOUT.as_secs()
+            ),
+        )
+    })?
+    .map_err(|e| match e {
         AgentError::Query { kind, .. } => refused(
             ds,
             format!(
@@ -251,23 +283,70 @@ pub async fn read(ds: &Dataset) -> Result<Position> {
             ds,
             match &read {
                 WatermarkRead::Builtin(Builtin::PgReplayLsn) => {
-                    "pg_last_wal_replay_lsn() is NULL: the server is not a standby".into()
+                    "pg_last_wal_replay_lsn() is NULL: the server has never been a standby".into()
+                }
+                WatermarkRead::Builtin(Builtin::GtidBinlogPos) => {
+                    "the binary log is off (log_bin): the server writes no GTID position".into()
                 }
                 WatermarkRead::Subscription(s) => format!("no subscription {s:?} in the dataset's database"),
                 _ => format!("{} returned no position (NULL or no row)", w.describe()),
             },
         ));
     };
-    Position::parse(w.kind(), &text).map_err(|m| refused(ds, format!("{} returned {m}", w.describe())))
+    Position::parse(w.kind(), &text).map_err(|m| {
+        // the value may be anything the zone's query returns: it stays in the zone
+        tracing::warn!(dataset = %ds.name, reason = %m, "watermark value is not a position");
+        refused(
+            ds,
+            format!(
+                "{} returned a value that is not a {} position (the agent's log says why)",
+                w.describe(),
+                w.kind()
+            ),
+        )
+    })
+}
+
+/// The position a source reports for a target to wait for: [`read`], refused when it
+/// is empty (a GTID position of a server that has logged no transaction could not be
+/// told from one that does not log the tables' changes, and any target "reaches" it).
+pub async fn read_source(ds: &Dataset) -> Result<Position> {
+    let p = read(ds).await?;
+    if p.value.is_empty() {
+        return Err(refused(
+            ds,
+            "its GTID position is empty: the server has logged no transaction with a GTID (is it the \
+             primary the target replicates from, with log_bin on?)"
+                .into(),
+        ));
+    }
+    Ok(p)
 }
 
 /// Waits until the dataset's position reaches `wanted` or `timeout` (at most
 /// [`MAX_WAIT`]) passes; the position last read, and whether it reached `wanted`.
+/// Refused for a builtin that reads a primary's own position: a server's WAL or binary
+/// log position says nothing about what it applied from another.
 pub async fn wait(ds: &Dataset, wanted: &Position, timeout: Duration) -> Result<(Position, bool)> {
-    let w = ds.config.watermark.as_ref();
-    if let Some(w) = w
-        && w.kind() != wanted.kind
+    let w = ds.config.watermark.as_ref().ok_or_else(|| {
+        refused(
+            ds,
+            "no watermark is configured for it in the agent's config (datasets.NAME.watermark)".into(),
+        )
+    })?;
+    if let Some(b) = w.builtin
+        && !b.reads_applied()
     {
+        return Err(refused(
+            ds,
+            format!(
+                "builtin {} reads this server's own write position; a target waits with one that reads what it \
+                 applied (pg_replay_lsn, pg_subscription, gtid_slave_pos) or with a query",
+                b.name()
+            ),
+        ));
+    }
+    if w.kind() != wanted.kind {
         return Err(AgentError::InvalidArgument(format!(
             "dataset {} reads {} positions; a {} position cannot be waited for",
             ds.name,
@@ -275,7 +354,12 @@ pub async fn wait(ds: &Dataset, wanted: &Position, timeout: Duration) -> Result<
             wanted.kind
         )));
     }
-    let poll = Duration::from_millis(w.map_or(200, |w| w.poll_ms));
+    if wanted.value.is_empty() {
+        return Err(AgentError::InvalidArgument(
+            "an empty position cannot be waited for: every server has reached it".into(),
+        ));
+    }
+    let poll = Duration::from_millis(w.poll_ms);
     let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
     loop {
         let have = read(ds).await?;

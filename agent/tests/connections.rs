@@ -57,6 +57,7 @@ fn service(cfg: &AgentConfig, path: &Path) -> Arc<AgentService> {
         reveals: Default::default(),
         zone: None,
         identity: Arc::new(identity()),
+        waits: Arc::new(tokio::sync::Semaphore::new(tally_agent::service::MAX_WAITS)),
     })
 }
 

@@ -120,10 +120,27 @@ impl Position {
             Parsed::Lsn(n) => format!("{:X}/{:X}", n >> 32, n & 0xFFFF_FFFF),
             Parsed::Integer(n) => n.to_string(),
             Parsed::Gtid(_) => {
-                // keep the server ids as read (they say who wrote it), domains in order
-                let mut parts: Vec<&str> = t.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
-                parts.sort_by_key(|p| p.split('-').next().and_then(|d| d.parse::<u32>().ok()));
-                parts.join(",")
+                // keep the server ids as read (they say who wrote it), numbers without
+                // leading zeros, domains in order
+                let mut parts: Vec<(u32, u32, u64)> = t
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .filter_map(|p| {
+                        let mut f = p.split('-');
+                        Some((
+                            f.next()?.parse().ok()?,
+                            f.next()?.parse().ok()?,
+                            f.next()?.parse().ok()?,
+                        ))
+                    })
+                    .collect();
+                parts.sort();
+                parts
+                    .iter()
+                    .map(|(d, s, n)| format!("{d}-{s}-{n}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
             }
         };
         Ok(Position { kind, value })
@@ -227,6 +244,7 @@ mod tests {
     fn gtid_positions_compare_per_domain_and_every_wanted_domain_counts() {
         let want = p(PositionKind::Gtid, "1-2-7,0-1-42");
         assert_eq!(want.value, "0-1-42,1-2-7");
+        assert_eq!(p(PositionKind::Gtid, " 007-01-042 ").value, "7-1-42");
         assert!(p(PositionKind::Gtid, "0-1-42,1-2-7").reached(&want).unwrap());
         // a failover changes the server id, not the order: the sequence counts
         assert!(
@@ -241,7 +259,7 @@ mod tests {
         let missing = p(PositionKind::Gtid, "0-1-50");
         assert!(!missing.reached(&want).unwrap());
         assert!(missing.behind(&want).contains("domain 1 not applied"));
-        // nothing written yet on the source: any target has reached it
+        // an empty position is reached by anything: agents refuse to report or wait for one
         assert!(
             p(PositionKind::Gtid, "")
                 .reached(&p(PositionKind::Gtid, ""))

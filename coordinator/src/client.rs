@@ -199,12 +199,15 @@ impl Agent {
     }
 
     /// Waits as long as the request's timeout says (the agent answers then, reached or
-    /// not); a retry after a dropped connection waits again from the start.
+    /// not); a retry after a dropped connection waits only for what is left of it.
     pub async fn wait_position(&self, req: WaitPositionRequest) -> Result<PositionResponse, RunError> {
+        let deadline = std::time::Instant::now() + Duration::from_millis(req.timeout_ms);
         let req = pb::WaitPositionRequest::from(req);
         let r = self
             .retry("WaitPosition", |mut c| {
-                let r = req.clone();
+                let mut r = req.clone();
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                r.timeout_ms = left.as_millis() as u64;
                 async move { c.wait_position(r).await }
             })
             .await?;

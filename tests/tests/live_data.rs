@@ -365,3 +365,50 @@ fn a_postgres_logical_subscriber_being_written_is_reconciled_exactly_with_waterm
         assert!(p["target"]["value"].is_string(), "{p}");
     }
 }
+
+/// A watermark that cannot align anything is refused before any scan: a target whose
+/// builtin reads its own write position (not what it applied), and a source without a
+/// binary log (its GTID position never moves).
+#[test]
+fn watermarks_that_cannot_align_the_sides_are_refused_before_any_scan() {
+    let pair = mariadb_pair();
+    let db = "live_refused";
+    let url = pair.primary.create_database(db);
+    pair.primary
+        .exec(Some(db), &format!("{}{}", schema(true), rows_sql(true)));
+    pair.wait_caught_up();
+    let replica = pair.replica.url(db);
+    let spec = spec("window: { watermark: wait, timeout: 10s }\n");
+    for (source, target, source_wm, target_wm, says) in [
+        (
+            &url,
+            &replica,
+            "gtid_binlog_pos",
+            "gtid_binlog_pos",
+            "builtin gtid_binlog_pos reads this server's own write position",
+        ),
+        (
+            &replica,
+            &url,
+            "gtid_binlog_pos",
+            "gtid_slave_pos",
+            "the binary log is off (log_bin)",
+        ),
+    ] {
+        let d = deploy(
+            source,
+            target,
+            &format!("{{ builtin: {source_wm} }}"),
+            &format!("{{ builtin: {target_wm} }}"),
+        );
+        let out = d.run(&spec);
+        assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+        assert_eq!(out.json["error"]["code"], "watermark", "{}", out.stdout);
+        let msg = out.json["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(says), "{msg}");
+        for a in &d.agents {
+            let log = std::fs::read_to_string(&a.release_log).unwrap();
+            assert!(!log.contains("\"Aggregate\""), "{}: nothing scanned", a.name);
+        }
+    }
+}

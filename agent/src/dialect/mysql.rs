@@ -107,7 +107,10 @@ impl Dialect for MySql {
 
     fn watermark_sql(&self, read: &WatermarkRead) -> Option<String> {
         Some(match read {
-            WatermarkRead::Builtin(Builtin::GtidBinlogPos) => "SELECT CAST(@@gtid_binlog_pos AS CHAR)".into(),
+            // without a binary log the position never moves: NULL, refused
+            WatermarkRead::Builtin(Builtin::GtidBinlogPos) => {
+                "SELECT IF(@@log_bin = 1, CAST(@@gtid_binlog_pos AS CHAR), NULL)".into()
+            }
             WatermarkRead::Builtin(Builtin::GtidSlavePos) => "SELECT CAST(@@gtid_slave_pos AS CHAR)".into(),
             WatermarkRead::Query(q) => format!("SELECT CAST(({q}) AS CHAR)"),
             WatermarkRead::Builtin(_) | WatermarkRead::Subscription(_) => return None,

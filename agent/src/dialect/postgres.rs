@@ -153,13 +153,20 @@ impl Dialect for Postgres {
         Some(match read {
             WatermarkRead::Builtin(Builtin::PgWalLsn) => "SELECT pg_current_wal_insert_lsn()::text".into(),
             WatermarkRead::Builtin(Builtin::PgReplayLsn) => "SELECT pg_last_wal_replay_lsn()::text".into(),
-            // the origin's progress moves at each applied commit; an idle publisher's WAL
-            // (other databases, checkpoints) moves only the position it last confirmed
-            // in a keepalive, which the apply worker handles after every change before
-            // it. NULL: no such subscription; no progress yet: 0/0.
+            // The origin's progress is the end of the last publisher commit applied. An
+            // idle publisher's WAL (other databases, checkpoints) moves only the
+            // publisher's end of WAL its keepalives carry, which the subscription's main
+            // apply worker (relid NULL: not a table-sync worker; no leader_pid: not a
+            // PG16+ parallel worker) records as latest_end_lsn when it handles one, after
+            // every change sent before it. While any table of the subscription is still
+            // in its initial copy (not 'r'eady) its rows are not all there: 0/0, never
+            // reached. NULL: no such subscription in this database.
             WatermarkRead::Subscription(name) => format!(
-                "SELECT (SELECT coalesce(greatest(pg_replication_origin_progress('pg_' || s.oid, false), \
-                 (SELECT max(st.latest_end_lsn) FROM pg_stat_subscription st WHERE st.subid = s.oid))::text, '0/0') \
+                "SELECT (SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_subscription_rel r WHERE r.srsubid = s.oid \
+                 AND r.srsubstate <> 'r') THEN '0/0' ELSE \
+                 coalesce(greatest(pg_replication_origin_progress('pg_' || s.oid, false), \
+                 (SELECT max(st.latest_end_lsn) FROM pg_stat_subscription st WHERE st.subid = s.oid \
+                 AND st.relid IS NULL AND to_jsonb(st) ->> 'leader_pid' IS NULL))::text, '0/0') END \
                  FROM pg_subscription s WHERE s.subname = {} \
                  AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()))",
                 self.literal(&KeyPart::Text(name.clone()))

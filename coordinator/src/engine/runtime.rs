@@ -53,6 +53,23 @@ fn unsigned(agent: &str, rpc: &str, message: String) -> RunError {
     }
 }
 
+/// An agent that cannot read or wait for a position (no watermark, a builtin that does
+/// not fit its server, a missing privilege) answers FAILED_PRECONDITION: the run's
+/// error is then the watermark's, with the agent's words.
+fn watermark_refusal(e: RunError) -> RunError {
+    match e {
+        RunError::Agent {
+            agent,
+            rpc,
+            code,
+            message,
+        } if code == "FailedPrecondition" => {
+            RunError::Watermark(format!("agent {agent} refused {rpc}: {message}"))
+        }
+        other => other,
+    }
+}
+
 fn failed(e: &RunError) -> Event {
     Event::Failed {
         code: e.code().to_string(),
@@ -315,6 +332,7 @@ impl Runtime<'_> {
                     self.source
                         .read_position(request)
                         .await
+                        .map_err(watermark_refusal)
                         .map(|r| Event::PositionRead {
                             round,
                             position: r.position,
@@ -325,6 +343,7 @@ impl Runtime<'_> {
                     self.target
                         .wait_position(request)
                         .await
+                        .map_err(watermark_refusal)
                         .map(|response| Event::PositionApplied {
                             round,
                             response,

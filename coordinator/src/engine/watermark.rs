@@ -69,6 +69,14 @@ impl Engine {
     }
 
     pub(super) fn on_position_read(&mut self, out: &mut Out, round: u32, position: Position) -> Step {
+        if position.value.is_empty() {
+            // every position reaches an empty one: waiting for it would align nothing
+            return Err(RunError::Watermark(format!(
+                "the source (agent {}, dataset {}) reported an empty {} position",
+                self.agents.0, self.spec.source.dataset, position.kind
+            ))
+            .into());
+        }
         let timeout_ms = self.spec.watermark_timeout_ms().expect("asked for a watermark");
         let timeout = self.spec.window.as_ref().and_then(|w| w.timeout.clone());
         self.say(
@@ -112,8 +120,20 @@ impl Engine {
             .expect("the source position is read first");
         entry.waited_ms = elapsed_ms;
         // the agent says whether it reached it; the coordinator checks that it did
-        let reached = r.reached && r.position.reached(&entry.source).unwrap_or(false);
-        if !reached {
+        let behind = !r.position.reached(&entry.source).unwrap_or(false);
+        if r.reached && behind {
+            return Err(RunError::Watermark(format!(
+                "the target (agent {}, dataset {}) claims to have reached the source's position {} at {}, which is \
+                 behind it ({})",
+                self.agents.1,
+                self.spec.target.dataset,
+                entry.source,
+                r.position,
+                r.position.behind(&entry.source),
+            ))
+            .into());
+        }
+        if !r.reached || behind {
             let timeout = self.spec.window.as_ref().and_then(|w| w.timeout.clone());
             return Err(RunError::Watermark(format!(
                 "the target (agent {}, dataset {}) did not apply the source's position {} within {}: it is {} \
