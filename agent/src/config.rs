@@ -251,6 +251,14 @@ pub struct Policy {
     /// its certificate), any of its datasets, or `agent/dataset`, that one only; unset:
     /// any dataset of any agent certificate of `tls.peer_ca`.
     pub peers: Option<Vec<String>>,
+    /// Columns whose canonical values may leave as group labels of comparison mode
+    /// `measures` (`group_by`); a period of a date/timestamp column needs it in
+    /// `time_columns` instead. Default none: mode measures is refused.
+    pub group_columns: Vec<String>,
+    /// Numeric columns whose per-group SUM, MIN and MAX leave in clear in mode
+    /// `measures`; for any other measure column only a sealed digest leaves (equality
+    /// without the value).
+    pub measures: Vec<String>,
 }
 
 impl Default for Policy {
@@ -267,6 +275,8 @@ impl Default for Policy {
             max_reveal_rows_per_hour: None,
             allow_unsealed: false,
             peers: None,
+            group_columns: Vec::new(),
+            measures: Vec::new(),
         }
     }
 }
@@ -275,6 +285,17 @@ impl Policy {
     /// `max_reveal_rows_per_hour`, or `max_reveal_rows` when unset.
     pub fn reveal_rows_per_hour(&self) -> u64 {
         self.max_reveal_rows_per_hour.unwrap_or(self.max_reveal_rows)
+    }
+
+    /// Whether mode measures may group by this column's values.
+    pub fn allows_group_column(&self, column: &str) -> bool {
+        self.group_columns.iter().any(|t| t.eq_ignore_ascii_case(column))
+    }
+
+    /// Whether this measure column's values leave in clear.
+    pub fn releases_measure(&self, column: &str) -> bool {
+        self.measures.iter().any(|t| t.eq_ignore_ascii_case(column))
+            && !self.mask_columns.iter().any(|m| m.eq_ignore_ascii_case(column))
     }
 
     /// Whether a period split or filter may use this column.
@@ -312,6 +333,27 @@ impl Policy {
                 key("peers"),
                 "empty: no peer could reconcile with this dataset; list peer agent names or remove the key",
             ));
+        }
+        for (list, name) in [
+            (&self.group_columns, "group_columns"),
+            (&self.measures, "measures"),
+        ] {
+            for (i, t) in list.iter().enumerate() {
+                if t.is_empty() {
+                    return Err(ConfigError::invalid(
+                        file,
+                        format!("{at}.{name}[{i}]"),
+                        "empty column name",
+                    ));
+                }
+                if self.mask_columns.iter().any(|m| m.eq_ignore_ascii_case(t)) {
+                    return Err(ConfigError::invalid(
+                        file,
+                        format!("{at}.{name}[{i}]"),
+                        format!("{t} is masked: its values never leave the zone"),
+                    ));
+                }
+            }
         }
         for (i, t) in self.time_columns.iter().enumerate() {
             if t.is_empty() {

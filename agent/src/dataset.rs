@@ -450,7 +450,7 @@ impl Dataset {
     /// `f` gets each row and, when `key_hashes` is set, its key hash (0 otherwise: the
     /// key hash is a second SHA-256 per row, computed only where it is used).
     #[allow(clippy::too_many_arguments)]
-    async fn scan_segment(
+    pub(crate) async fn scan_segment(
         &self,
         s: &mut Session,
         b: &Bound,

@@ -21,6 +21,61 @@ pub(crate) fn deny(dataset: &str, key: &'static str, message: impl Into<String>)
     }
 }
 
+/// Before a Measures call: the request is sealed (measures not released in clear go
+/// out as digests keyed with the run key, which must not be brute-forced), each
+/// group_by column may label groups (`group_columns`, or `time_columns` for a period),
+/// none is masked, and a window uses a time column.
+pub fn check_measures(
+    p: &Policy,
+    dataset: &str,
+    r: &tally_common::wire::measures::MeasuresRequest,
+) -> Result<(), AgentError> {
+    if !r.method.is_sealed() {
+        return Err(deny(
+            dataset,
+            "allow_unsealed",
+            "measures are compared by sealed digests: the request must use a sealed method",
+        ));
+    }
+    for g in &r.group_by {
+        if p.mask_columns.iter().any(|m| m.eq_ignore_ascii_case(&g.column)) {
+            return Err(deny(
+                dataset,
+                "mask_columns",
+                format!("column {} is masked: its values cannot label groups", g.column),
+            ));
+        }
+        match g.granularity {
+            Some(_) if !p.allows_time_column(&g.column) => {
+                return Err(deny(
+                    dataset,
+                    "time_columns",
+                    format!(
+                        "column {} is not listed in time_columns; periods may group only by those",
+                        g.column
+                    ),
+                ));
+            }
+            None if !p.allows_group_column(&g.column) => {
+                return Err(deny(
+                    dataset,
+                    "group_columns",
+                    format!(
+                        "column {} is not listed in group_columns; its values may not label groups",
+                        g.column
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let seg = Segment {
+        window: r.window.clone(),
+        ..Default::default()
+    };
+    check_window(p, dataset, &seg)
+}
+
 /// Before an aggregate: may these segments and splits be computed at all?
 pub fn check_aggregate(p: &Policy, dataset: &str, parents: &[(Segment, Split)]) -> Result<(), AgentError> {
     for (seg, split) in parents {

@@ -202,6 +202,32 @@ impl Asked {
         Asked::new(full, summary)
     }
 
+    pub fn measures(r: &pb::MeasuresRequest) -> Asked {
+        let group_by: Vec<Value> = r
+            .group_by
+            .iter()
+            .map(|g| json!({"column": g.column, "granularity": g.granularity}))
+            .collect();
+        let parents: Vec<Value> = r
+            .parents
+            .iter()
+            .map(|p| json!(p.labels.iter().map(|l| l.text.clone()).collect::<Vec<_>>()))
+            .collect();
+        let window = r
+            .window
+            .as_ref()
+            .map(|w| json!({"column": w.column, "upper": w.upper}));
+        let full = json!({"rpc": "Measures", "run_id": r.run_id, "dataset": r.dataset,
+                          "columns": columns(&r.columns), "key_len": r.key_len, "group_by": group_by,
+                          "measures": r.measures, "parents": parents, "window": window,
+                          "method": method_name(r.method), "seal": seal(r.seal.as_ref())});
+        // labels of parent groups are values of the peer's groups too: digested, counted
+        let mut summary = json!({"group_by": group_by, "measures": r.measures, "parents": r.parents.len(),
+                                 "method": method_name(r.method), "window": window.is_some()});
+        sealed_summary(&mut summary, r.seal.as_ref());
+        Asked::new(full, summary)
+    }
+
     pub fn read_position(r: &pb::ReadPositionRequest) -> Asked {
         Asked::new(
             json!({"rpc": "ReadPosition", "run_id": r.run_id, "dataset": r.dataset}),
@@ -240,6 +266,21 @@ fn merge(into: &mut Value, from: Value) {
     if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
         a.extend(b);
     }
+}
+
+/// What a Measures answer released: how many groups and rows, which measures went out
+/// in clear, and the SHA-256 of the groups as signed (labels and values digested, not
+/// written: the log is read outside the zone too).
+pub fn measures_released(r: &tally_common::wire::measures::MeasuresResponse) -> Value {
+    let clear: Vec<bool> = r
+        .groups
+        .first()
+        .map(|g| g.measures.iter().map(|m| m.clear.is_some()).collect())
+        .unwrap_or_default();
+    json!({"groups": r.groups.len(),
+           "rows": r.groups.iter().map(|g| g.count).sum::<u64>().to_string(),
+           "clear": clear,
+           "groups_sha256": tally_common::evidence::groups_sha256(&r.groups)})
 }
 
 /// What an aggregate released: bucket count, total count, and the SHA-256 of the

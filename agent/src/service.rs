@@ -12,6 +12,7 @@ use tally_common::PrivacyLevel;
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::evidence::{AgentResult, Scope, SignedBucket};
 use tally_common::segment::{KeyPart, Segment, Split};
+use tally_common::wire::measures::{MeasuresRequest, MeasuresResponse};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Bucket, Column, Describe, InvestigationSqlRequest, PositionResponse,
     ReadPositionRequest, RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestBatch,
@@ -184,6 +185,8 @@ impl Agent for AgentService {
                 release_log_head: String::new(),
                 certificate_pem: self.identity.certificate_pem.clone(),
                 watermark: ds.config.watermark.as_ref().map(|w| w.kind()),
+                group_columns: p.group_columns.clone(),
+                measures: p.measures.clone(),
             })
         }
         .instrument(span)
@@ -303,6 +306,7 @@ impl Agent for AgentService {
                     .collect(),
             ),
             digests_sha256: None,
+            groups_sha256: None,
             release_log_head: head.clone(),
             time: tally_common::evidence::now_rfc3339(),
         };
@@ -437,6 +441,7 @@ impl Agent for AgentService {
                             scope,
                             buckets: None,
                             digests_sha256: Some(sent.hash.hex()),
+                            groups_sha256: None,
                             release_log_head: head.clone(),
                             time: tally_common::evidence::now_rfc3339(),
                         };
@@ -507,6 +512,87 @@ impl Agent for AgentService {
             tally_common::wire::InvestigationSqlResponse {
                 sql: result?,
                 release_log_head: head,
+            }
+            .into(),
+        ))
+    }
+
+    async fn measures(
+        &self,
+        req: Request<pb::MeasuresRequest>,
+    ) -> Result<Response<pb::MeasuresResponse>, Status> {
+        let client = client_name(&req);
+        let wire = req.into_inner();
+        let asked = Asked::measures(&wire);
+        let dataset = wire.dataset.clone();
+        let run_id = wire.run_id.clone();
+        let span = tracing::info_span!("measures", dataset = %dataset, client = %client);
+        let started = std::time::Instant::now();
+        let mut scope = None;
+        let result = async {
+            let r = MeasuresRequest::try_from(wire)?;
+            let ds = self.dataset(&r.dataset)?;
+            let p = &ds.config.policy;
+            policy::check_measures(p, &ds.name, &r)?;
+            let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
+            let seg = Segment {
+                window: r.window.clone(),
+                ..Default::default()
+            };
+            scope = Some(Scope::of(
+                r.method,
+                &r.columns,
+                r.key_len,
+                &[&seg],
+                r.seal.as_ref(),
+            ));
+            // one transaction: the level is one snapshot of this side
+            let mut s = ds.session().await?;
+            let b = ds.bind(&mut s, r.columns.clone(), r.key_len).await?;
+            let plan = crate::measures::Plan::new(&ds.name, &b, &r, |c| p.releases_measure(c))?;
+            let (groups, rows) = crate::measures::compute(&ds, &mut s, &b, &h, &r, &plan).await?;
+            s.finish().await?;
+            policy::check_bucket_counts(p, &ds.name, groups.iter().map(|g| g.count))?;
+            tracing::info!(
+                groups = groups.len(),
+                rows,
+                ms = started.elapsed().as_millis() as u64,
+                "measures done"
+            );
+            Ok(MeasuresResponse {
+                groups,
+                rows_scanned: policy::reported_rows_scanned(p, rows),
+                release_log_head: String::new(),
+                envelope: None,
+            })
+        }
+        .instrument(span)
+        .await;
+        let released = match &result {
+            Ok(o) => release::measures_released(o),
+            Err(_) => json!({}),
+        };
+        let head = self.record(&client, "Measures", &dataset, &asked, &result, released)?;
+        let response = result?;
+        let signed = AgentResult {
+            run_id,
+            agent: self.identity.name.clone(),
+            dataset,
+            rpc: "Measures".into(),
+            request_sha256: asked.sha256,
+            scope: scope.ok_or_else(|| Status::internal("the answered request has no scope"))?,
+            buckets: None,
+            digests_sha256: None,
+            groups_sha256: Some(tally_common::evidence::groups_sha256(&response.groups)),
+            release_log_head: head.clone(),
+            time: tally_common::evidence::now_rfc3339(),
+        };
+        let envelope = self.identity.sign(&signed)?;
+        Ok(Response::new(
+            MeasuresResponse {
+                release_log_head: head,
+                envelope: Some(envelope),
+                ..response
             }
             .into(),
         ))

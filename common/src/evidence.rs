@@ -147,6 +147,9 @@ pub struct AgentResult {
     /// RowDigests: [`DigestsHash`] of every digest of the stream, in stream order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digests_sha256: Option<String>,
+    /// Measures: [`groups_sha256`] of the answer's groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_sha256: Option<String>,
     /// The agent's release-log head after recording the call.
     pub release_log_head: String,
     /// When the agent signed, by its clock: RFC 3339, UTC, whole seconds.
@@ -187,6 +190,14 @@ impl AgentResult {
         }
         Ok(p)
     }
+}
+
+/// The SHA-256 (hex) of a Measures answer's groups: their JSON (`[{"labels", "count",
+/// "measures": [{"clear"?, "digest"}]}]`, fields in that order, digests as 16 hex
+/// digits) as serialised by this crate.
+pub fn groups_sha256(groups: &[crate::wire::measures::MeasureGroup]) -> String {
+    let bytes = serde_json::to_vec(groups).expect("groups serialize");
+    hex::encode(Sha256::digest(&bytes))
 }
 
 /// The running SHA-256 of a RowDigests stream: each digest's key hash then row hash,
@@ -247,6 +258,7 @@ mod tests {
             },
             buckets: Some(vec![SignedBucket::new(0, 1, 2, u64::MAX, None)]),
             digests_sha256: None,
+            groups_sha256: None,
             release_log_head: "cd".into(),
             time: "2026-12-01T20:00:00Z".into(),
         };

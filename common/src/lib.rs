@@ -11,6 +11,7 @@ pub mod config_file;
 pub mod dsse;
 pub mod evidence;
 pub mod jcs;
+pub mod measures;
 pub mod period;
 pub mod pki;
 pub mod position;

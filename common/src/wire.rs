@@ -20,6 +20,8 @@ use crate::evidence::valid_run_id;
 use crate::position::{Position, PositionKind};
 use crate::seal::{NONCE_LEN, SignedZoneKey};
 pub use crate::segment::WireError;
+
+pub mod measures;
 use crate::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb, tuple_to_pb, wire_err};
 use crate::types::{PrivacyLevel, TypeClass};
 
@@ -226,6 +228,12 @@ pub struct Describe {
     /// agent config sets no watermark for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<PositionKind>,
+    /// Columns the policy allows as group labels of mode measures (`group_columns`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_columns: Vec<String>,
+    /// Columns whose SUM/MIN/MAX the policy releases in clear (`measures`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measures: Vec<String>,
 }
 
 impl Describe {
@@ -291,6 +299,8 @@ impl TryFrom<pb::DescribeResponse> for Describe {
                         .ok_or_else(|| wire_err("watermark", "expected lsn, gtid, integer or empty"))?,
                 ),
             },
+            group_columns: d.group_columns,
+            measures: d.measures,
         })
     }
 }
@@ -321,6 +331,8 @@ impl From<Describe> for pb::DescribeResponse {
             zone_key: d.zone_key.map(|z| z.to_pb()),
             certificate_pem: d.certificate_pem,
             watermark: d.watermark.map(|k| k.name().to_string()).unwrap_or_default(),
+            group_columns: d.group_columns,
+            measures: d.measures,
         }
     }
 }
@@ -981,6 +993,8 @@ mod tests {
             release_log_head: "ab".repeat(32),
             certificate_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             watermark: Some(PositionKind::Lsn),
+            group_columns: vec!["region".into()],
+            measures: vec!["amount".into()],
         }
     }
 

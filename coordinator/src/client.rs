@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use tally_common::wire::measures::{MeasuresRequest, MeasuresResponse};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, DescribeRequest, InvestigationSqlRequest,
     InvestigationSqlResponse, PositionResponse, ReadPositionRequest, RevealRequest, RevealResponse,
@@ -187,6 +188,17 @@ impl Agent {
         self.valid(rpc, RevealResponse::try_from(r))
     }
 
+    pub async fn measures(&self, req: MeasuresRequest) -> Result<MeasuresResponse, RunError> {
+        let req = pb::MeasuresRequest::from(req);
+        let r = self
+            .retry("Measures", |mut c| {
+                let r = req.clone();
+                async move { c.measures(r).await }
+            })
+            .await?;
+        self.valid("Measures", MeasuresResponse::try_from(r))
+    }
+
     pub async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
         let req = pb::ReadPositionRequest::from(req);
         let r = self
@@ -267,6 +279,8 @@ pub trait AgentApi: Send + Sync {
     /// RevealRows when `rows`, else RevealKeys.
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError>;
     async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError>;
+    /// Mode measures: one level's groups.
+    async fn measures(&self, req: MeasuresRequest) -> Result<MeasuresResponse, RunError>;
     /// The dataset's replication position (its agent's configured watermark).
     async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError>;
     /// Waits until the dataset has applied a position, up to the request's timeout.
@@ -292,6 +306,9 @@ impl AgentApi for Agent {
     }
     async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
         Agent::investigation_sql(self, req).await
+    }
+    async fn measures(&self, req: MeasuresRequest) -> Result<MeasuresResponse, RunError> {
+        Agent::measures(self, req).await
     }
     async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
         Agent::read_position(self, req).await

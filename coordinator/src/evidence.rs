@@ -79,6 +79,21 @@ pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Re
     Ok(())
 }
 
+/// As [`check_aggregate`], for a Measures answer: the envelope signs its groups.
+pub fn check_measures(
+    run_id: &str,
+    dataset: &str,
+    r: &tally_common::wire::measures::MeasuresResponse,
+) -> Result<(), String> {
+    let env = r.envelope.as_ref().ok_or("is missing")?;
+    let p = AgentResult::open(env)?;
+    check_common(&p, run_id, dataset, "Measures", &r.release_log_head)?;
+    if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(&r.groups).as_str()) {
+        return Err("signs other groups than the answer's".into());
+    }
+    Ok(())
+}
+
 /// The digests hash of a RowDigests answer.
 pub fn digests_hash(d: &[tally_common::wire::RowDigest]) -> String {
     let mut h = DigestsHash::default();

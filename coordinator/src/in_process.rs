@@ -133,6 +133,21 @@ impl AgentApi for InProcessAgent {
         Ok(InvestigationSqlResponse::from(r.into_inner()).sql)
     }
 
+    async fn measures(
+        &self,
+        req: tally_common::wire::measures::MeasuresRequest,
+    ) -> Result<tally_common::wire::measures::MeasuresResponse, RunError> {
+        let r = self
+            .service
+            .measures(Request::new(pb::MeasuresRequest::from(req)))
+            .await
+            .map_err(|s| self.error("Measures", s))?;
+        self.valid(
+            "Measures",
+            tally_common::wire::measures::MeasuresResponse::try_from(r.into_inner()),
+        )
+    }
+
     async fn read_position(&self, req: ReadPositionRequest) -> Result<PositionResponse, RunError> {
         let r = self
             .service

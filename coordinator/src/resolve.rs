@@ -470,7 +470,28 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
                 ),
             });
         }
-        if !d.expose_key_bounds && spec.bisection.strategy != Strategy::Hash {
+        for g in &spec.group_by {
+            let (key, listed) = match g.granularity() {
+                Some(_) => ("time_columns", &d.time_columns),
+                None => ("group_columns", &d.group_columns),
+            };
+            if !listed.iter().any(|c| c.eq_ignore_ascii_case(g.column())) {
+                return Err(RunError::PolicyRefused {
+                    agent: agent.to_string(),
+                    rpc: "run".into(),
+                    message: format!(
+                        "refused by policy {key} of dataset {}: grouping by {} would release its values as group                          labels; list it in the agent's policy {key}",
+                        d.dataset,
+                        g.column()
+                    ),
+                });
+            }
+        }
+        // mode measures sends no key bound
+        if !d.expose_key_bounds
+            && spec.bisection.strategy != Strategy::Hash
+            && spec.mode != crate::spec::Mode::Measures
+        {
             return Err(RunError::PolicyRefused {
                 agent: agent.to_string(),
                 rpc: "run".into(),

@@ -140,6 +140,54 @@ pub struct WindowOut {
     pub lag: Option<String>,
 }
 
+/// Mode measures: one group, its labels from the top of the hierarchy down to its level.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GroupOut {
+    pub level: u32,
+    pub group: Vec<GroupLabel>,
+    pub source: GroupSide,
+    pub target: GroupSide,
+    /// What differs beyond any tolerance: `count`, or a measure's name.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub differing: Vec<String>,
+    /// Measures that differ within their tolerance.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub tolerated: Vec<String>,
+    /// A parent that differed whose children agree, or do not add up to it (rows
+    /// changed between levels): the group is reported, never dropped.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub inconsistent: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GroupLabel {
+    pub column: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub granularity: Option<String>,
+    /// `null`: the group of rows where the column is NULL.
+    pub value: Option<String>,
+}
+
+/// One side of a group: its row count and each measure, in clear where both agents'
+/// policies release it, `"sealed"` otherwise (compared by sealed digest).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct GroupSide {
+    pub count: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub measures: Vec<MeasureShown>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MeasureShown {
+    pub name: String,
+    /// `sum`, `min`, `max` (each absent without a non-NULL value); `None`: compared by
+    /// sealed digest only (`sealed: true`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub values: Option<tally_common::measures::MeasureValues>,
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub sealed: bool,
+}
+
 /// The replication positions of one watermark wait (DESIGN §5): the source's, read
 /// first, and the target's once it had applied it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -181,6 +229,13 @@ pub struct RunResult {
     /// With `window.watermark`: the positions each wait aligned, in order.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub positions: Vec<PositionsOut>,
+    /// Mode measures: the diverging groups at the deepest level reached (and any
+    /// inconsistent parent), with both sides' counts and measures.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub groups: Option<Vec<GroupOut>>,
+    /// Mode measures: groups whose measures differed only within their tolerance.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tolerated_groups: Option<u64>,
     pub levels: Vec<LevelOut>,
     pub leaves: Vec<LeafOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -389,6 +444,8 @@ mod tests {
             target: SideStats::default(),
             window: None,
             positions: Vec::new(),
+            groups: None,
+            tolerated_groups: None,
             levels: Vec::new(),
             leaves,
             differences: None,

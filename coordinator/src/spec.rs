@@ -51,7 +51,67 @@ pub struct Spec {
     /// Live data: re-check the differing rows after a delay (DESIGN §5 step 6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<ConfirmSpec>,
+    /// Mode measures: the group hierarchy, top level first (DESIGN §5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_by: Vec<GroupBySpec>,
+    /// Mode measures: numeric columns whose SUM, MIN and MAX are compared per group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measures: Vec<String>,
+    /// Mode measures: per measure, how far the sides' values may differ and still
+    /// agree: `0.01` (absolute) or `0.1%` (relative to the larger magnitude).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tolerance: BTreeMap<String, ToleranceSpec>,
 }
+
+/// A `group_by` level: a column's values, or `{column, granularity}`, the calendar
+/// periods of a date or timestamp column.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum GroupBySpec {
+    Column(String),
+    Period { column: String, granularity: String },
+}
+
+impl GroupBySpec {
+    pub fn column(&self) -> &str {
+        match self {
+            GroupBySpec::Column(c) | GroupBySpec::Period { column: c, .. } => c,
+        }
+    }
+
+    pub fn granularity(&self) -> Option<Granularity> {
+        match self {
+            GroupBySpec::Column(_) => None,
+            GroupBySpec::Period { granularity, .. } => Granularity::parse(granularity),
+        }
+    }
+}
+
+/// A tolerance as written: a YAML number or a string (`0.1%`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum ToleranceSpec {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl ToleranceSpec {
+    /// The tolerance, exactly as written (a float by its shortest decimal text).
+    pub fn parse(&self) -> Option<tally_common::measures::Tolerance> {
+        let text = match self {
+            ToleranceSpec::Int(i) => i.to_string(),
+            ToleranceSpec::Float(f) if f.is_finite() => format!("{f}"),
+            ToleranceSpec::Float(_) => return None,
+            ToleranceSpec::Text(t) => t.clone(),
+        };
+        tally_common::measures::Tolerance::parse(&text)
+    }
+}
+
+/// At most this many group_by levels and measures.
+pub const MAX_GROUP_LEVELS: usize = 6;
+pub const MAX_MEASURES: usize = 32;
 
 /// `confirm: {after, rounds}`: once the rows phase has classified the differing rows,
 /// wait `after` and read only those rows' ranges again, `rounds` times; a difference
@@ -146,6 +206,89 @@ impl AsOf {
     }
 }
 
+impl Spec {
+    fn validate_measures(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: String| Err((k.to_string(), m));
+        if self.mode != Mode::Measures {
+            for (key, set) in [
+                ("group_by", !self.group_by.is_empty()),
+                ("measures", !self.measures.is_empty()),
+                ("tolerance", !self.tolerance.is_empty()),
+            ] {
+                if set {
+                    return bad(key, "applies to mode: measures only".into());
+                }
+            }
+            return Ok(());
+        }
+        if self.group_by.is_empty() || self.group_by.len() > MAX_GROUP_LEVELS {
+            return bad(
+                "group_by",
+                format!(
+                    "mode measures needs 1 to {MAX_GROUP_LEVELS} levels, e.g. [region, {{column: created_at, granularity: day}}]"
+                ),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, g) in self.group_by.iter().enumerate() {
+            let key = format!("group_by[{i}]");
+            if g.column().trim().is_empty() {
+                return bad(&key, "empty column name".into());
+            }
+            if let GroupBySpec::Period { granularity, .. } = g
+                && g.granularity().is_none()
+            {
+                return bad(
+                    &format!("{key}.granularity"),
+                    format!("{granularity:?} is none of hour, day, week, month, quarter, year"),
+                );
+            }
+            if !seen.insert((g.column().to_ascii_lowercase(), g.granularity())) {
+                return bad(&key, format!("{} is grouped by twice", g.column()));
+            }
+        }
+        if self.measures.len() > MAX_MEASURES {
+            return bad("measures", format!("at most {MAX_MEASURES}"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, m) in self.measures.iter().enumerate() {
+            if m.trim().is_empty() {
+                return bad(&format!("measures[{i}]"), "empty column name".into());
+            }
+            if !seen.insert(m.to_ascii_lowercase()) {
+                return bad(&format!("measures[{i}]"), format!("{m} named twice"));
+            }
+        }
+        for (m, t) in &self.tolerance {
+            let key = format!("tolerance.{m}");
+            if !self.measures.iter().any(|x| x.eq_ignore_ascii_case(m)) {
+                return bad(&key, format!("{m} is not among the measures"));
+            }
+            if t.parse().is_none() {
+                return bad(
+                    &key,
+                    "expected a non-negative number (absolute, e.g. 0.01) or a percentage (relative, e.g. 0.1%)".into(),
+                );
+            }
+        }
+        if self.confirm.is_some() {
+            return bad(
+                "confirm",
+                "confirm rounds re-check rows; mode measures compares groups".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The tolerance of measure `m`, if the spec sets one.
+    pub fn tolerance_of(&self, m: &str) -> Option<tally_common::measures::Tolerance> {
+        self.tolerance
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(m))
+            .and_then(|(_, t)| t.parse())
+    }
+}
+
 /// Seconds of a duration written `30s`, `5m`, `2h`, `1d` or combined (`1h30m`).
 pub fn parse_duration(v: &str) -> Option<u64> {
     let mut total: u64 = 0;
@@ -199,6 +342,8 @@ pub enum Mode {
     #[default]
     Checksum,
     Count,
+    /// Per-group COUNT and SUM/MIN/MAX along a group_by hierarchy.
+    Measures,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
@@ -391,6 +536,9 @@ impl Spec {
                 "reporting.consent_acknowledged",
                 "level detailed puts row values into the run record: set consent_acknowledged: true to confirm",
             );
+        }
+        if let Err((k, m)) = self.validate_measures() {
+            return Err(ConfigError::invalid(file, k, m));
         }
         if self.mode == Mode::Count && r.level != PrivacyLevel::CountOnly {
             return bad(

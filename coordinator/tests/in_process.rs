@@ -758,6 +758,12 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     ) -> Result<String, tally_coordinator::error::RunError> {
         self.agent.investigation_sql(req).await
     }
+    async fn measures(
+        &self,
+        req: tally_common::wire::measures::MeasuresRequest,
+    ) -> Result<tally_common::wire::measures::MeasuresResponse, tally_coordinator::error::RunError> {
+        self.agent.measures(req).await
+    }
     async fn read_position(
         &self,
         req: tally_common::wire::ReadPositionRequest,

@@ -65,7 +65,11 @@ impl Engine {
         self.res.source.engine = Some(format!("{} {}", s.engine, s.engine_version));
         self.res.target.engine = Some(format!("{} {}", t.engine, t.engine_version));
         check_policies(spec, [(&self.agents.0, &s), (&self.agents.1, &t)])?;
-        let resolved = resolve(spec, &s, &t)?;
+        let resolved = if spec.mode == Mode::Measures {
+            resolve(&super::measures::resolve_spec(spec), &s, &t)?
+        } else {
+            resolve(spec, &s, &t)?
+        };
         self.res.hash_method = resolved.method.name().to_string();
         self.res.xor_compared = resolved.xor;
         self.res.warnings = resolved.warnings.clone();
@@ -126,7 +130,7 @@ impl Engine {
             self.ask(out, Command::DrawNonce);
             Ok(())
         } else {
-            self.begin_drill(out)
+            self.begin_comparing(out)
         }
     }
 
@@ -202,7 +206,16 @@ impl Engine {
                 peer_dataset: self.spec.source.dataset.clone(),
             },
         });
-        self.begin_drill(out)
+        self.begin_comparing(out)
+    }
+
+    /// The drill, or in mode measures the group hierarchy.
+    fn begin_comparing(&mut self, out: &mut Out) -> Step {
+        if self.spec.mode == Mode::Measures {
+            self.begin_measures(out)
+        } else {
+            self.begin_drill(out)
+        }
     }
 
     fn begin_drill(&mut self, out: &mut Out) -> Step {

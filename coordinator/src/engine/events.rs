@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use tally_common::position::Position;
 use tally_common::seal::NONCE_LEN;
+use tally_common::wire::measures::{MeasuresRequest, MeasuresResponse};
 use tally_common::wire::{
     AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, PositionResponse,
     ReadPositionRequest, RevealRequest, RevealResponse, RowDigest, RowDigestsRequest, WaitPositionRequest,
@@ -107,6 +108,13 @@ pub enum Event {
     },
     /// One side's investigation SQL of leaf `leaf`.
     InvestigationSql { leaf: usize, side: Side, sql: String },
+    /// One side's groups of level `level` of mode measures.
+    Measured {
+        level: u32,
+        side: Side,
+        response: MeasuresResponse,
+        elapsed_ms: u64,
+    },
     /// A call failed (or a gate the runtime enforces tripped): the run ends with this
     /// error (`RunError::code` and its message).
     Failed { code: String, message: String },
@@ -126,6 +134,7 @@ impl Event {
             Event::Revealed { .. } => "revealed",
             Event::RevealedBoth { .. } => "revealed_both",
             Event::InvestigationSql { .. } => "investigation_sql",
+            Event::Measured { .. } => "measured",
             Event::Failed { .. } => "failed",
         }
     }
@@ -152,6 +161,7 @@ impl Event {
                 ];
             }
             Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
+            Event::Measured { level, side, .. } => Call::Measures(*level, *side),
             Event::Failed { .. } => return Vec::new(),
         }]
     }
@@ -207,6 +217,12 @@ pub enum Command {
         side: Side,
         request: InvestigationSqlRequest,
     },
+    /// Mode measures: one side's groups of level `level`; answered by `measured`.
+    Measures {
+        level: u32,
+        side: Side,
+        request: MeasuresRequest,
+    },
     /// A level completed: the runtime records `{"event": "level", "level_out": ..}`
     /// (for progress readers; replay skips it).
     LevelDone { level_out: LevelOut },
@@ -232,6 +248,7 @@ impl Command {
             Command::WaitPosition { round, .. } => Call::Applied(*round),
             Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
+            Command::Measures { level, side, .. } => Call::Measures(*level, *side),
             Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
         })
     }
@@ -253,6 +270,8 @@ pub enum Call {
     Digests(u32, usize, Side),
     Reveal(usize, Side),
     Sql(usize, Side),
+    /// (level, side) of mode measures.
+    Measures(u32, Side),
 }
 
 impl std::fmt::Display for Call {
@@ -274,6 +293,7 @@ impl std::fmt::Display for Call {
             ),
             Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
+            Call::Measures(l, s) => write!(f, "the {} measures of level {l}", s.name()),
         }
     }
 }

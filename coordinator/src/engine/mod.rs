@@ -8,6 +8,7 @@
 
 pub(crate) mod drill;
 pub mod events;
+mod measures;
 mod rows_phase;
 pub mod runtime;
 #[cfg(test)]
@@ -61,6 +62,9 @@ pub struct Engine {
     segments_compared: u64,
     sql: Option<drill::SqlPhase>,
     rows: Option<rows_phase::RowsPhase>,
+    /// Mode measures: the group hierarchy level by level.
+    #[serde(default)]
+    measures: Option<measures::MeasuresPhase>,
     /// Calls asked and not yet answered.
     outstanding: Vec<Command>,
 }
@@ -88,6 +92,8 @@ pub fn empty_result(spec: &Spec) -> RunResult {
         },
         window: None,
         positions: Vec::new(),
+        groups: None,
+        tolerated_groups: None,
         levels: Vec::new(),
         leaves: Vec::new(),
         differences: None,
@@ -124,6 +130,7 @@ impl Engine {
             segments_compared: 0,
             sql: None,
             rows: None,
+            measures: None,
             outstanding: Vec::new(),
         }
     }
@@ -266,6 +273,12 @@ impl Engine {
                 elapsed_ms,
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
+            Event::Measured {
+                level,
+                side,
+                response,
+                elapsed_ms,
+            } => self.on_measured(&mut out, level, side, response, elapsed_ms),
             Event::Digests {
                 round: 0,
                 range,

@@ -389,6 +389,29 @@ impl Runtime<'_> {
                         side,
                         response,
                     }),
+                Command::Measures {
+                    level,
+                    side,
+                    mut request,
+                } => {
+                    request.run_id = self.run_id.clone();
+                    let agent = self.agent(side);
+                    let dataset = request.dataset.clone();
+                    agent
+                        .measures(request)
+                        .await
+                        .and_then(|response| {
+                            crate::evidence::check_measures(&self.run_id, &dataset, &response)
+                                .map_err(|m| unsigned(agent.name(), "Measures", m))?;
+                            Ok(response)
+                        })
+                        .map(|response| Event::Measured {
+                            level,
+                            side,
+                            response,
+                            elapsed_ms: t0.elapsed().as_millis() as u64,
+                        })
+                }
                 Command::InvestigationSql { leaf, side, request } => self
                     .agent(side)
                     .investigation_sql(request)

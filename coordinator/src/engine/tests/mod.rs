@@ -14,6 +14,7 @@ use super::*;
 use crate::result::{DiffKind, RunResult, Verdict};
 
 mod adversarial;
+mod measures;
 mod rows;
 mod watermark;
 
