@@ -390,6 +390,38 @@ impl RunResult {
                 let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
             }
         }
+        for g in self.groups.iter().flatten() {
+            let labels: Vec<String> = g
+                .group
+                .iter()
+                .map(|l| format!("{}={}", l.column, l.value.as_deref().unwrap_or("NULL")))
+                .collect();
+            let what = if g.inconsistent {
+                "inconsistent (its children do not account for it)".to_string()
+            } else if g.differing.is_empty() {
+                format!("within tolerance: {}", g.tolerated.join(", "))
+            } else {
+                format!("differs: {}", g.differing.join(", "))
+            };
+            let _ = writeln!(o, "  group {}: {what}", labels.join(" "));
+            let _ = writeln!(
+                o,
+                "    count: source {}, target {}",
+                g.source.count, g.target.count
+            );
+            for (a, b) in g.source.measures.iter().zip(&g.target.measures) {
+                let show = |m: &MeasureShown| match &m.values {
+                    None => "sealed".to_string(),
+                    Some(v) => format!(
+                        "sum {} min {} max {}",
+                        v.sum.as_deref().unwrap_or("NULL"),
+                        v.min.as_deref().unwrap_or("NULL"),
+                        v.max.as_deref().unwrap_or("NULL")
+                    ),
+                };
+                let _ = writeln!(o, "    {}: source {}; target {}", a.name, show(a), show(b));
+            }
+        }
         for p in &self.positions {
             let at = match p.round {
                 0 => "before the drill".to_string(),

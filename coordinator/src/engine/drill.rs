@@ -498,8 +498,8 @@ impl Engine {
             }) => {
                 self.res.advice = Some(format!(
                     "{differing} of {segments} segments differ at level {level}: most of the data differs, so bisection \
-                     cannot narrow it down. Compare per-group totals first (COUNT and SUM grouped by a date or a \
-                     region, in both databases), or check the mapping, then reconcile the diverging groups."
+                     cannot narrow it down. Localise it by per-group totals first: {}",
+                    self.measures_suggestion()
                 ));
             }
             None => {}

@@ -213,6 +213,62 @@ impl Engine {
         self.ask_measures(out)
     }
 
+    /// The measures spec to run when a drill degenerates: group_by columns both
+    /// agents' policies allow (group_columns, then a time column by day), and the
+    /// numeric compared columns as measures.
+    pub(super) fn measures_suggestion(&self) -> String {
+        let (Some((s, t)), Some(r)) = (self.described.as_ref(), self.resolved.as_ref()) else {
+            return "run the spec with mode: measures".into();
+        };
+        let compared = &r.columns[r.key_len..];
+        let both = |pick: fn(&tally_common::wire::Describe) -> &Vec<String>| -> Vec<&crate::resolve::ResolvedColumn> {
+            compared
+                .iter()
+                .filter(|c| {
+                    pick(s).iter().any(|x| x.eq_ignore_ascii_case(&c.source_name))
+                        && pick(t).iter().any(|x| x.eq_ignore_ascii_case(&c.target_name))
+                })
+                .collect()
+        };
+        let mut group_by: Vec<String> = both(|d| &d.group_columns)
+            .iter()
+            .take(2)
+            .map(|c| c.source_name.clone())
+            .collect();
+        if let Some(c) = both(|d| &d.time_columns).into_iter().find(|c| {
+            matches!(
+                c.format.class,
+                TypeClass::Date | TypeClass::Timestamp | TypeClass::TimestampTz
+            )
+        }) {
+            group_by.push(format!("{{ column: {}, granularity: day }}", c.source_name));
+        }
+        let measures: Vec<&str> = compared
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.format.class,
+                    TypeClass::Integer | TypeClass::Decimal | TypeClass::Float
+                )
+            })
+            .take(4)
+            .map(|c| c.source_name.as_str())
+            .collect();
+        if group_by.is_empty() {
+            return format!(
+                "run it with mode: measures, grouped by a column both agents list in their policy group_columns (or a \
+                 date in time_columns), measures: [{}]",
+                measures.join(", ")
+            );
+        }
+        format!(
+            "run `mode: measures`, `group_by: [{}]`, `measures: [{}]` (docs/measures.md), then reconcile the diverging \
+             groups",
+            group_by.join(", "),
+            measures.join(", ")
+        )
+    }
+
     fn measures_request(&self, side: Side) -> MeasuresRequest {
         let r = self.resolved.as_ref().expect("resolved");
         let m = self.measures.as_ref().expect("in mode measures");
@@ -334,11 +390,7 @@ impl Engine {
                         ),
                     });
                 }
-                if level > 1
-                    && !m
-                        .parent_counts
-                        .contains_key(&g.labels[..level as usize - 1])
-                {
+                if level > 1 && !m.parent_counts.contains_key(&g.labels[..level as usize - 1]) {
                     return Err(RunError::MalformedAnswer {
                         agent: agent.to_string(),
                         rpc: "Measures".into(),
