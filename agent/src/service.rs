@@ -539,13 +539,10 @@ impl Agent for AgentService {
                 window: r.window.clone(),
                 ..Default::default()
             };
-            scope = Some(Scope::of(
-                r.method,
-                &r.columns,
-                r.key_len,
-                &[&seg],
-                r.seal.as_ref(),
-            ));
+            let mut signed_scope = Scope::of(r.method, &r.columns, r.key_len, &[&seg], r.seal.as_ref());
+            // every row of the window only at the first level (no parent groups)
+            signed_scope.whole &= r.parents.is_empty();
+            scope = Some(signed_scope);
             // one transaction: the level is one snapshot of this side
             let mut s = ds.session().await?;
             let b = ds.bind(&mut s, r.columns.clone(), r.key_len).await?;

@@ -18,6 +18,7 @@ use tally_common::dsse::{AGENT_RESULT, CHECKPOINT, CertificateChecker, Envelope,
 use tally_common::evidence::{AgentResult, DigestsHash, SignedBucket, hex64, parse_hex64};
 use tally_common::seal::{TlsSigner, certificates_from_pem, dns_names};
 use tally_common::wire::AggregateResponse;
+use tally_common::wire::measures::{Labels, MeasureGroup};
 
 use crate::client::Digests;
 use crate::config::ClientTls;
@@ -260,8 +261,65 @@ fn total(buckets: &[SignedBucket]) -> Result<(u64, u64, Option<u64>), String> {
     Ok((count, sum, xor))
 }
 
+/// Mode measures: a fingerprint of one side's level-1 groups, equal on both sides
+/// exactly when every group's labels, count and measure digests are: the first 8 bytes
+/// of the SHA-256 of each group's row string (labels, count, then each digest as 16 hex
+/// digits), in order (docs/evidence.md).
+pub fn groups_fingerprint(groups: &[tally_common::wire::measures::MeasureGroup]) -> u64 {
+    let mut h = Sha256::new();
+    for g in groups {
+        let count = g.count.to_string();
+        let digests: Vec<String> = g.measures.iter().map(|m| hex64(m.digest)).collect();
+        let row = tally_common::canonical::row_string(
+            g.labels
+                .iter()
+                .map(Option::as_deref)
+                .chain(std::iter::once(Some(count.as_str())))
+                .chain(digests.iter().map(|d| Some(d.as_str()))),
+        );
+        h.update(row.as_bytes());
+    }
+    let d = h.finalize();
+    u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Mode measures: whether both sides' level-1 groups agree, by the run's comparison
+/// (counts exactly; measures by digest, or in clear within the spec's tolerance).
+fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
+    let spec: crate::spec::Spec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
+    let mut sides: [Option<tally_common::wire::measures::MeasuresResponse>; 2] = [None, None];
+    for v in events
+        .iter()
+        .filter(|v| v["event"] == "measured" && v["level"] == 1)
+    {
+        if let Ok(Event::Measured { side, response, .. }) = serde_json::from_value::<Event>(v.clone()) {
+            sides[side as usize] = Some(response);
+        }
+    }
+    let [Some(s), Some(t)] = sides else {
+        return Ok(false);
+    };
+    let tolerances: Vec<_> = spec.measures.iter().map(|m| spec.tolerance_of(m)).collect();
+    fn index(r: &tally_common::wire::measures::MeasuresResponse) -> BTreeMap<&Labels, &MeasureGroup> {
+        r.groups.iter().map(|g| (&g.labels, g)).collect()
+    }
+    let (a, b) = (index(&s), index(&t));
+    if a.len() != s.groups.len() || b.len() != t.groups.len() || a.keys().ne(b.keys()) {
+        return Ok(false);
+    }
+    Ok(a.iter().all(|(labels, x)| {
+        let y = b[*labels];
+        x.count == y.count
+            && crate::engine::measures::compare_group(x, y, &tolerances)
+                .0
+                .is_empty()
+    }))
+}
+
 /// Each side's level-1 totals from the run's events: the signed buckets of its one
-/// level-1 aggregate answer, which must cover the whole dataset.
+/// level-1 aggregate answer (in mode measures: the count and fingerprint of its
+/// level-1 groups), which must cover the whole dataset.
 fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     type Answer = (
         String,
@@ -272,13 +330,15 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     let mut out: [Option<Answer>; 2] = [None, None];
     let mut scopes: [Option<tally_common::evidence::Scope>; 2] = [None, None];
     for v in events {
-        if v["event"] != "aggregated" || v["level"] != 1 {
+        if (v["event"] != "aggregated" && v["event"] != "measured") || v["level"] != 1 {
             continue;
         }
-        let Ok(Event::Aggregated { side, response, .. }) = serde_json::from_value::<Event>(v.clone()) else {
-            return Err(format!("event {} does not load", v["seq"]));
+        let (side, envelope, groups) = match serde_json::from_value::<Event>(v.clone()) {
+            Ok(Event::Aggregated { side, response, .. }) => (side, response.envelope, None),
+            Ok(Event::Measured { side, response, .. }) => (side, response.envelope, Some(response.groups)),
+            _ => return Err(format!("event {} does not load", v["seq"])),
         };
-        let env = response.envelope.as_ref().ok_or("a level-1 answer is unsigned")?;
+        let env = envelope.as_ref().ok_or("a level-1 answer is unsigned")?;
         let p = AgentResult::open(env)?;
         let slot = &mut out[side as usize];
         if slot.is_some() {
@@ -291,12 +351,26 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
                 v["seq"]
             ));
         }
-        *slot = Some((
-            p.agent,
-            p.dataset,
-            p.buckets.unwrap_or_default(),
-            p.scope.window.clone(),
-        ));
+        // a measures answer's groups stand for one bucket: their count and fingerprint
+        let buckets = match &groups {
+            Some(g) => {
+                if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(g).as_str()) {
+                    return Err(format!(
+                        "event {}: the groups are not the ones the agent signed",
+                        v["seq"]
+                    ));
+                }
+                vec![SignedBucket::new(
+                    0,
+                    0,
+                    g.iter().map(|g| g.count).sum(),
+                    groups_fingerprint(g),
+                    None,
+                )]
+            }
+            None => p.buckets.unwrap_or_default(),
+        };
+        *slot = Some((p.agent, p.dataset, buckets, p.scope.window.clone()));
         scopes[side as usize] = Some(p.scope);
     }
     if let [Some(s), Some(t)] = &scopes
@@ -448,6 +522,7 @@ fn answer_envelope(v: &Value) -> Option<Option<Value>> {
     match v["event"].as_str() {
         Some("aggregated") => Some(v["response"].get("envelope").cloned()),
         Some("digests") => Some(v.get("envelope").cloned()),
+        Some("measured") => Some(v["response"].get("envelope").cloned()),
         _ => None,
     }
 }
@@ -1033,6 +1108,17 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                         return Err("the event's release-log head is not the one the agent signed".into());
                     }
                 }
+                Event::Measured { response, .. } => {
+                    if sp.rpc != "Measures"
+                        || sp.groups_sha256.as_deref()
+                            != Some(tally_common::evidence::groups_sha256(&response.groups).as_str())
+                    {
+                        return Err("the event's groups are not the ones the agent signed".into());
+                    }
+                    if sp.release_log_head != response.release_log_head {
+                        return Err("the event's release-log head is not the one the agent signed".into());
+                    }
+                }
                 Event::Digests { digests, .. } => {
                     if sp.rpc != "RowDigests"
                         || sp.digests_sha256.as_deref() != Some(digests_hash(&digests).as_str())
@@ -1185,6 +1271,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         let counts_only = spec["mode"] == "count";
         let equal = if counts_only {
             matches!((&p.source, &p.target), (Some(s), Some(t)) if s.count == t.count)
+        } else if spec["mode"] == "measures" {
+            // equal fingerprints are equal groups; else the groups may agree within
+            // the spec's tolerances, judged from the signed level-1 answers
+            equal || measures_agree(&events, &spec)?
         } else {
             equal
         };

@@ -22,7 +22,7 @@ fn agent_yaml(dir: &Path, name: &str) -> std::path::PathBuf {
             "listen: 127.0.0.1:0\n\
              tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, zone_key: {name}-zone.key }}\n\
              release_log: {name}-release.jsonl\n\
-             datasets:\n  orders: {{ url: 'sqlite://{}', table: orders, key: [id], policy: {{ max_level: with_keys, time_columns: [id, created_at] }} }}\n",
+             datasets:\n  orders: {{ url: 'sqlite://{}', table: orders, key: [id], policy: {{ max_level: with_keys, time_columns: [id, created_at], group_columns: [status], measures: [amount] }} }}\n",
             dir.join(format!("{name}.sqlite")).display()
         ),
     )
@@ -893,6 +893,12 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
             "strategy: quantile, factor: 8, threshold: 256 }\nwindow: { column: created_at, lag: 1h",
             "count_only",
         ),
+        // mode measures: the level-1 groups stand for the totals
+        (
+            "factor: 8 }\nmode: measures\ngroup_by: [status, { column: created_at, granularity: month }]\n\
+             measures: [amount, id]\ngates: { max_queries: 10",
+            "count_only",
+        ),
     ] {
         let bundle = sealed_bundle(dir.path(), &a, &b, bisection, level).await;
         let checks = verify(&bundle, &ca);
@@ -923,4 +929,42 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
             .unwrap()
             .starts_with("match")
     );
+    // measures that agree only within a tolerance (one amount a cent off): a match the
+    // verifier judges from the signed groups with the spec's tolerance
+    {
+        use sqlx::Connection as _;
+        let url = format!("sqlite://{}", same.path().join("vpc2.sqlite").display());
+        let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("UPDATE orders SET amount = amount + 0.01 WHERE id = 1000")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    let ca = std::fs::read(same.path().join("ca.pem")).unwrap();
+    let bundle = sealed_bundle(
+        same.path(),
+        &a,
+        &b,
+        "factor: 8 }\nmode: measures\ngroup_by: [status]\nmeasures: [amount]\ntolerance: { amount: 0.01",
+        "count_only",
+    )
+    .await;
+    let checks = verify(&bundle, &ca);
+    assert!(valid(&checks), "{:?}", checks.last());
+    let last = checks.last().unwrap().outcome.as_ref().unwrap().clone();
+    assert!(last.starts_with("match"), "{last}");
+    // without the tolerance the same data is a differ, which verifies too: the verifier
+    // judged both from the signed groups (a match here would not verify)
+    let bundle = sealed_bundle(
+        same.path(),
+        &a,
+        &b,
+        "factor: 8 }\nmode: measures\ngroup_by: [status]\nmeasures: [amount]\ngates: { max_queries: 10",
+        "count_only",
+    )
+    .await;
+    let checks = verify(&bundle, &ca);
+    assert!(valid(&checks), "{:?}", checks.last());
+    let last = checks.last().unwrap().outcome.as_ref().unwrap().clone();
+    assert!(last.starts_with("differ"), "{last}");
 }

@@ -424,29 +424,14 @@ impl Engine {
                 sm.get(*labels).unwrap_or(&empty),
                 tm.get(*labels).unwrap_or(&empty),
             );
-            let mut differing = Vec::new();
-            let mut tolerated = Vec::new();
-            if a.count != b.count {
-                differing.push("count".to_string());
-            }
-            for (j, tol) in tolerances.iter().enumerate() {
-                let name = m.measures[j].source.clone();
-                let verdict = match (a.measures.get(j), b.measures.get(j)) {
-                    (Some(x), Some(y)) => match (&x.clear, &y.clear, m.clear[j]) {
-                        (Some(u), Some(v), true) => values_agree(u, v, *tol),
-                        _ if x.digest == y.digest => Agreement::Equal,
-                        _ => Agreement::Differ,
-                    },
-                    // a group on one side only: its count already differs
-                    (None, None) => Agreement::Equal,
-                    _ => Agreement::Differ,
-                };
-                match verdict {
-                    Agreement::Equal => {}
-                    Agreement::Tolerated => tolerated.push(name),
-                    Agreement::Differ => differing.push(name),
-                }
-            }
+            let (d, tol) = compare_group(a, b, &tolerances);
+            let name = |j: &usize| m.measures[*j].source.clone();
+            let mut differing: Vec<String> = (a.count != b.count)
+                .then(|| "count".to_string())
+                .into_iter()
+                .collect();
+            differing.extend(d.iter().map(name));
+            let tolerated: Vec<String> = tol.iter().map(name).collect();
             if level > 1 {
                 let c = children.entry(labels[..level as usize - 1].to_vec()).or_default();
                 c.0 += a.count;
@@ -602,6 +587,36 @@ impl Engine {
         out.extend(self.finish());
         Ok(())
     }
+}
+
+/// How the two sides of one group compare: the measures (by index) that differ beyond
+/// their tolerance, and those that differ within it; the count is compared by the
+/// caller. A measure is compared in clear where both answers give its values, by its
+/// sealed digest otherwise. `tally verify` judges a bundle's level 1 with this too.
+pub(crate) fn compare_group(
+    a: &MeasureGroup,
+    b: &MeasureGroup,
+    tolerances: &[Option<tally_common::measures::Tolerance>],
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut differing, mut tolerated) = (Vec::new(), Vec::new());
+    for (j, tol) in tolerances.iter().enumerate() {
+        let verdict = match (a.measures.get(j), b.measures.get(j)) {
+            (Some(x), Some(y)) => match (&x.clear, &y.clear) {
+                _ if x.digest == y.digest => Agreement::Equal,
+                (Some(u), Some(v)) => values_agree(u, v, *tol),
+                _ => Agreement::Differ,
+            },
+            // a group on one side only: its count differs already
+            (None, None) => Agreement::Equal,
+            _ => Agreement::Differ,
+        };
+        match verdict {
+            Agreement::Equal => {}
+            Agreement::Tolerated => tolerated.push(j),
+            Agreement::Differ => differing.push(j),
+        }
+    }
+    (differing, tolerated)
 }
 
 /// Two clear values of one measure: the non-NULL count exactly, SUM, MIN and MAX each

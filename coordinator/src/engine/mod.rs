@@ -8,7 +8,7 @@
 
 pub(crate) mod drill;
 pub mod events;
-mod measures;
+pub(crate) mod measures;
 mod rows_phase;
 pub mod runtime;
 #[cfg(test)]
