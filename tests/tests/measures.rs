@@ -182,11 +182,7 @@ fn measures_localise_a_broken_backfill_where_the_drill_degenerates() {
     assert_eq!(out.json["source"]["count"], N);
     // the target agent released qty's values to nobody: its release log says so
     let log = std::fs::read_to_string(&d.agents[1].release_log).unwrap();
-    let line = log
-        .lines()
-        .filter(|l| l.contains("\"rpc\":\"Measures\""))
-        .last()
-        .unwrap();
+    let line = log.lines().rfind(|l| l.contains("\"rpc\":\"Measures\"")).unwrap();
     assert!(line.contains("\"clear\":[true,false]"), "{line}");
     assert!(out.stdout.contains("\"sealed\": true"));
 
