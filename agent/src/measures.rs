@@ -37,8 +37,30 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// `clear(column)`: whether the policy releases that measure's values.
-    pub fn new(dataset: &str, b: &Bound, r: &MeasuresRequest, clear: impl Fn(&str) -> bool) -> Result<Plan> {
+    /// `clear(column)`: whether the policy releases that measure's values;
+    /// `key_private`: the policy keeps key values in the zone (`expose_key_bounds:
+    /// false`), so no key column may label groups or be a measure (its MIN and MAX are
+    /// key bounds).
+    pub fn new(
+        dataset: &str,
+        b: &Bound,
+        r: &MeasuresRequest,
+        clear: impl Fn(&str) -> bool,
+        key_private: bool,
+    ) -> Result<Plan> {
+        let key_col = |i: usize| {
+            if key_private && i < b.key_len {
+                return Err(AgentError::Policy {
+                    dataset: dataset.to_string(),
+                    key: "expose_key_bounds",
+                    message: format!(
+                        "key column {} may not label groups or be measured: key values stay in this zone",
+                        b.cols[i].info.name
+                    ),
+                });
+            }
+            Ok(())
+        };
         let find = |name: &str, what: &str| {
             b.cols
                 .iter()
@@ -50,6 +72,7 @@ impl Plan {
         let mut groups = Vec::with_capacity(r.group_by.len());
         for g in &r.group_by {
             let i = find(&g.column, "group_by column")?;
+            key_col(i)?;
             let class = b.cols[i].spec.format.class;
             if g.granularity.is_some()
                 && !matches!(
@@ -67,15 +90,41 @@ impl Plan {
         let mut measures = Vec::with_capacity(r.measures.len());
         for m in &r.measures {
             let i = find(m, "measure")?;
-            let class = b.cols[i].spec.format.class;
-            if !matches!(class, TypeClass::Integer | TypeClass::Decimal | TypeClass::Float) {
+            key_col(i)?;
+            let f = b.cols[i].spec.format;
+            if !matches!(
+                f.class,
+                TypeClass::Integer | TypeClass::Decimal | TypeClass::Float
+            ) {
                 return Err(AgentError::InvalidArgument(format!(
-                    "dataset {dataset} column {m} is compared as {class}: measures are integers, decimals or floats"
+                    "dataset {dataset} column {m} is compared as {}: measures are integers, decimals or floats",
+                    f.class
+                )));
+            }
+            // refused before any row is read: a value too fine for exact sums must not
+            // turn into an error that depends on the data
+            if f.scale > tally_common::measures::MAX_SCALE {
+                return Err(AgentError::InvalidArgument(format!(
+                    "measure {m}: scale {} is above the {} fractional digits measures are summed at",
+                    f.scale,
+                    tally_common::measures::MAX_SCALE
                 )));
             }
             measures.push((i, clear(&b.cols[i].info.name)));
         }
         Ok(Plan { groups, measures })
+    }
+}
+
+/// The period label of a canonical date or timestamp: its prefix for years 0000-9999,
+/// the whole text otherwise (`infinity`, an expanded year such as `-0001` or `+10000`),
+/// so such rows never share a group with another period or with NULL.
+fn period_of(canonical: Option<&str>, g: Granularity) -> Option<String> {
+    let c = canonical?;
+    if c.len() >= 4 && c.as_bytes()[..4].iter().all(u8::is_ascii_digit) {
+        period_label(Some(c), g).or_else(|| Some(c.to_string()))
+    } else {
+        Some(c.to_string())
     }
 }
 
@@ -102,7 +151,7 @@ pub async fn compute(
                 .iter()
                 .map(|(i, g)| match g {
                     None => row.fields[*i].clone(),
-                    Some(g) => period_label(row.fields[*i].as_deref(), *g),
+                    Some(g) => period_of(row.fields[*i].as_deref(), *g),
                 })
                 .collect();
             if depth > 1 && !parents.contains(&labels[..depth - 1]) {
@@ -139,9 +188,11 @@ pub async fn compute(
                 .iter()
                 .zip(&plan.measures)
                 .enumerate()
-                .map(|(j, (a, (_, clear)))| {
+                .map(|(j, (a, (i, clear)))| {
                     let values = a.values();
-                    let digest = h.row(digest_input(j, &labels, a.non_null, &values).as_bytes());
+                    let f = b.cols[*i].spec.format;
+                    let form = format!("{}:{}", f.class, f.scale);
+                    let digest = h.row(digest_input(j, &form, &labels, &values).as_bytes());
                     MeasureOut {
                         clear: clear.then_some(values),
                         digest,

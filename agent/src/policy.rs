@@ -30,12 +30,10 @@ pub fn check_measures(
     dataset: &str,
     r: &tally_common::wire::measures::MeasuresRequest,
 ) -> Result<(), AgentError> {
-    if !r.method.is_sealed() {
-        return Err(deny(
-            dataset,
-            "allow_unsealed",
-            "measures are compared by sealed digests: the request must use a sealed method",
-        ));
+    if !r.method.is_sealed() || r.seal.is_none() {
+        return Err(AgentError::Seal(format!(
+            "dataset {dataset}: measures are compared by digests keyed with the run key; the request must be sealed"
+        )));
     }
     for g in &r.group_by {
         if p.mask_columns.iter().any(|m| m.eq_ignore_ascii_case(&g.column)) {

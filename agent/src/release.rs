@@ -222,8 +222,8 @@ impl Asked {
                           "measures": r.measures, "parents": parents, "window": window,
                           "method": method_name(r.method), "seal": seal(r.seal.as_ref())});
         // labels of parent groups are values of the peer's groups too: digested, counted
-        let mut summary = json!({"group_by": group_by, "measures": r.measures, "parents": r.parents.len(),
-                                 "method": method_name(r.method), "window": window.is_some()});
+        let mut summary = json!({"columns": columns(&r.columns), "group_by": group_by, "measures": r.measures,
+                                 "parents": r.parents.len(), "method": method_name(r.method), "window": window});
         sealed_summary(&mut summary, r.seal.as_ref());
         Asked::new(full, summary)
     }
@@ -271,12 +271,7 @@ fn merge(into: &mut Value, from: Value) {
 /// What a Measures answer released: how many groups and rows, which measures went out
 /// in clear, and the SHA-256 of the groups as signed (labels and values digested, not
 /// written: the log is read outside the zone too).
-pub fn measures_released(r: &tally_common::wire::measures::MeasuresResponse) -> Value {
-    let clear: Vec<bool> = r
-        .groups
-        .first()
-        .map(|g| g.measures.iter().map(|m| m.clear.is_some()).collect())
-        .unwrap_or_default();
+pub fn measures_released(r: &tally_common::wire::measures::MeasuresResponse, clear: &[bool]) -> Value {
     json!({"groups": r.groups.len(),
            "rows": r.groups.iter().map(|g| g.count).sum::<u64>().to_string(),
            "clear": clear,

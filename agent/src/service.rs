@@ -529,12 +529,14 @@ impl Agent for AgentService {
         let span = tracing::info_span!("measures", dataset = %dataset, client = %client);
         let started = std::time::Instant::now();
         let mut scope = None;
+        let mut clear_flags: Vec<bool> = Vec::new();
         let result = async {
             let r = MeasuresRequest::try_from(wire)?;
             let ds = self.dataset(&r.dataset)?;
             let p = &ds.config.policy;
             policy::check_measures(p, &ds.name, &r)?;
-            let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
+            // measure digests are keyed SHA-256 whatever the run's method
+            let h = self.hasher(&ds, HashMethod::SealedSha256_64, r.seal.as_ref())?;
             let seg = Segment {
                 window: r.window.clone(),
                 ..Default::default()
@@ -542,12 +544,29 @@ impl Agent for AgentService {
             let mut signed_scope = Scope::of(r.method, &r.columns, r.key_len, &[&seg], r.seal.as_ref());
             // every row of the window only at the first level (no parent groups)
             signed_scope.whole &= r.parents.is_empty();
+            signed_scope.group_by = Some(
+                r.group_by
+                    .iter()
+                    .map(|g| match g.granularity {
+                        Some(gr) => format!("{}:{}", g.column, gr.name()),
+                        None => g.column.clone(),
+                    })
+                    .collect(),
+            );
+            signed_scope.measures = Some(r.measures.clone());
             scope = Some(signed_scope);
             // one transaction: the level is one snapshot of this side
             let mut s = ds.session().await?;
             let b = ds.bind(&mut s, r.columns.clone(), r.key_len).await?;
-            let plan = crate::measures::Plan::new(&ds.name, &b, &r, |c| p.releases_measure(c))?;
+            let plan = crate::measures::Plan::new(
+                &ds.name,
+                &b,
+                &r,
+                |c| p.releases_measure(c),
+                !p.expose_key_bounds,
+            )?;
             let (groups, rows) = crate::measures::compute(&ds, &mut s, &b, &h, &r, &plan).await?;
+            clear_flags = plan.measures.iter().map(|(_, c)| *c).collect();
             s.finish().await?;
             policy::check_bucket_counts(p, &ds.name, groups.iter().map(|g| g.count))?;
             tracing::info!(
@@ -566,7 +585,7 @@ impl Agent for AgentService {
         .instrument(span)
         .await;
         let released = match &result {
-            Ok(o) => release::measures_released(o),
+            Ok(o) => release::measures_released(o, &clear_flags),
             Err(_) => json!({}),
         };
         let head = self.record(&client, "Measures", &dataset, &asked, &result, released)?;

@@ -79,6 +79,19 @@ async fn sqlite_table(path: &Path) {
             1 + i % 28
         ));
     }
+    // sales by region: amount (a decimal) and qty
+    sql.push_str(
+        "CREATE TABLE sales (id INTEGER PRIMARY KEY, region TEXT, amount DECIMAL(12,2), qty INTEGER);\n",
+    );
+    for i in 1..=30 {
+        sql.push_str(&format!(
+            "INSERT INTO sales VALUES ({i}, '{}', {}.{:02}, {});\n",
+            ["EU", "US", "eu"][i % 3],
+            i * 10,
+            i % 100,
+            i % 7
+        ));
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&mut c)
         .await
@@ -1717,4 +1730,152 @@ async fn rows_scanned_never_states_a_count_below_min_segment_rows() {
         assert_eq!(n % 50, 0, "rows_scanned is rounded to the floor: {seen:?}");
     }
     assert!(seen.contains(&150), "121 rows scan as 150: {seen:?}");
+}
+
+fn sales_request(dataset: &str, group_by: &str, measures: &[&str]) -> pb::MeasuresRequest {
+    let c = |n: &str, class: pb::TypeClass, scale: u32| pb::ColumnRef {
+        name: n.into(),
+        type_class: class as i32,
+        scale,
+        fixed_char: false,
+        exact: false,
+    };
+    pb::MeasuresRequest {
+        dataset: dataset.into(),
+        columns: vec![
+            c("id", pb::TypeClass::Integer, 0),
+            c("region", pb::TypeClass::Text, 0),
+            c("amount", pb::TypeClass::Decimal, 2),
+            c("qty", pb::TypeClass::Integer, 0),
+        ],
+        key_len: 1,
+        group_by: vec![pb::GroupBy {
+            column: group_by.into(),
+            granularity: String::new(),
+        }],
+        measures: measures.iter().map(|m| m.to_string()).collect(),
+        parents: Vec::new(),
+        window: None,
+        method: pb::HashMethod::SealedSha25664 as i32,
+        seal: Some(seal()),
+        run_id: "test-run".into(),
+    }
+}
+
+/// Mode measures, asked as a compromised coordinator would: values leave in clear only
+/// for the policy's `measures`, labels only for its `group_columns`, never for a key
+/// column when key bounds stay in the zone, never unsealed, and an error never carries
+/// a value.
+#[tokio::test(flavor = "multi_thread")]
+async fn measures_release_only_what_the_policy_lists() {
+    let f = start(
+        "  sales: { url: '{LITE}', table: sales, key: [id], policy: { group_columns: [region, id], measures: [amount] } }\n\
+         \x20 sales_hidden: { url: '{LITE}', table: sales, key: [id], policy: { expose_key_bounds: false, group_columns: [region, id], measures: [amount, id] } }\n",
+    )
+    .await;
+    let mut c = client_named(&f, "coordinator").await;
+    let r = c
+        .measures(sales_request("sales", "region", &["amount", "qty"]))
+        .await
+        .unwrap()
+        .into_inner();
+    // EU, US and eu: three groups, bytewise (a case-insensitive collation would merge two)
+    let labels: Vec<_> = r
+        .groups
+        .iter()
+        .map(|g| g.labels[0].text.clone().unwrap())
+        .collect();
+    assert_eq!(labels, vec!["EU", "US", "eu"]);
+    let eu = &r.groups[0];
+    assert_eq!(eu.count, 10);
+    // EU holds ids 3, 6, ..., 30: amounts i * 10 + i / 100
+    let sum: i64 = (1..=30).filter(|i| i % 3 == 0).map(|i| i * 1000 + i % 100).sum();
+    let amount = &eu.measures[0];
+    assert!(amount.clear, "amount is listed in the policy's measures");
+    assert_eq!(
+        amount.sum.as_deref(),
+        Some(
+            format!("{}.{:02}", sum / 100, sum % 100)
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+        )
+    );
+    assert_eq!(amount.non_null, 10);
+    let qty = &eu.measures[1];
+    assert!(!qty.clear && qty.sum.is_none() && qty.min.is_none() && qty.max.is_none() && qty.non_null == 0);
+    assert_ne!(qty.digest, 0);
+    let l = last_line(&f);
+    assert_eq!(l["rpc"], "Measures");
+    assert_eq!(l["released"]["clear"], serde_json::json!([true, false]), "{l}");
+    assert_eq!(l["request"]["group_by"][0]["column"], "region", "{l}");
+    // the signed answer names what was asked
+    let env: tally_common::dsse::Envelope = serde_json::from_str(&r.envelope).unwrap();
+    let signed = tally_common::evidence::AgentResult::open(&env).unwrap();
+    assert_eq!(signed.scope.group_by, Some(vec!["region".to_string()]));
+    assert_eq!(
+        signed.scope.measures,
+        Some(vec!["amount".to_string(), "qty".to_string()])
+    );
+    assert!(signed.scope.whole);
+
+    let denied = |e: tonic::Status, key: &str| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+        assert!(e.message().contains(key), "{key}: {}", e.message());
+    };
+    // a column the policy does not list cannot label groups
+    denied(
+        c.measures(sales_request("sales", "qty", &["amount"]))
+            .await
+            .unwrap_err(),
+        "group_columns",
+    );
+    // nor can a key column where key bounds stay in the zone, as a label or a measure
+    denied(
+        c.measures(sales_request("sales_hidden", "id", &[]))
+            .await
+            .unwrap_err(),
+        "expose_key_bounds",
+    );
+    denied(
+        c.measures(sales_request("sales_hidden", "region", &["id"]))
+            .await
+            .unwrap_err(),
+        "expose_key_bounds",
+    );
+    // unsealed: refused (the digests of unlisted measures would be brute-forceable)
+    let mut unsealed = sales_request("sales", "region", &["qty"]);
+    unsealed.seal = None;
+    denied(c.measures(unsealed).await.unwrap_err(), "sealed");
+    // a scale too fine to sum exactly is refused before any row is read, so no error
+    // can depend on (or carry) a value
+    let mut fine = sales_request("sales", "region", &["amount"]);
+    fine.columns[2].scale = 31;
+    let e = c.measures(fine).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("scale 31"), "{}", e.message());
+    // the groups of the level above: only those are split further
+    let mut two = sales_request("sales", "region", &["amount"]);
+    two.group_by.push(pb::GroupBy {
+        column: "id".into(),
+        granularity: String::new(),
+    });
+    two.parents = vec![pb::GroupLabels {
+        labels: vec![pb::OptionalText {
+            text: Some("US".into()),
+        }],
+    }];
+    let r = c.measures(two).await.unwrap().into_inner();
+    assert_eq!(r.groups.len(), 10);
+    assert!(
+        r.groups
+            .iter()
+            .all(|g| g.labels[0].text.as_deref() == Some("US") && g.count == 1)
+    );
+    let env: tally_common::dsse::Envelope = serde_json::from_str(&r.envelope).unwrap();
+    assert!(
+        !tally_common::evidence::AgentResult::open(&env)
+            .unwrap()
+            .scope
+            .whole
+    );
 }

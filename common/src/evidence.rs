@@ -105,6 +105,12 @@ pub struct Scope {
     /// The run's window, where it has one (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<crate::segment::Window>,
+    /// Measures: the group_by levels asked, `column` or `column:granularity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<Vec<String>>,
+    /// Measures: the measure columns asked, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measures: Option<Vec<String>>,
 }
 
 impl Scope {
@@ -123,6 +129,8 @@ impl Scope {
             seal: seal.map(SignedSeal::of),
             // a request's segments all carry the run's one window
             window: segments.first().and_then(|s| s.window.clone()),
+            group_by: None,
+            measures: None,
         }
     }
 }
@@ -255,6 +263,8 @@ mod tests {
                 whole: true,
                 seal: None,
                 window: None,
+                group_by: None,
+                measures: None,
             },
             buckets: Some(vec![SignedBucket::new(0, 1, 2, u64::MAX, None)]),
             digests_sha256: None,

@@ -166,16 +166,6 @@ impl Num {
             _ => Some(self.rank().cmp(&o.rank())),
         }
     }
-
-    fn add(self, o: Num) -> Option<Num> {
-        Some(match (self, o) {
-            (Num::NaN, _) | (_, Num::NaN) => Num::NaN,
-            (Num::PosInf, Num::NegInf) | (Num::NegInf, Num::PosInf) => Num::NaN,
-            (Num::PosInf, _) | (_, Num::PosInf) => Num::PosInf,
-            (Num::NegInf, _) | (_, Num::NegInf) => Num::NegInf,
-            (Num::Fin(a), Num::Fin(b)) => Num::Fin(a.checked_add(b)?),
-        })
-    }
 }
 
 impl fmt::Display for Num {
@@ -189,21 +179,27 @@ impl fmt::Display for Num {
     }
 }
 
-/// One group's running SUM, MIN, MAX and non-NULL count of one measure.
+/// One group's running SUM, MIN, MAX and counts of one measure. The specials (`NaN`,
+/// `±Infinity`) are counted apart and never absorb the finite values: a NaN in a group
+/// must not hide a change to any other row of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MeasureAcc {
     pub non_null: u64,
-    sum: Option<Num>,
-    min: Option<Num>,
-    max: Option<Num>,
+    sum: Option<Dec>,
+    min: Option<Dec>,
+    max: Option<Dec>,
+    nan: u64,
+    pos_inf: u64,
+    neg_inf: u64,
 }
 
-/// What went wrong adding a value: the caller names the column.
+/// What went wrong adding a value: the caller names the column. Never the value: it
+/// would leave the zone in the error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MeasureError {
-    #[error("{0:?} is not a number")]
-    NotANumber(String),
-    #[error("the sum exceeds 38 significant digits")]
+    #[error("a value is not a plain decimal of at most 38 digits and 30 fractional ones")]
+    NotANumber,
+    #[error("a sum exceeds 38 significant digits")]
     Overflow,
 }
 
@@ -211,50 +207,78 @@ impl MeasureAcc {
     /// Adds one row's canonical value (`None` for NULL, which only counts as a row).
     pub fn add(&mut self, v: Option<&str>) -> Result<(), MeasureError> {
         let Some(t) = v else { return Ok(()) };
-        let n = Num::parse(t).ok_or_else(|| MeasureError::NotANumber(t.to_string()))?;
-        self.non_null += 1;
-        self.sum = Some(match self.sum {
-            None => n,
-            Some(s) => s.add(n).ok_or(MeasureError::Overflow)?,
-        });
-        let less = |a: Num, b: Num| {
-            a.cmp_total(b)
+        let d = match Num::parse(t).ok_or(MeasureError::NotANumber)? {
+            Num::Fin(d) => d,
+            special => {
+                self.non_null += 1;
+                match special {
+                    Num::NaN => self.nan += 1,
+                    Num::PosInf => self.pos_inf += 1,
+                    _ => self.neg_inf += 1,
+                }
+                return Ok(());
+            }
+        };
+        let less = |a: Dec, b: Dec| {
+            a.cmp_exact(b)
                 .ok_or(MeasureError::Overflow)
                 .map(|o| o == Ordering::Less)
         };
-        self.min = Some(match self.min {
-            Some(m) if !less(n, m)? => m,
-            _ => n,
-        });
-        self.max = Some(match self.max {
-            Some(m) if !less(m, n)? => m,
-            _ => n,
-        });
+        let sum = match self.sum {
+            None => d,
+            Some(s) => s.checked_add(d).ok_or(MeasureError::Overflow)?,
+        };
+        let min = match self.min {
+            Some(m) if !less(d, m)? => m,
+            _ => d,
+        };
+        let max = match self.max {
+            Some(m) if !less(m, d)? => m,
+            _ => d,
+        };
+        (self.sum, self.min, self.max) = (Some(sum), Some(min), Some(max));
+        self.non_null += 1;
         Ok(())
     }
 
-    /// SUM, MIN and MAX as canonical text (normalised); `None` without a non-NULL value.
+    /// The values as released: SUM, MIN and MAX of the finite values as canonical text
+    /// (normalised; `None` without one), and how many values were specials.
     pub fn values(&self) -> MeasureValues {
         MeasureValues {
             non_null: self.non_null,
             sum: self.sum.map(|n| n.to_string()),
             min: self.min.map(|n| n.to_string()),
             max: self.max.map(|n| n.to_string()),
+            nan: self.nan,
+            pos_inf: self.pos_inf,
+            neg_inf: self.neg_inf,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One group's measure in clear.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MeasureValues {
-    /// Rows with a value (not NULL).
+    /// Rows with a value (not NULL), specials included.
     pub non_null: u64,
+    /// Of the finite values.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub sum: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub min: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub max: Option<String>,
+    /// Values that were `NaN`, `Infinity`, `-Infinity` (float columns).
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub nan: u64,
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub pos_inf: u64,
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub neg_inf: u64,
 }
 
 /// `tolerance: {amount: 0.01}` (absolute) or `{qty: 0.1%}` (relative to the larger
@@ -376,26 +400,36 @@ mod tests {
         let mut a = MeasureAcc::default();
         a.add(Some(&big)).unwrap();
         assert_eq!(a.add(Some(&big)), Err(MeasureError::Overflow));
-        assert!(matches!(
+        assert_eq!(
             MeasureAcc::default().add(Some("1e5")),
-            Err(MeasureError::NotANumber(_))
-        ));
+            Err(MeasureError::NotANumber)
+        );
+        // the error never carries the value
+        assert!(!MeasureError::NotANumber.to_string().contains("1e5"));
     }
 
     #[test]
-    fn float_specials_order_and_absorb() {
-        let v = acc(&[Some("1.5"), Some("Infinity"), Some("-2")]);
+    fn float_specials_are_counted_apart_and_hide_no_finite_change() {
+        let v = acc(&[
+            Some("1.5"),
+            Some("Infinity"),
+            Some("-2"),
+            Some("NaN"),
+            Some("-Infinity"),
+        ]);
         assert_eq!(
             (v.sum.as_deref(), v.min.as_deref(), v.max.as_deref()),
-            (Some("Infinity"), Some("-2"), Some("Infinity"))
+            (Some("-0.5"), Some("-2"), Some("1.5"))
         );
-        let v = acc(&[Some("Infinity"), Some("-Infinity")]);
-        assert_eq!(v.sum.as_deref(), Some("NaN"));
-        let v = acc(&[Some("NaN"), Some("-Infinity"), Some("7")]);
-        assert_eq!(
-            (v.sum.as_deref(), v.min.as_deref(), v.max.as_deref()),
-            (Some("NaN"), Some("-Infinity"), Some("NaN"))
+        assert_eq!((v.non_null, v.nan, v.pos_inf, v.neg_inf), (5, 1, 1, 1));
+        // a NaN beside 1 and 5 is not a NaN beside 1 and 9
+        assert_ne!(
+            acc(&[Some("NaN"), Some("1"), Some("5")]),
+            acc(&[Some("NaN"), Some("1"), Some("9")])
         );
+        assert_ne!(acc(&[Some("NaN")]), acc(&[Some("Infinity")]));
+        let only = acc(&[Some("NaN")]);
+        assert_eq!((only.sum, only.non_null), (None, 1));
     }
 
     #[test]

@@ -283,6 +283,32 @@ pub fn groups_fingerprint(groups: &[tally_common::wire::measures::MeasureGroup])
     u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
+/// Whether a level-1 Measures answer was asked for the spec's first group_by level and
+/// its measures, in order (names compared as the run matches columns: ignoring case).
+fn scope_is_specs(scope: &tally_common::evidence::Scope, spec: &Value) -> Result<(), String> {
+    let spec: crate::spec::Spec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
+    let first: Vec<String> = spec
+        .group_by
+        .iter()
+        .take(1)
+        .map(|g| match g.granularity() {
+            Some(gr) => format!("{}:{}", g.column(), gr.name()),
+            None => g.column().to_string(),
+        })
+        .collect();
+    let same = |a: &[String], b: &[String]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.eq_ignore_ascii_case(y))
+    };
+    match (&scope.group_by, &scope.measures) {
+        (Some(g), Some(m)) if same(g, &first) && same(m, &spec.measures) => Ok(()),
+        (g, m) => Err(format!(
+            "the agent signed groups by {g:?} of measures {m:?}; the spec's first level is {first:?} of {:?}",
+            spec.measures
+        )),
+    }
+}
+
 /// Mode measures: whether both sides' level-1 groups agree, by the run's comparison
 /// (counts exactly; measures by digest, or in clear within the spec's tolerance).
 fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
@@ -308,9 +334,12 @@ fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
     if a.len() != s.groups.len() || b.len() != t.groups.len() || a.keys().ne(b.keys()) {
         return Ok(false);
     }
+    let n = tolerances.len();
     Ok(a.iter().all(|(labels, x)| {
         let y = b[*labels];
         x.count == y.count
+            && x.measures.len() == n
+            && y.measures.len() == n
             && crate::engine::measures::compare_group(x, y, &tolerances)
                 .0
                 .is_empty()
@@ -321,6 +350,15 @@ fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
 /// level-1 aggregate answer (in mode measures: the count and fingerprint of its
 /// level-1 groups), which must cover the whole dataset.
 fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
+    let spec = events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .map(|e| e["spec"].clone())
+        .unwrap_or_default();
+    // a run's level-1 answers are of its mode's kind: Measures answers never stand
+    // for a checksum run's totals, nor Aggregate answers for a measures run's
+    let measures_mode = spec["mode"] == "measures";
+    let wanted = if measures_mode { "measured" } else { "aggregated" };
     type Answer = (
         String,
         String,
@@ -330,7 +368,19 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
     let mut out: [Option<Answer>; 2] = [None, None];
     let mut scopes: [Option<tally_common::evidence::Scope>; 2] = [None, None];
     for v in events {
-        if (v["event"] != "aggregated" && v["event"] != "measured") || v["level"] != 1 {
+        if (v["event"] == "aggregated" || v["event"] == "measured") && v["event"] != wanted {
+            return Err(format!(
+                "event {} is a {} answer in a run of mode {}",
+                v["seq"],
+                v["event"],
+                if measures_mode {
+                    "measures"
+                } else {
+                    "checksum or count"
+                }
+            ));
+        }
+        if v["event"] != wanted || v["level"] != 1 {
             continue;
         }
         let (side, envelope, groups) = match serde_json::from_value::<Event>(v.clone()) {
@@ -351,9 +401,11 @@ fn level_one(events: &[Value]) -> Result<[Option<Totals>; 2], String> {
                 v["seq"]
             ));
         }
-        // a measures answer's groups stand for one bucket: their count and fingerprint
+        // a measures answer's groups stand for one bucket: their count and fingerprint,
+        // of the spec's first group_by level and its measures, as the agent signed
         let buckets = match &groups {
             Some(g) => {
+                scope_is_specs(&p.scope, &spec).map_err(|m| format!("event {}: {m}", v["seq"]))?;
                 if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(g).as_str()) {
                     return Err(format!(
                         "event {}: the groups are not the ones the agent signed",

@@ -480,7 +480,7 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
                     agent: agent.to_string(),
                     rpc: "run".into(),
                     message: format!(
-                        "refused by policy {key} of dataset {}: grouping by {} would release its values as group                          labels; list it in the agent's policy {key}",
+                        "refused by policy {key} of dataset {}: grouping by {} would release its values as group labels; list it in the agent's policy {key}",
                         d.dataset,
                         g.column()
                     ),

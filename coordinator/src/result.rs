@@ -157,6 +157,9 @@ pub struct GroupOut {
     /// changed between levels): the group is reported, never dropped.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub inconsistent: bool,
+    /// Why an inconsistent group is one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -259,8 +259,15 @@ impl Spec {
                 return bad(&format!("measures[{i}]"), format!("{m} named twice"));
             }
         }
+        let mut tolerated = std::collections::HashSet::new();
         for (m, t) in &self.tolerance {
             let key = format!("tolerance.{m}");
+            if !tolerated.insert(m.to_ascii_lowercase()) {
+                return bad(
+                    &key,
+                    format!("{m} is given a tolerance twice (names ignore case)"),
+                );
+            }
             if !self.measures.iter().any(|x| x.eq_ignore_ascii_case(m)) {
                 return bad(&key, format!("{m} is not among the measures"));
             }
@@ -730,7 +737,12 @@ mod tests {
 
     #[test]
     fn the_shipped_examples_parse() {
-        for f in ["spec.yaml", "spec-hash.yaml", "spec-time.yaml"] {
+        for f in [
+            "spec.yaml",
+            "spec-hash.yaml",
+            "spec-time.yaml",
+            "spec-measures.yaml",
+        ] {
             let p = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../docs/examples")
                 .join(f);
@@ -890,6 +902,58 @@ mod tests {
             ("window: { watermark: wait, timeout: 0s }", "window.timeout"),
             ("window: { watermark: wait, timeout: soon }", "window.timeout"),
             ("window: { column: at, lag: 5m, timeout: 5m }", "window.timeout"),
+        ] {
+            let e = parse_extra(extra).unwrap_err();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn measures_specs_parse_and_bad_ones_name_the_key() {
+        let s = parse_extra(
+            "mode: measures\ngroup_by: [region, { column: at, granularity: day }]\nmeasures: [amount, qty]\n\
+             tolerance: { amount: 0.01, qty: 0.1%, AMOUNT2: 1 }",
+        )
+        .unwrap_err();
+        assert!(s.contains("tolerance.AMOUNT2"), "{s}");
+        let s = parse_extra(
+            "mode: measures\ngroup_by: [region, { column: at, granularity: day }]\nmeasures: [amount, qty]\n\
+             tolerance: { amount: 0.01, Qty: 0.1% }",
+        )
+        .unwrap();
+        assert_eq!(s.group_by[1].granularity(), Some(Granularity::Day));
+        assert_eq!(s.tolerance_of("AMOUNT").unwrap().to_string(), "0.01");
+        assert_eq!(s.tolerance_of("qty").unwrap().to_string(), "0.1%");
+        assert_eq!(s.tolerance_of("region"), None);
+        for (extra, key) in [
+            ("mode: measures\nmeasures: [amount]", "group_by"),
+            ("mode: measures\ngroup_by: [region, region]", "group_by[1]"),
+            (
+                "mode: measures\ngroup_by: [{ column: at, granularity: fortnight }]",
+                "group_by[0].granularity",
+            ),
+            ("mode: measures\ngroup_by: ['']", "group_by[0]"),
+            ("mode: measures\ngroup_by: [r]\nmeasures: [a, A]", "measures[1]"),
+            (
+                "mode: measures\ngroup_by: [r]\nmeasures: [a]\ntolerance: { a: -1 }",
+                "tolerance.a",
+            ),
+            (
+                "mode: measures\ngroup_by: [r]\nmeasures: [a]\ntolerance: { a: 5%% }",
+                "tolerance.a",
+            ),
+            (
+                "mode: measures\ngroup_by: [r]\nmeasures: [a]\ntolerance: { b: 1 }",
+                "tolerance.b",
+            ),
+            (
+                "mode: measures\ngroup_by: [r]\nmeasures: [a]\ntolerance: { a: 1, A: 5 }",
+                "twice",
+            ),
+            ("mode: measures\ngroup_by: [r]\nconfirm: { after: 1s }", "confirm"),
+            ("group_by: [r]", "group_by"),
+            ("measures: [a]", "measures"),
+            ("mode: count\ntolerance: { a: 1 }", "tolerance"),
         ] {
             let e = parse_extra(extra).unwrap_err();
             assert!(e.contains(key), "{extra}: {e}");

@@ -561,7 +561,7 @@ fn agent_check_reports_each_dataset() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("watermark: watermark of dataset standby: pg_last_wal_replay_lsn() is NULL: the server is not a standby"),
+        stdout.contains("watermark: watermark of dataset standby: pg_last_wal_replay_lsn() is NULL: the server has never been a standby"),
         "{stdout}"
     );
     // a config error names the key and exits 2

@@ -190,9 +190,14 @@ impl TryFrom<pb::MeasuresResponse> for MeasuresResponse {
                     .into_iter()
                     .enumerate()
                     .map(|(j, m)| {
-                        if !m.clear
-                            && (m.sum.is_some() || m.min.is_some() || m.max.is_some() || m.non_null > 0)
-                        {
+                        let given = m.sum.is_some()
+                            || m.min.is_some()
+                            || m.max.is_some()
+                            || m.non_null > 0
+                            || m.nan > 0
+                            || m.pos_inf > 0
+                            || m.neg_inf > 0;
+                        if !m.clear && given {
                             return Err(wire_err(
                                 format!("groups[{i}].measures[{j}]"),
                                 "values given but not marked clear",
@@ -204,6 +209,9 @@ impl TryFrom<pb::MeasuresResponse> for MeasuresResponse {
                                 sum: m.sum,
                                 min: m.min,
                                 max: m.max,
+                                nan: m.nan,
+                                pos_inf: m.pos_inf,
+                                neg_inf: m.neg_inf,
                             }),
                             digest: m.digest,
                         })
@@ -246,6 +254,9 @@ impl From<MeasuresResponse> for pb::MeasuresResponse {
                             let v = m.clear.unwrap_or_default();
                             pb::MeasureValue {
                                 non_null: v.non_null,
+                                nan: v.nan,
+                                pos_inf: v.pos_inf,
+                                neg_inf: v.neg_inf,
                                 sum: v.sum,
                                 min: v.min,
                                 max: v.max,
@@ -276,21 +287,22 @@ mod hex_u64 {
     }
 }
 
-/// A measure's digest input: the row string of ("measure", its index, the group's
-/// labels, the non-NULL count, sum, min, max), hashed with the run's k_row. Injective
-/// (DESIGN §3's row string), so equal digests mean equal values but for a 2^-64 chance.
-pub fn digest_input(index: usize, labels: &Labels, non_null: u64, v: &MeasureValues) -> String {
+/// A measure's digest input: the row string of ("measure", its index, its compared
+/// form `class:scale`, the group's labels, the non-NULL count, the specials' counts,
+/// sum, min, max), hashed with the run's k_row (SHA-256). Injective (DESIGN §3's row
+/// string; a group's label count is its level's), so equal digests mean equal values
+/// but for a 2^-64 chance; the form keeps digests of one value at two scales apart.
+pub fn digest_input(index: usize, form: &str, labels: &Labels, v: &MeasureValues) -> String {
+    let counts: Vec<String> = [v.non_null, v.nan, v.pos_inf, v.neg_inf]
+        .iter()
+        .map(u64::to_string)
+        .collect();
     let index = index.to_string();
-    let non_null = non_null.to_string();
-    let fields = [Some("measure"), Some(index.as_str())]
+    let fields = [Some("measure"), Some(index.as_str()), Some(form)]
         .into_iter()
         .chain(labels.iter().map(Option::as_deref))
-        .chain([
-            Some(non_null.as_str()),
-            v.sum.as_deref(),
-            v.min.as_deref(),
-            v.max.as_deref(),
-        ]);
+        .chain(counts.iter().map(|c| Some(c.as_str())))
+        .chain([v.sum.as_deref(), v.min.as_deref(), v.max.as_deref()]);
     crate::canonical::row_string(fields)
 }
 
@@ -339,6 +351,8 @@ mod tests {
                             sum: Some("1.5".into()),
                             min: None,
                             max: Some("1".into()),
+                            nan: 1,
+                            ..Default::default()
                         }),
                         digest: 7,
                     },
@@ -391,13 +405,23 @@ mod tests {
             sum: Some(s.into()),
             min: Some("1".into()),
             max: Some("2".into()),
+            ..Default::default()
         };
         let l = vec![Some("EU".into())];
-        let a = digest_input(0, &l, 2, &v("3"));
-        assert_ne!(a, digest_input(1, &l, 2, &v("3")));
-        assert_ne!(a, digest_input(0, &vec![None], 2, &v("3")));
-        assert_ne!(a, digest_input(0, &l, 3, &v("3")));
-        assert_ne!(a, digest_input(0, &l, 2, &v("3.5")));
-        assert_eq!(a, digest_input(0, &l, 2, &v("3")));
+        let d = |i, form, labels: &Labels, v: &MeasureValues| digest_input(i, form, labels, v);
+        let a = d(0, "decimal:2", &l, &v("3"));
+        assert_ne!(a, d(1, "decimal:2", &l, &v("3")));
+        assert_ne!(a, d(0, "decimal:3", &l, &v("3")));
+        assert_ne!(a, d(0, "decimal:2", &vec![None], &v("3")));
+        assert_ne!(a, d(0, "decimal:2", &vec![Some(String::new())], &v("3")));
+        let more = MeasureValues {
+            non_null: 3,
+            ..v("3")
+        };
+        assert_ne!(a, d(0, "decimal:2", &l, &more));
+        let nan = MeasureValues { nan: 1, ..v("3") };
+        assert_ne!(a, d(0, "decimal:2", &l, &nan));
+        assert_ne!(a, d(0, "decimal:2", &l, &v("3.5")));
+        assert_eq!(a, d(0, "decimal:2", &l, &v("3")));
     }
 }

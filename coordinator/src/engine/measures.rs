@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tally_common::TypeClass;
-use tally_common::measures::{Agreement, MeasureValues, agree};
+use tally_common::measures::{Agreement, Dec, MeasureValues, agree};
 use tally_common::period::Granularity;
 use tally_common::segment::ColumnSpec;
 use tally_common::wire::measures::{
@@ -43,13 +43,106 @@ pub(super) struct MeasuresPhase {
     /// The level asked (1 is the top of the hierarchy) and the groups it splits.
     level: u32,
     parents: Vec<Labels>,
-    /// Each parent's counts at the level above (source, target).
-    parent_counts: BTreeMap<Labels, (u64, u64)>,
+    /// Each parent's count and clear values at the level above, per side.
+    parent_counts: BTreeMap<Labels, ParentTotals>,
     source: Option<(MeasuresResponse, u64)>,
     target: Option<(MeasuresResponse, u64)>,
     tolerated: Vec<GroupOut>,
     inconsistent: Vec<GroupOut>,
     tolerated_total: u64,
+}
+
+/// A diverging group as its children must account for it, per side (0 source, 1
+/// target): its row count, and per measure its clear values where the side gave them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct ParentTotals {
+    count: [u64; 2],
+    values: Vec<[Option<MeasureValues>; 2]>,
+}
+
+/// One side's added-up clear values of one measure: the non-NULL count, the specials'
+/// counts and the finite sum.
+type Added = (u64, [u64; 3], Option<Dec>);
+
+/// The children of one parent, added up per side.
+#[derive(Debug, Clone, Default)]
+struct ChildTotals {
+    count: [u64; 2],
+    /// Per measure and side, or `None` once a child gave no clear values (then that
+    /// measure is not checked on that side).
+    values: Vec<[Option<Added>; 2]>,
+    any_differs: bool,
+}
+
+impl ChildTotals {
+    fn new(measures: usize) -> ChildTotals {
+        ChildTotals {
+            values: vec![[Some((0, [0; 3], None)), Some((0, [0; 3], None))]; measures],
+            ..Default::default()
+        }
+    }
+
+    fn add(&mut self, side: usize, g: &MeasureGroup) {
+        self.count[side] += g.count;
+        for (j, slot) in self.values.iter_mut().enumerate() {
+            let acc = &mut slot[side];
+            let next = match (acc.take(), g.measures.get(j).and_then(|m| m.clear.as_ref())) {
+                (Some((n, sp, sum)), Some(v)) => {
+                    let add = v.sum.as_deref().map(Dec::parse);
+                    match (sum, add) {
+                        (_, Some(None)) => None,
+                        (s, None) => Some(s),
+                        (None, Some(Some(d))) => Some(Some(d)),
+                        (Some(s), Some(Some(d))) => s.checked_add(d).map(Some),
+                    }
+                    .map(|sum| {
+                        (
+                            n + v.non_null,
+                            [sp[0] + v.nan, sp[1] + v.pos_inf, sp[2] + v.neg_inf],
+                            sum,
+                        )
+                    })
+                }
+                _ => None,
+            };
+            *acc = next;
+        }
+    }
+
+    /// Whether they add up to `p` (counts always; clear values where both are known).
+    fn account_for(&self, p: &ParentTotals) -> Result<(), String> {
+        for side in 0..2 {
+            if self.count[side] != p.count[side] {
+                return Err(
+                    "its children's row counts do not add up to it: rows changed between the levels".into(),
+                );
+            }
+            for (j, (c, pv)) in self.values.iter().zip(&p.values).enumerate() {
+                let (Some((n, sp, sum)), Some(v)) = (&c[side], &pv[side]) else {
+                    continue;
+                };
+                let psum = v.sum.as_deref().and_then(Dec::parse);
+                let sums_equal = match (sum, psum) {
+                    (None, None) => v.sum.is_none(),
+                    (Some(a), Some(b)) => a.cmp_exact(b) == Some(std::cmp::Ordering::Equal),
+                    _ => false,
+                };
+                if *n != v.non_null || *sp != [v.nan, v.pos_inf, v.neg_inf] || !sums_equal {
+                    return Err(format!(
+                        "its children's values of measure {j} do not add up to it: rows changed between the levels"
+                    ));
+                }
+            }
+        }
+        if !self.any_differs {
+            return Err(
+                "none of its children differs beyond tolerance: differences within tolerance add up across its \
+                 children, or rows changed between the levels"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// A spec in mode measures compares its group_by and measure columns: unless it lists
@@ -417,26 +510,33 @@ impl Engine {
             measures: Vec::new(),
         };
         let mut diverging: Vec<GroupOut> = Vec::new();
-        // per parent: (source count, target count, any child diverges)
-        let mut children: BTreeMap<Labels, (u64, u64, bool)> = BTreeMap::new();
+        let mut children: BTreeMap<Labels, ChildTotals> = BTreeMap::new();
         for labels in &keys {
             let (a, b) = (
                 sm.get(*labels).unwrap_or(&empty),
                 tm.get(*labels).unwrap_or(&empty),
             );
-            let (d, tol) = compare_group(a, b, &tolerances);
             let name = |j: &usize| m.measures[*j].source.clone();
-            let mut differing: Vec<String> = (a.count != b.count)
-                .then(|| "count".to_string())
-                .into_iter()
-                .collect();
-            differing.extend(d.iter().map(name));
-            let tolerated: Vec<String> = tol.iter().map(name).collect();
+            // a group on one side only differs by its count; its measures say no more
+            let (differing, tolerated): (Vec<String>, Vec<String>) =
+                if sm.contains_key(*labels) && tm.contains_key(*labels) {
+                    let (d, tol) = compare_group(a, b, &tolerances);
+                    let mut differing: Vec<String> = (a.count != b.count)
+                        .then(|| "count".to_string())
+                        .into_iter()
+                        .collect();
+                    differing.extend(d.iter().map(name));
+                    (differing, tol.iter().map(name).collect())
+                } else {
+                    (vec!["count".to_string()], Vec::new())
+                };
             if level > 1 {
-                let c = children.entry(labels[..level as usize - 1].to_vec()).or_default();
-                c.0 += a.count;
-                c.1 += b.count;
-                c.2 |= !differing.is_empty();
+                let c = children
+                    .entry(labels[..level as usize - 1].to_vec())
+                    .or_insert_with(|| ChildTotals::new(n_measures));
+                c.add(0, a);
+                c.add(1, b);
+                c.any_differs |= !differing.is_empty();
             }
             if differing.is_empty() && tolerated.is_empty() {
                 continue;
@@ -470,6 +570,7 @@ impl Engine {
                 differing,
                 tolerated,
                 inconsistent: false,
+                reason: None,
             };
             if out.differing.is_empty() {
                 m.tolerated_total += 1;
@@ -482,10 +583,11 @@ impl Engine {
         let mut inconsistent = 0;
         if level > 1 {
             let parents = std::mem::take(&mut m.parent_counts);
-            for (p, (ps, pt)) in parents {
-                let (cs, ct, any) = children.get(&p).copied().unwrap_or_default();
-                if cs != ps || ct != pt || !any {
+            for (p, totals) in parents {
+                let none = ChildTotals::new(n_measures);
+                if let Err(reason) = children.get(&p).unwrap_or(&none).account_for(&totals) {
                     inconsistent += 1;
+                    let [ps, pt] = totals.count;
                     m.inconsistent.push(GroupOut {
                         level: level - 1,
                         group: labels_out(&m.levels, &p),
@@ -500,6 +602,7 @@ impl Engine {
                         differing: vec!["count".into()].into_iter().filter(|_| ps != pt).collect(),
                         tolerated: Vec::new(),
                         inconsistent: true,
+                        reason: Some(reason),
                     });
                 }
             }
@@ -548,14 +651,36 @@ impl Engine {
         m.parent_counts = diverging
             .iter()
             .map(|g| {
-                (
-                    g.group.iter().map(|l| l.value.clone()).collect::<Labels>(),
-                    (g.source.count, g.target.count),
-                )
+                let labels: Labels = g.group.iter().map(|l| l.value.clone()).collect();
+                let clear = |r: &BTreeMap<Labels, MeasureGroup>, j: usize| {
+                    r.get(&labels)
+                        .and_then(|x| x.measures.get(j))
+                        .and_then(|x| x.clear.clone())
+                };
+                let totals = ParentTotals {
+                    count: [g.source.count, g.target.count],
+                    values: (0..n_measures).map(|j| [clear(&sm, j), clear(&tm, j)]).collect(),
+                };
+                (labels, totals)
             })
             .collect();
         m.parents = m.parent_counts.keys().cloned().collect();
         m.level += 1;
+        // each level reads the window again: the next one as much as this one
+        if let Some(max) = self.spec.gates.max_rows_scanned {
+            let next = self.res.source.rows_scanned.max(self.res.target.rows_scanned)
+                + s.rows_scanned.max(t.rows_scanned);
+            if next > max {
+                return Err(RunError::Gate {
+                    gate: "max_rows_scanned",
+                    message: format!(
+                        "level {} would bring the rows read to about {next} per side, the gate allows {max}",
+                        level + 1
+                    ),
+                }
+                .into());
+            }
+        }
         self.ask_measures(out)
     }
 
@@ -563,6 +688,14 @@ impl Engine {
         let limit = self.spec.reporting.sample_limit as usize;
         let m = self.measures.take().expect("in mode measures");
         let differ = !diverging.is_empty() || !m.inconsistent.is_empty();
+        if !differ {
+            self.res.warnings.push(
+                "mode measures compared per-group totals: equal counts, sums, minima and maxima do not prove equal \
+                 rows (values swapped within a group, or changes that cancel out, keep them); run mode checksum to \
+                 prove that"
+                    .into(),
+            );
+        }
         let mut groups: Vec<GroupOut> = m.inconsistent;
         groups.extend(diverging);
         if m.tolerated_total > 0 {
@@ -606,8 +739,7 @@ pub(crate) fn compare_group(
                 (Some(u), Some(v)) => values_agree(u, v, *tol),
                 _ => Agreement::Differ,
             },
-            // a group on one side only: its count differs already
-            (None, None) => Agreement::Equal,
+            // a measure missing from an answer agrees with nothing
             _ => Agreement::Differ,
         };
         match verdict {

@@ -125,7 +125,7 @@ fn reseal(bundle: &Value, certs: &Path, edit: impl FnOnce(&mut Vec<Value>, &mut 
         events
             .iter()
             .filter_map(|e| match e["event"].as_str() {
-                Some("aggregated") => Some(e["response"]["envelope"].clone()),
+                Some("aggregated") | Some("measured") => Some(e["response"]["envelope"].clone()),
                 Some("digests") => Some(e["envelope"].clone()),
                 _ => None,
             })
@@ -751,4 +751,93 @@ fn the_documented_example_bundle_verifies() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["valid"], true);
     assert!(j["checks"].as_array().unwrap().iter().all(|c| c["ok"] == true));
+}
+
+/// The SHA-256 of a spec's RFC 8785 JSON, as a statement states it.
+fn spec_digest(spec: &Value) -> String {
+    let text = tally_common::jcs::canonical_json(&spec.to_string()).unwrap();
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()))
+}
+
+/// A mode measures run's bundle verifies; a coordinator that re-chains and re-signs
+/// its own record cannot claim a match for groups that differ, nor present the
+/// agents' answers as answers to another spec (another group_by, another mode).
+#[test]
+fn a_measures_runs_bundle_verifies_and_its_forgeries_fail() {
+    let p = plant();
+    let d = deploy("e2e_evidence_measures", Some(&p), OPEN, OPEN);
+    let data = d.path().join("evidence-data");
+    let certs = d.path().join("certs");
+    let ca = certs.join("ca.pem");
+    let run = recorded_run(
+        &d,
+        &data,
+        "name: e2e-measures\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+         mode: measures\ngroup_by: [{ column: created_at, granularity: month }]\nmeasures: [amount]\n",
+    );
+    let path = d.path().join("measures.json");
+    export(&data, &run, &path);
+    let (code, out) = verify(&path, &ca);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("differ"), "{out}");
+    let bundle: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let result: Value = serde_json::from_slice(&b64d(&bundle["result"])).unwrap();
+    let respec = |edit: &dyn Fn(&mut Value)| {
+        reseal(&bundle, &certs, |ev, st| {
+            let started = ev.iter_mut().find(|e| e["event"] == "started").unwrap();
+            edit(&mut started["spec"]);
+            st["predicate"]["spec_sha256"] = json!(spec_digest(&started["spec"]));
+        })
+    };
+    let claimed_match = {
+        let mut forged_result = result.clone();
+        forged_result["verdict"] = json!("match");
+        forged_result["groups"] = json!([]);
+        let bytes = serde_json::to_vec(&forged_result).unwrap();
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let mut t = reseal(&bundle, &certs, |_, st| {
+            st["predicate"]["verdict"] = json!("match");
+            st["subject"][0]["digest"]["sha256"] = json!(digest);
+        });
+        t["result"] = b64e(&bytes);
+        t
+    };
+    let cases = [
+        (
+            "(control) re-chained, re-signed, unchanged",
+            reseal(&bundle, &certs, |_, _| {}),
+            "",
+        ),
+        ("a match claimed for groups that differ", claimed_match, "verdict"),
+        (
+            "the spec's group_by changed after the run",
+            respec(&|s| s["group_by"] = json!([{"column": "created_at", "granularity": "year"}])),
+            "level-1 totals",
+        ),
+        (
+            "the spec's measures changed after the run",
+            respec(&|s| s["measures"] = json!([])),
+            "level-1 totals",
+        ),
+        (
+            "a checksum run claimed from measures answers",
+            respec(&|s| {
+                let o = s.as_object_mut().unwrap();
+                for k in ["mode", "group_by", "measures"] {
+                    o.remove(k);
+                }
+            }),
+            "level-1 totals",
+        ),
+    ];
+    for (name, forged, expect) in cases {
+        let f = write(d.path(), "forged-measures", &forged);
+        let (code, out) = verify(&f, &ca);
+        if expect.is_empty() {
+            assert_eq!(code, 0, "{name}: {out}");
+        } else {
+            assert_eq!(code, 1, "{name}: {out}");
+            assert!(out.contains(&format!("INVALID: {expect}")), "{name}: {out}");
+        }
+    }
 }

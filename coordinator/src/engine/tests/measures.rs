@@ -108,7 +108,7 @@ impl Table {
                 .map(|(labels, (count, a))| {
                     let v = a.values();
                     let mut h = std::collections::hash_map::DefaultHasher::new();
-                    digest_input(0, &labels, a.non_null, &v).hash(&mut h);
+                    digest_input(0, "decimal:2", &labels, &v).hash(&mut h);
                     MeasureGroup {
                         labels,
                         count,
@@ -340,6 +340,54 @@ fn a_parent_whose_children_do_not_add_up_is_reported_inconsistent() {
     assert_eq!(inconsistent[0].level, 1);
     assert_eq!(inconsistent[0].group[0].value.as_deref(), Some("EU"));
     assert_eq!(r.levels[1].inconsistent, 1);
+}
+
+#[test]
+fn a_parent_whose_childrens_values_do_not_add_up_is_reported_inconsistent() {
+    let s = table();
+    let mut t = s.clone();
+    t.rows[2].3 = Some("9999.99".into()); // EU, differs from level 1 on
+    // between the levels an EU amount changes on the target: the counts still add up,
+    // the sums do not
+    let mut later = t.clone();
+    let row = later
+        .rows
+        .iter_mut()
+        .find(|r| r.1 == "EU" && r.0 != 2 && r.3.is_some())
+        .unwrap();
+    row.3 = Some("0.01".into());
+    let (r, _, _) = run(&spec(""), &s, &t, Some(&later));
+    assert_eq!(r.verdict, Verdict::Differ);
+    let g = r.groups.unwrap();
+    let bad: Vec<_> = g.iter().filter(|g| g.inconsistent).collect();
+    assert_eq!(bad.len(), 1, "{g:?}");
+    assert!(
+        bad[0].reason.as_deref().unwrap().contains("values of measure 0"),
+        "{:?}",
+        bad[0].reason
+    );
+    // children each within a tolerance that their parent's sum is not: inconsistent,
+    // and the reason says why
+    let mut u = s.clone();
+    let mut days = std::collections::HashSet::new();
+    // a cent on one EU row of each day: each day within 0.01, the region's sum not
+    for row in u.rows.iter_mut().filter(|r| r.1 == "EU" && r.3.is_some()) {
+        if !days.insert(row.2.clone()) {
+            continue;
+        }
+        let cents: i64 = row.3.as_ref().unwrap().replace('.', "").parse().unwrap();
+        row.3 = Some(format!("{}.{:02}", (cents + 1) / 100, (cents + 1) % 100));
+    }
+    let (r, _, _) = run(&spec("tolerance: { amount: 0.01 }\n"), &s, &u, None);
+    assert_eq!(r.verdict, Verdict::Differ);
+    let g = r.groups.unwrap();
+    let bad: Vec<_> = g.iter().filter(|g| g.inconsistent).collect();
+    assert_eq!(bad.len(), 1, "{g:?}");
+    assert!(
+        bad[0].reason.as_deref().unwrap().contains("within tolerance"),
+        "{:?}",
+        bad[0].reason
+    );
 }
 
 #[test]
