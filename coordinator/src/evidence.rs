@@ -574,7 +574,7 @@ fn answer_envelope(v: &Value) -> Option<Option<Value>> {
     match v["event"].as_str() {
         Some("aggregated") => Some(v["response"].get("envelope").cloned()),
         Some("digests") => Some(v.get("envelope").cloned()),
-        Some("measured") => Some(v["response"].get("envelope").cloned()),
+        Some("measured") | Some("rechecked") => Some(v["response"].get("envelope").cloned()),
         _ => None,
     }
 }
@@ -1151,7 +1151,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             }
             let event: Event = serde_json::from_value(v.clone()).map_err(|e| format!("the event: {e}"))?;
             match event {
-                Event::Aggregated { response, .. } => {
+                Event::Aggregated { response, .. } | Event::Rechecked { response, .. } => {
                     if sp.rpc != "Aggregate" || sp.buckets.as_deref() != Some(&signed_buckets(&response)[..])
                     {
                         return Err("the event's buckets are not the ones the agent signed".into());

@@ -249,6 +249,10 @@ pub struct RunResult {
     /// per kind as first found; they are not in `differences` or `difference_counts`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub in_flight: Option<DiffCounts>,
+    /// With confirm rounds at count_only: how many differing segments (leaves) agreed
+    /// again in a round; they are not in `leaves`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub in_flight_leaves: Option<u64>,
     /// Keys found more than once in the differing segments (rows phase only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_keys: Option<DuplicateKeys>,
@@ -440,6 +444,12 @@ impl RunResult {
                 p.waited_ms
             );
         }
+        if let Some(n) = self.in_flight_leaves {
+            let _ = writeln!(
+                o,
+                "  in flight (segments that differed, then agreed in a confirm round): {n}"
+            );
+        }
         if let Some(f) = &self.in_flight {
             let _ = writeln!(
                 o,
@@ -486,6 +496,7 @@ mod tests {
             differences: None,
             difference_counts: None,
             in_flight: None,
+            in_flight_leaves: None,
             duplicate_keys: None,
             truncated: false,
             warnings: Vec::new(),

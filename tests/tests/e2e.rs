@@ -1384,3 +1384,79 @@ fn confirm_rounds_tell_rows_in_flight_from_persistent_differences() {
     }
     assert!(stderr.contains("agree now (in flight)"), "{stderr}");
 }
+
+/// Confirm rounds at count_only: the same writes in flight as above, applied while the
+/// run waits; the segments that held only in-flight rows agree again and leave
+/// `leaves` (counted in `in_flight_leaves`), every segment holding a planted difference
+/// stays, and no row or key was asked of either agent.
+#[test]
+fn confirm_rounds_at_count_only_drop_the_segments_that_agree_again() {
+    let p = plant();
+    let db_name = "e2e_confirm_counts";
+    let d = deploy(db_name, Some(&p), OPEN, OPEN);
+    let k = keys();
+    // rows far from every planted key, so their segments hold nothing else that differs
+    let updated = [k[2_500], k[6_500], k[12_000]];
+    let planted: Vec<i64> = expected(&p).iter().map(|(_, k)| *k).collect();
+    let writes = format!(
+        "UPDATE orders SET note = 'in flight' WHERE id IN ({});\n",
+        updated.map(|i| i.to_string()).join(", ")
+    );
+    db::postgres().exec(Some(db_name), &writes);
+    let spec = format!(
+        "{}confirm: {{ after: 4s, rounds: 1 }}\n",
+        spec("quantile", "count_only")
+    );
+    let mut child = d.spawn_run(&spec);
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut applied = false;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if !applied && line.contains("confirm round 1/1: waiting") {
+                db::mariadb().exec(Some(db_name), &writes);
+                applied = true;
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        (all, applied)
+    });
+    let out = child.wait_with_output().unwrap();
+    let (stderr, applied) = reader.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(applied, "the run never waited for a confirm round: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(j["in_flight_leaves"], 3, "{stderr}");
+    let holds = |leaf: &Value, id: i64| {
+        let lo = leaf["bounds"]["lower"][0].as_i64().unwrap_or(i64::MIN);
+        let hi = leaf["bounds"]["upper"][0].as_i64().unwrap_or(i64::MAX);
+        lo <= id && id < hi
+    };
+    let leaves = j["leaves"].as_array().unwrap();
+    for leaf in leaves {
+        assert!(
+            planted.iter().any(|id| holds(leaf, *id)),
+            "a leaf without a planted key stayed: {leaf}"
+        );
+    }
+    for id in &planted {
+        assert!(leaves.iter().any(|l| holds(l, *id)), "planted {id} is in no leaf");
+    }
+    for id in updated {
+        assert!(
+            !leaves.iter().any(|l| holds(l, id)),
+            "in-flight {id} stayed a leaf"
+        );
+    }
+    for a in &d.agents {
+        let log = std::fs::read_to_string(&a.release_log).unwrap();
+        assert!(
+            !log.contains("\"RowDigests\"") && !log.contains("\"RevealKeys\""),
+            "{}",
+            a.name
+        );
+    }
+}

@@ -108,6 +108,13 @@ pub enum Event {
     },
     /// One side's investigation SQL of leaf `leaf`.
     InvestigationSql { leaf: usize, side: Side, sql: String },
+    /// One side's aggregates of the differing leaves in confirm round `round`
+    /// (count_only: leaves are re-checked whole).
+    Rechecked {
+        round: u32,
+        side: Side,
+        response: AggregateResponse,
+    },
     /// One side's groups of level `level` of mode measures.
     Measured {
         level: u32,
@@ -135,6 +142,7 @@ impl Event {
             Event::RevealedBoth { .. } => "revealed_both",
             Event::InvestigationSql { .. } => "investigation_sql",
             Event::Measured { .. } => "measured",
+            Event::Rechecked { .. } => "rechecked",
             Event::Failed { .. } => "failed",
         }
     }
@@ -162,6 +170,7 @@ impl Event {
             }
             Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Event::Measured { level, side, .. } => Call::Measures(*level, *side),
+            Event::Rechecked { round, side, .. } => Call::Recheck(*round, *side),
             Event::Failed { .. } => return Vec::new(),
         }]
     }
@@ -217,6 +226,13 @@ pub enum Command {
         side: Side,
         request: InvestigationSqlRequest,
     },
+    /// Confirm round `round` at count_only: one side's aggregates of the differing
+    /// leaves, whole; answered by `rechecked`.
+    Recheck {
+        round: u32,
+        side: Side,
+        request: AggregateRequest,
+    },
     /// Mode measures: one side's groups of level `level`; answered by `measured`.
     Measures {
         level: u32,
@@ -249,6 +265,7 @@ impl Command {
             Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Command::Measures { level, side, .. } => Call::Measures(*level, *side),
+            Command::Recheck { round, side, .. } => Call::Recheck(*round, *side),
             Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
         })
     }
@@ -272,6 +289,8 @@ pub enum Call {
     Sql(usize, Side),
     /// (level, side) of mode measures.
     Measures(u32, Side),
+    /// (confirm round, side) of a count_only confirm round.
+    Recheck(u32, Side),
 }
 
 impl std::fmt::Display for Call {
@@ -294,6 +313,7 @@ impl std::fmt::Display for Call {
             Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
             Call::Measures(l, s) => write!(f, "the {} measures of level {l}", s.name()),
+            Call::Recheck(n, s) => write!(f, "the {} aggregate of confirm round {n}", s.name()),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! commands and feeds the answers back as [`Event`]s, appending each to the run log
 //! first, so a run resumes by replaying its events ([`Engine::replay`]).
 
+mod confirm_leaves;
 pub(crate) mod drill;
 pub mod events;
 pub(crate) mod measures;
@@ -65,6 +66,9 @@ pub struct Engine {
     /// Mode measures: the group hierarchy level by level.
     #[serde(default)]
     measures: Option<measures::MeasuresPhase>,
+    /// Confirm rounds at count_only: the leaves re-checked by their aggregates.
+    #[serde(default)]
+    leaf_confirm: Option<confirm_leaves::LeafConfirm>,
     /// Calls asked and not yet answered.
     outstanding: Vec<Command>,
 }
@@ -98,6 +102,7 @@ pub fn empty_result(spec: &Spec) -> RunResult {
         leaves: Vec::new(),
         differences: None,
         in_flight: None,
+        in_flight_leaves: None,
         duplicate_keys: None,
         difference_counts: None,
         truncated: false,
@@ -131,6 +136,7 @@ impl Engine {
             sql: None,
             rows: None,
             measures: None,
+            leaf_confirm: None,
             outstanding: Vec::new(),
         }
     }
@@ -279,6 +285,11 @@ impl Engine {
                 response,
                 elapsed_ms,
             } => self.on_measured(&mut out, level, side, response, elapsed_ms),
+            Event::Rechecked {
+                round,
+                side,
+                response,
+            } => self.on_rechecked(&mut out, round, side, response),
             Event::Digests {
                 round: 0,
                 range,

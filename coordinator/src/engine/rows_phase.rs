@@ -117,6 +117,12 @@ impl Engine {
     /// After the drill and its SQL: classify the leaves' rows, or finish.
     pub(super) fn begin_rows(&mut self, out: &mut Out) -> Step {
         let planner = self.planner.as_ref().expect("drilled");
+        if self.spec.reporting.level < PrivacyLevel::WithKeys
+            && self.spec.confirm.is_some()
+            && !planner.leaves.is_empty()
+        {
+            return self.begin_leaf_confirm(out);
+        }
         if self.spec.reporting.level < PrivacyLevel::WithKeys || planner.leaves.is_empty() {
             out.extend(self.finish());
             return Ok(());
@@ -308,6 +314,9 @@ impl Engine {
 
     /// Confirm round `round` may read: its wait (and watermark) is done.
     pub(super) fn on_confirm_synced(&mut self, out: &mut Out, round: u32) -> Step {
+        if self.leaf_confirm.is_some() {
+            return self.on_leaf_round_ready(out, round);
+        }
         if let Some(c) = self.rows().confirming.as_mut()
             && c.round == round
         {

@@ -389,6 +389,28 @@ impl Runtime<'_> {
                         side,
                         response,
                     }),
+                Command::Recheck {
+                    round,
+                    side,
+                    mut request,
+                } => {
+                    request.run_id = self.run_id.clone();
+                    let agent = self.agent(side);
+                    let dataset = request.dataset.clone();
+                    agent
+                        .aggregate(request)
+                        .await
+                        .and_then(|response| {
+                            crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
+                                .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
+                            Ok(response)
+                        })
+                        .map(|response| Event::Rechecked {
+                            round,
+                            side,
+                            response,
+                        })
+                }
                 Command::Measures {
                     level,
                     side,

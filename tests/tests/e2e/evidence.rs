@@ -125,7 +125,8 @@ fn reseal(bundle: &Value, certs: &Path, edit: impl FnOnce(&mut Vec<Value>, &mut 
         events
             .iter()
             .filter_map(|e| match e["event"].as_str() {
-                Some("aggregated") | Some("measured") => Some(e["response"]["envelope"].clone()),
+                Some("aggregated") | Some("measured") | Some("rechecked") =>
+                    Some(e["response"]["envelope"].clone()),
                 Some("digests") => Some(e["envelope"].clone()),
                 _ => None,
             })

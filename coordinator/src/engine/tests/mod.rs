@@ -14,6 +14,7 @@ use super::*;
 use crate::result::{DiffKind, RunResult, Verdict};
 
 mod adversarial;
+mod confirm_leaves;
 mod measures;
 mod rows;
 mod watermark;
@@ -222,6 +223,15 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             elapsed_ms: 3,
         },
         Command::Wait { round, .. } => Event::Waited { round: *round },
+        Command::Recheck {
+            round,
+            side: x,
+            request,
+        } => Event::Rechecked {
+            round: *round,
+            side: *x,
+            response: side(x).aggregate(request),
+        },
         Command::ReadPosition { round, .. } => Event::PositionRead {
             round: *round,
             position: s.position.clone().expect("a source with a watermark"),
