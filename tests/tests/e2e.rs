@@ -1311,6 +1311,36 @@ fn a_window_compares_only_the_rows_up_to_its_bound_with_every_strategy() {
     }
 }
 
+/// Runs `spec` and "replicates" `writes` to the target's MariaDB database `db_name`
+/// while the run waits before its confirm round; the run's output and progress lines.
+fn run_replicating(
+    d: &Deployment,
+    spec: &str,
+    db_name: &'static str,
+    writes: String,
+) -> (std::process::Output, String) {
+    let mut child = d.spawn_run(spec);
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut applied = false;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if !applied && line.contains("confirm round 1/1: waiting") {
+                db::mariadb().exec(Some(db_name), &writes);
+                applied = true;
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        (all, applied)
+    });
+    let out = child.wait_with_output().unwrap();
+    let (stderr, applied) = reader.join().unwrap();
+    assert!(applied, "the run never waited for a confirm round: {stderr}");
+    (out, stderr)
+}
+
 /// Confirm rounds (DESIGN §5 step 6, issue 14): the source has writes its target has
 /// not applied yet (five updates, an insert, a delete), besides the planted persistent
 /// differences. The "replication" applies them while the run waits before its confirm
@@ -1318,7 +1348,6 @@ fn a_window_compares_only_the_rows_up_to_its_bound_with_every_strategy() {
 /// in-flight rows are counted as such, their keys never revealed.
 #[test]
 fn confirm_rounds_tell_rows_in_flight_from_persistent_differences() {
-    use std::io::BufRead;
     let p = plant();
     let db_name = "e2e_confirm";
     let d = deploy(db_name, Some(&p), OPEN, OPEN);
@@ -1340,27 +1369,8 @@ fn confirm_rounds_tell_rows_in_flight_from_persistent_differences() {
         "{}confirm: {{ after: 4s, rounds: 1 }}\n",
         spec("quantile", "with_keys")
     );
-    let mut child = d.spawn_run(&spec);
-    let stderr = child.stderr.take().unwrap();
-    let replicate = writes.clone();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        let mut applied = false;
-        for line in std::io::BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            if !applied && line.contains("confirm round 1/1: waiting") {
-                db::mariadb().exec(Some(db_name), &replicate);
-                applied = true;
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        (all, applied)
-    });
-    let out = child.wait_with_output().unwrap();
-    let (stderr, applied) = reader.join().unwrap();
+    let (out, stderr) = run_replicating(&d, &spec, db_name, writes);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(applied, "the run never waited for a confirm round: {stderr}");
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(differences(&j), expected(&p), "{stderr}");
@@ -1407,26 +1417,8 @@ fn confirm_rounds_at_count_only_drop_the_segments_that_agree_again() {
         "{}confirm: {{ after: 4s, rounds: 1 }}\n",
         spec("quantile", "count_only")
     );
-    let mut child = d.spawn_run(&spec);
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        let mut applied = false;
-        for line in std::io::BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            if !applied && line.contains("confirm round 1/1: waiting") {
-                db::mariadb().exec(Some(db_name), &writes);
-                applied = true;
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        (all, applied)
-    });
-    let out = child.wait_with_output().unwrap();
-    let (stderr, applied) = reader.join().unwrap();
+    let (out, stderr) = run_replicating(&d, &spec, db_name, writes);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(applied, "the run never waited for a confirm round: {stderr}");
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let j: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(j["in_flight_leaves"], 3, "{stderr}");

@@ -271,6 +271,21 @@ impl Runtime<'_> {
         }
     }
 
+    /// An Aggregate call of this run, its answer checked to be signed for what it says.
+    async fn signed_aggregate(
+        &self,
+        side: Side,
+        mut request: tally_common::wire::AggregateRequest,
+    ) -> Result<tally_common::wire::AggregateResponse, RunError> {
+        request.run_id = self.run_id.clone();
+        let agent = self.agent(side);
+        let dataset = request.dataset.clone();
+        let response = agent.aggregate(request).await?;
+        crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
+            .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
+        Ok(response)
+    }
+
     fn agent(&self, side: Side) -> &dyn AgentApi {
         match side {
             Side::Source => self.source,
@@ -300,29 +315,15 @@ impl Runtime<'_> {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as i64),
                 }),
-                Command::Aggregate {
-                    level,
-                    side,
-                    mut request,
-                } => {
-                    request.run_id = self.run_id.clone();
-                    let agent = self.agent(side);
-                    let dataset = request.dataset.clone();
-                    agent
-                        .aggregate(request)
-                        .await
-                        .and_then(|response| {
-                            crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
-                                .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
-                            Ok(response)
-                        })
-                        .map(|response| Event::Aggregated {
-                            level,
-                            side,
-                            response,
-                            elapsed_ms: t0.elapsed().as_millis() as u64,
-                        })
-                }
+                Command::Aggregate { level, side, request } => self
+                    .signed_aggregate(side, request)
+                    .await
+                    .map(|response| Event::Aggregated {
+                        level,
+                        side,
+                        response,
+                        elapsed_ms: t0.elapsed().as_millis() as u64,
+                    }),
                 Command::Wait { round, ms } => {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                     Ok(Event::Waited { round })
@@ -389,22 +390,9 @@ impl Runtime<'_> {
                         side,
                         response,
                     }),
-                Command::Recheck {
-                    round,
-                    side,
-                    mut request,
-                } => {
-                    request.run_id = self.run_id.clone();
-                    let agent = self.agent(side);
-                    let dataset = request.dataset.clone();
-                    agent
-                        .aggregate(request)
+                Command::Recheck { round, side, request } => {
+                    self.signed_aggregate(side, request)
                         .await
-                        .and_then(|response| {
-                            crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
-                                .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
-                            Ok(response)
-                        })
                         .map(|response| Event::Rechecked {
                             round,
                             side,
