@@ -64,13 +64,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Check { offline: true } => {
-            println!(
-                "{}: valid ({} dataset(s): {})",
-                cli.config.display(),
-                cfg.datasets.len(),
-                cfg.datasets.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-            Ok(ExitCode::SUCCESS)
+            // pools are created (lazily, never connecting) inside a runtime
+            let _rt = rt.enter();
+            Ok(check_offline(&cfg, &cli.config))
         }
         Command::Check { offline: false } => rt.block_on(check(&cfg, &cli.config)),
         Command::Serve => rt.block_on(serve(&cfg, &cli.config)),
@@ -101,6 +97,52 @@ async fn serve(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
     };
     bound.serve(shutdown).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Validates the config and each dataset's database URL (its engine, its options) without
+/// connecting anywhere; a URL read from an unset variable is reported, not an error.
+fn check_offline(cfg: &AgentConfig, path: &std::path::Path) -> ExitCode {
+    let mut ok = true;
+    println!(
+        "{}: valid ({} dataset(s): {})",
+        path.display(),
+        cfg.datasets.len(),
+        cfg.datasets.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    for (name, d) in &cfg.datasets {
+        let url = match d.resolve_url(path, name) {
+            Ok(u) => u,
+            Err(e) => {
+                println!("dataset {name}: URL not checked here: {e}");
+                continue;
+            }
+        };
+        match Connector::open_with(&url, &cfg.connections) {
+            Ok(c) => {
+                let engine = c.dialect().name();
+                let watermark = d
+                    .watermark
+                    .as_ref()
+                    .map(|w| w.check_engine(name, engine))
+                    .transpose();
+                match watermark {
+                    Ok(_) => println!("dataset {name}: {engine} URL valid (not connected)"),
+                    Err(e) => {
+                        println!("dataset {name}: {e}");
+                        ok = false;
+                    }
+                }
+                if let Some(w) = c.not_live_verified() {
+                    println!("  warning: {w}");
+                }
+            }
+            Err(e) => {
+                println!("dataset {name}: {e}");
+                ok = false;
+            }
+        }
+    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
 }
 
 async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -153,6 +195,9 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
             Ok(info) => {
                 let d = ds.connector.dialect_for(&info);
                 println!("dataset {name}: {} {}", info.engine, info.engine_version);
+                if let Some(w) = ds.connector.not_live_verified() {
+                    println!("  warning: {w}");
+                }
                 println!("  key: {}", info.key.join(", "));
                 println!("  row estimate: {}", info.row_estimate);
                 let in_agent = ds.configured_path() == Path::InProcess;

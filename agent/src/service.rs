@@ -187,6 +187,12 @@ impl Agent for AgentService {
                 watermark: ds.config.watermark.as_ref().map(|w| w.kind()),
                 group_columns: p.group_columns.clone(),
                 measures: p.measures.clone(),
+                engine_warnings: ds
+                    .connector
+                    .not_live_verified()
+                    .map(str::to_string)
+                    .into_iter()
+                    .collect(),
             })
         }
         .instrument(span)

@@ -1458,10 +1458,14 @@ impl Live {
             Writer::Lite(p) => sqlx::raw_sql(safe()).execute(p).await.map(drop),
             Writer::Duck => {
                 #[cfg(feature = "duckdb")]
-                match self.connector.driver() {
-                    tally_agent::connector::Driver::DuckDb(c) => c.execute_batch("t", sql).await.unwrap(),
-                    _ => unreachable!(),
-                }
+                self.connector
+                    .engine()
+                    .as_any()
+                    .downcast_ref::<tally_agent::connector::duckdb::DuckDbConnector>()
+                    .expect("a duckdb connector")
+                    .execute_batch("t", sql)
+                    .await
+                    .unwrap();
                 Ok(())
             }
         };

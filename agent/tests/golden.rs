@@ -95,6 +95,7 @@ fn render(d: &dyn Dialect) -> String {
             .unwrap_or_else(|| "(in-process)".into());
         section(&format!("row checksum {m}"), h, &[]);
     }
+    pushdown_subset(d, &src, &key, &hasher, &mut section);
     for shape in [FetchShape::Raw, FetchShape::Canonical, FetchShape::Text] {
         let s = dialect::fetch_rows(d, &src, &cols, &key, &seg, shape, true);
         section(&format!("fetch rows ({shape:?}, ordered)"), s.text, &s.binds);
@@ -174,7 +175,128 @@ fn render(d: &dyn Dialect) -> String {
         dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed, true),
         &[],
     );
+    let (min, max) = dialect::key_min_max(d, &src, &cols[1].info);
+    section("key minimum", min, &[]);
+    section("key maximum", max, &[]);
+    let query = Source::Query("SELECT id, region FROM shop.orders WHERE region <> 'XX'".into());
+    let s = dialect::count_rows(d, &query, &key, &cols, &Segment::whole()).unwrap();
+    section("count of a query dataset", s.text, &s.binds);
+    let w = tally_agent::watermark::WatermarkRead::Query("SELECT MAX(applied) FROM cdc.offsets".into());
+    if let Some(sql) = d.watermark_sql(&w) {
+        section("watermark (an agent-side query)", sql, &[]);
+    }
+    for (title, sql) in fixed_statements(d.name()) {
+        section(title, sql.to_string(), &[]);
+    }
     out
+}
+
+/// Where a column of every class cannot render in SQL (a float on SQL Server is made
+/// canonical in the agent), the row string, checksums and aggregate of the columns
+/// that do: the SQL a pushed-down run of such a table executes.
+fn pushdown_subset(
+    d: &dyn Dialect,
+    src: &Source,
+    key: &[&ColumnInfo],
+    hasher: &dyn Fn(HashMethod) -> Hasher,
+    section: &mut dyn FnMut(&str, String, &[KeyPart]),
+) {
+    let cols = every_class();
+    if dialect::row_string_expr(d, &cols).is_some() {
+        return;
+    }
+    let subset: Vec<BoundColumn> = cols
+        .into_iter()
+        .filter(|c| d.canonical_expr(c).is_some())
+        .collect();
+    let Some(rs) = dialect::row_string_expr(d, &subset) else {
+        return;
+    };
+    if d.row_hash_expr(&rs, HashMethod::Md5_48, None).is_none() {
+        return;
+    }
+    let names: Vec<&str> = subset.iter().map(|c| c.info.name.as_str()).collect();
+    section(
+        &format!("row string of the columns SQL renders ({})", names.join(", ")),
+        rs.clone(),
+        &[],
+    );
+    for m in HashMethod::BY_STRENGTH {
+        let key = hasher(m).row_key().copied();
+        if let Some(h) = d.row_hash_expr(&rs, m, key.as_ref()) {
+            section(&format!("row checksum {m} of those columns"), h, &[]);
+        }
+    }
+    let t = |s: &str| KeyPart::Text(s.into());
+    let parents = vec![
+        (Segment::whole(), ChildRule::Quantile(4)),
+        (
+            Segment {
+                lower: Some(vec![t("EU"), KeyPart::Int(10)]),
+                ..Segment::default()
+            },
+            ChildRule::Cuts(vec![
+                vec![t("EU"), KeyPart::Int(500)],
+                vec![t("JP"), KeyPart::Int(1)],
+            ]),
+        ),
+        (
+            Segment {
+                hash: Some((0, 1 << 59)),
+                ..Segment::default()
+            },
+            ChildRule::Hash {
+                lo: 0,
+                width: 1 << 57,
+            },
+        ),
+    ];
+    for m in [HashMethod::SealedSha256_64, HashMethod::Md5_48] {
+        if let Some(s) = dialect::aggregate(d, src, &subset, key, &hasher(m), &parents) {
+            section(
+                &format!("aggregate ({m}) of those columns: quantile, cuts and hash parents"),
+                s.text,
+                &s.binds,
+            );
+        }
+    }
+    let period = tally_common::segment::Period {
+        column: "at".into(),
+        granularity: tally_common::period::Granularity::Month,
+        label: "2024-03".into(),
+    };
+    if let Some(s) = dialect::aggregate_periods(
+        d,
+        src,
+        &subset,
+        key,
+        &hasher(HashMethod::SealedMd5_48),
+        &Segment::whole(),
+        &period,
+    ) {
+        section(
+            "aggregate of those columns: one bucket per month",
+            s.text,
+            &s.binds,
+        );
+    }
+}
+
+/// The statements an engine's connector runs as written (catalog, session, transaction).
+fn fixed_statements(engine: &str) -> Vec<(&'static str, &'static str)> {
+    match engine {
+        "mssql" => {
+            use tally_agent::dialect::mssql as m;
+            vec![
+                ("session settings", m::SESSION_SETTINGS),
+                ("begin a request", m::BEGIN),
+                ("server version", m::VERSION_SQL),
+                ("columns of a table or query", m::COLUMNS_SQL),
+                ("row estimate", m::ROW_ESTIMATE_SQL),
+            ]
+        }
+        _ => vec![],
+    }
 }
 
 fn check(name: &str, d: &dyn Dialect) {
@@ -218,6 +340,11 @@ fn mysql_sql() {
 #[test]
 fn sqlite_sql() {
     check("sqlite", &dialect::sqlite::Sqlite);
+}
+
+#[test]
+fn mssql_sql() {
+    check("mssql", &dialect::mssql::MsSql);
 }
 
 #[cfg(feature = "duckdb")]

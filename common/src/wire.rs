@@ -234,6 +234,9 @@ pub struct Describe {
     /// Columns whose SUM/MIN/MAX the policy releases in clear (`measures`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measures: Vec<String>,
+    /// Warnings about the dataset's engine that every run involving it carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engine_warnings: Vec<String>,
 }
 
 impl Describe {
@@ -301,6 +304,7 @@ impl TryFrom<pb::DescribeResponse> for Describe {
             },
             group_columns: d.group_columns,
             measures: d.measures,
+            engine_warnings: d.engine_warnings,
         })
     }
 }
@@ -333,6 +337,7 @@ impl From<Describe> for pb::DescribeResponse {
             watermark: d.watermark.map(|k| k.name().to_string()).unwrap_or_default(),
             group_columns: d.group_columns,
             measures: d.measures,
+            engine_warnings: d.engine_warnings,
         }
     }
 }
@@ -995,6 +1000,7 @@ mod tests {
             watermark: Some(PositionKind::Lsn),
             group_columns: vec!["region".into()],
             measures: vec!["amount".into()],
+            engine_warnings: vec!["not live-verified".into()],
         }
     }
 

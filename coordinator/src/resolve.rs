@@ -291,6 +291,12 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
     let mut drift = Vec::new();
     let mut uncomparable = Vec::new();
     let mut warnings = Vec::new();
+    // what an agent says of its engine (SQL no test here has run live) goes with the run
+    for (side, d) in [("source", src), ("target", tgt)] {
+        for w in &d.engine_warnings {
+            warnings.push(format!("{side} dataset {} ({}): {w}", d.dataset, d.engine));
+        }
+    }
     // the key: the spec's, or the source agent's configured key; both agents must agree
     let key: Vec<String> = if spec.key.is_empty() {
         src.key.clone()

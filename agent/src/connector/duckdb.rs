@@ -10,12 +10,13 @@ use duckdb::{AccessMode, Config, Connection};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, agg_row, canonical_row};
+use super::{AggRow, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
 use crate::config::Source;
-use crate::dialect::{Sql, duckdb::DuckDb, relation};
+use crate::dialect::{Dialect, FetchShape, Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
+#[derive(Clone)]
 pub struct DuckDbConnector {
     /// `None`: an in-memory database (datasets are queries over files).
     path: Option<PathBuf>,
@@ -88,7 +89,7 @@ impl DuckDbConnector {
     }
 
     /// A connection of its own for one call (opened once, then cloned).
-    pub(super) fn connection(&self, dataset: &str) -> Result<Connection> {
+    fn connection(&self, dataset: &str) -> Result<Connection> {
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
             let c = match &self.path {
@@ -337,6 +338,104 @@ impl DuckDbConnector {
     }
 }
 
+/// DuckDB in the agent's engine list (the `duckdb` cargo feature).
+pub const ENGINE: super::Engine = super::Engine {
+    name: "duckdb",
+    schemes: &["duckdb"],
+    open: |url, _limits| Ok(Box::new(DuckDbConnector::open(url)?)),
+};
+
+/// One call's or one request's connection (a clone of the database's).
+pub struct Conn {
+    engine: DuckDbConnector,
+    conn: Option<Connection>,
+}
+
+#[async_trait::async_trait]
+impl EngineConnector for DuckDbConnector {
+    fn dialect(&self) -> &dyn Dialect {
+        &self.dialect
+    }
+
+    /// DuckDB renders canonical text in SQL, vectorised.
+    fn fetch_shape(&self) -> FetchShape {
+        FetchShape::Canonical
+    }
+
+    /// DuckDB's vectorised, multi-threaded SQL hashing does not lose to a
+    /// row-at-a-time read (docs/performance.md).
+    fn prefers_in_process(&self) -> bool {
+        false
+    }
+
+    async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
+        Ok(Box::new(Conn {
+            engine: self.clone(),
+            conn: Some(self.connection(dataset)?),
+        }))
+    }
+
+    async fn ping(&self) -> std::result::Result<(), String> {
+        DuckDbConnector::ping(self).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl EngineConn for Conn {
+    async fn begin(&mut self, dataset: &str) -> Result<()> {
+        begin(&mut self.conn, dataset)
+    }
+
+    async fn commit(&mut self, dataset: &str) -> Result<()> {
+        end(&mut self.conn, dataset)
+    }
+
+    fn discard(&mut self) {
+        drop(self.conn.take());
+    }
+
+    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        self.engine.describe(&mut self.conn, dataset, source).await
+    }
+
+    async fn scan(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.engine
+            .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)
+            .await
+    }
+
+    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
+        self.engine.count(&mut self.conn, dataset, sql).await
+    }
+
+    async fn aggregate(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        self.engine
+            .aggregate(&mut self.conn, dataset, sql, key_classes)
+            .await
+    }
+
+    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        self.engine.query_text(&mut self.conn, dataset, sql).await
+    }
+}
+
 /// The session's connection, unless an earlier call lost it.
 fn take(conn: &mut Option<Connection>, dataset: &str) -> Result<Connection> {
     conn.take().ok_or_else(|| AgentError::Query {
@@ -346,7 +445,7 @@ fn take(conn: &mut Option<Connection>, dataset: &str) -> Result<Connection> {
 }
 
 /// Opens a request's transaction: a DuckDB transaction reads one snapshot.
-pub(super) fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
+fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
     match conn {
         Some(c) => c
             .execute_batch("BEGIN TRANSACTION")
@@ -356,7 +455,7 @@ pub(super) fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> 
 }
 
 /// Ends a request's transaction.
-pub(super) fn end(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
+fn end(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
     match conn {
         Some(c) => c.execute_batch("COMMIT").map_err(|e| db_err(dataset, e)),
         None => take(conn, dataset).map(drop),

@@ -7,9 +7,11 @@
 
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
+pub mod mssql;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
+pub mod sqlx_conn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,6 @@ use tally_common::canonical::canonical_from_text;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
-use sqlx::pool::PoolConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{ConnectionsConfig, Source};
@@ -62,67 +63,140 @@ pub struct AggRow {
     pub first_key: Option<KeyTuple>,
 }
 
-/// Which engine a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineKind {
-    Postgres,
-    MySql,
-    Sqlite,
-    DuckDb,
-}
-
-impl EngineKind {
-    pub fn from_url(url: &str) -> Result<EngineKind> {
-        let scheme = url.split(':').next().unwrap_or("");
-        Ok(match scheme {
-            "postgres" | "postgresql" => EngineKind::Postgres,
-            "mysql" | "mariadb" => EngineKind::MySql,
-            "sqlite" => EngineKind::Sqlite,
-            "duckdb" if cfg!(feature = "duckdb") => EngineKind::DuckDb,
-            "duckdb" => {
-                return Err(AgentError::Config(
-                    "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
-                ));
-            }
-            "mssql" | "sqlserver" | "oracle" => {
-                return Err(AgentError::Config(format!(
-                    "{scheme}:// is not supported by this agent build yet"
-                )));
-            }
-            _ => {
-                return Err(AgentError::Config(format!(
-                    "unknown database URL scheme {scheme:?}"
-                )));
-            }
-        })
+/// One engine's driver: what it can do and how to open a connection to it. Each
+/// engine implements it in its own file and lists itself in [`ENGINES`]; nothing
+/// shared matches on engines.
+#[async_trait::async_trait]
+pub trait EngineConnector: Send + Sync + 'static {
+    /// The dialect for quoting and catalog SQL, independent of a server version.
+    fn dialect(&self) -> &dyn Dialect;
+    /// The dialect of a request: what the engine computes can depend on its version
+    /// (PostgreSQL's `bit_xor` from 14), read from the request's own describe.
+    fn dialect_for(&self, _info: &DatasetInfo) -> &dyn Dialect {
+        self.dialect()
     }
+    /// What the fetch of a row selects on this engine: the cheapest form the
+    /// connector can turn into canonical text.
+    fn fetch_shape(&self) -> FetchShape {
+        FetchShape::Text
+    }
+    /// Whether reading rows and hashing them in the agent beats the engine's own SQL
+    /// hashing (measured: docs/performance.md).
+    fn prefers_in_process(&self) -> bool {
+        true
+    }
+    /// Whether row fetches without bind values stream through a statement that takes
+    /// no parameters (PostgreSQL `COPY ... TO STDOUT`): fetch SQL is then rendered
+    /// with literal key bounds.
+    fn copies_out(&self) -> bool {
+        false
+    }
+    /// Whether the engine runs the bucketed aggregate (SQL hashing) at all.
+    fn supports_pushdown(&self) -> bool {
+        true
+    }
+    /// A warning every `check` and every run involving this engine carries: its SQL
+    /// has not been run against a live server by this project's tests.
+    fn not_live_verified(&self) -> Option<&'static str> {
+        None
+    }
+    /// A connection of its own (from the engine's pool, if it has one), outside any
+    /// transaction.
+    async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>>;
+    /// Opens one connection outside any pool and closes it again, for `tally-agent
+    /// check`. The error is the driver's own text: print it inside the zone, never put
+    /// it in an [`AgentError`], whose text reaches the coordinator.
+    async fn ping(&self) -> std::result::Result<(), String>;
+    /// The concrete connector (tests reach engine-specific helpers through it).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
-/// One engine's driver and its pool.
-pub enum Driver {
-    Postgres(postgres::PgConnector),
-    MySql(mysql::MySqlConnector),
-    Sqlite(sqlite::SqliteConnector),
+/// One connection of an engine, for one call or one request.
+#[async_trait::async_trait]
+pub trait EngineConn: Send {
+    /// Opens a read-only REPEATABLE READ transaction (DESIGN §5), or the engine's
+    /// nearest snapshot equivalent.
+    async fn begin(&mut self, dataset: &str) -> Result<()>;
+    /// Ends the transaction (read-only: COMMIT and ROLLBACK end it alike; COMMIT
+    /// reports a lost connection).
+    async fn commit(&mut self, dataset: &str) -> Result<()>;
+    /// The connection must not be reused (an error, a cancelled call): close it.
+    fn discard(&mut self);
+    /// Columns, types (through the engine's type table), row estimate and version.
+    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo>;
+    /// Runs a row fetch and hands each row, in canonical form, to `f`; fields marked
+    /// in `reread` arrive as the engine's own text (see [`reread`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn scan(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()>;
+    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64>;
+    /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
+    async fn aggregate(
+        &mut self,
+        _dataset: &str,
+        _sql: &Sql,
+        _key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        Err(AgentError::Unsupported(
+            "this engine has no pushed-down aggregate".into(),
+        ))
+    }
+    /// A single text value from a query.
+    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>>;
+}
+
+/// An engine this agent build knows: the URL schemes that name it and how to open
+/// its connector (the pool is created lazily: nothing connects here).
+pub struct Engine {
+    pub name: &'static str,
+    pub schemes: &'static [&'static str],
+    pub open: fn(&str, &ConnectionsConfig) -> Result<Box<dyn EngineConnector>>,
+}
+
+/// Every engine of this build. Adding an engine is a dialect file, a connector file
+/// with its `ENGINE`, and a line here.
+pub static ENGINES: &[Engine] = &[
+    postgres::ENGINE,
+    mysql::ENGINE,
+    sqlite::ENGINE,
     #[cfg(feature = "duckdb")]
-    DuckDb(duckdb::DuckDbConnector),
+    duckdb::ENGINE,
+    mssql::ENGINE,
+];
+
+/// The engine a URL names, or an error naming the scheme and what to do.
+pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
+    let scheme = url.split(':').next().unwrap_or("");
+    if let Some(e) = ENGINES.iter().find(|e| e.schemes.contains(&scheme)) {
+        return Ok(e);
+    }
+    Err(AgentError::Config(match scheme {
+        "duckdb" => "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
+        "oracle" => format!("{scheme}:// is not supported by this agent build yet"),
+        _ => {
+            let known: Vec<&str> = ENGINES.iter().flat_map(|e| e.schemes.iter().copied()).collect();
+            format!(
+                "unknown database URL scheme {scheme:?} (this agent knows {})",
+                known.join(", ")
+            )
+        }
+    }))
 }
 
-/// A database URL's driver, with one slot per connection its pool may hold. Every
+/// A database URL's engine, with one slot per connection its pool may hold. Every
 /// database call takes a slot first and holds it to the end, so calls beyond the cap
 /// queue here (up to `acquire_timeout`) and the pool below is never short of one.
 pub struct Connector {
-    driver: Driver,
+    engine: Box<dyn EngineConnector>,
     slots: Arc<Semaphore>,
     acquire_timeout: Duration,
-}
-
-/// One connection taken from a driver's pool, with the slot that allowed it.
-enum Conn {
-    Postgres(PoolConnection<sqlx::Postgres>),
-    MySql(PoolConnection<sqlx::MySql>),
-    Sqlite(PoolConnection<sqlx::Sqlite>),
-    #[cfg(feature = "duckdb")]
-    DuckDb(Option<::duckdb::Connection>),
 }
 
 /// A connection and its slot, for one call or one request. A lease that was not
@@ -130,7 +204,7 @@ enum Conn {
 /// returning it: a pool never hands out a connection inside someone's transaction,
 /// or with half a result (a COPY stopped early) still on the wire.
 struct Lease {
-    conn: Conn,
+    conn: Box<dyn EngineConn>,
     _slot: OwnedSemaphorePermit,
     /// A transaction is open on the connection.
     in_tx: bool,
@@ -140,21 +214,9 @@ struct Lease {
 
 impl Lease {
     async fn finish(mut self, dataset: &str) -> Result<()> {
-        if !self.in_tx {
-            self.done = true;
-            return Ok(());
+        if self.in_tx {
+            self.conn.commit(dataset).await?;
         }
-        // read-only: COMMIT and ROLLBACK end it alike; COMMIT reports a lost connection
-        let r = match &mut self.conn {
-            Conn::Postgres(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
-            Conn::MySql(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
-            Conn::Sqlite(c) => sqlx::raw_sql("COMMIT").execute(&mut **c).await.map(drop),
-            #[cfg(feature = "duckdb")]
-            Conn::DuckDb(c) => {
-                return duckdb::end(c, dataset).inspect(|_| self.done = true);
-            }
-        };
-        r.map_err(|e| AgentError::from_db(dataset, e))?;
         self.done = true;
         Ok(())
     }
@@ -162,31 +224,11 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        match &mut self.conn {
-            Conn::Postgres(c) => c.close_on_drop(),
-            Conn::MySql(c) => c.close_on_drop(),
-            Conn::Sqlite(c) => c.close_on_drop(),
-            #[cfg(feature = "duckdb")]
-            Conn::DuckDb(c) => drop(c.take()),
+        if !self.done {
+            self.conn.discard();
         }
     }
 }
-
-/// The statement that opens a request's transaction on each engine: read-only and
-/// REPEATABLE READ, so every statement of the request reads one snapshot (DESIGN §5).
-/// MySQL/MariaDB take the isolation level in a statement of its own, for the next
-/// transaction only, and `WITH CONSISTENT SNAPSHOT` starts the snapshot at once.
-/// SQLite (opened read-only) has one isolation level: a transaction's reads see
-/// one state of the file. DuckDB transactions are snapshots.
-pub const BEGIN_POSTGRES: &str = "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY";
-pub const BEGIN_MYSQL: [&str; 2] = [
-    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-    "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT",
-];
-pub const BEGIN_SQLITE: &str = "BEGIN DEFERRED";
 
 /// One request's reads: a connection held from the first statement to the last,
 /// inside one read-only REPEATABLE READ transaction, so a level's buckets, a range's
@@ -219,33 +261,22 @@ impl Connector {
     /// Creates the connection pool without connecting: a database that is down makes
     /// calls fail with `UNAVAILABLE`, it does not stop the agent.
     pub fn open_with(url: &str, limits: &ConnectionsConfig) -> Result<Connector> {
-        let driver = match EngineKind::from_url(url)? {
-            EngineKind::Postgres => Driver::Postgres(postgres::PgConnector::open(url, limits)?),
-            EngineKind::MySql => Driver::MySql(mysql::MySqlConnector::open(url, limits)?),
-            EngineKind::Sqlite => Driver::Sqlite(sqlite::SqliteConnector::open(url, limits)?),
-            #[cfg(feature = "duckdb")]
-            EngineKind::DuckDb => Driver::DuckDb(duckdb::DuckDbConnector::open(url)?),
-            #[cfg(not(feature = "duckdb"))]
-            EngineKind::DuckDb => unreachable!("from_url refuses duckdb without the feature"),
-        };
+        let engine = (engine_for_url(url)?.open)(url, limits)?;
         Ok(Connector {
-            driver,
+            engine,
             slots: Arc::new(Semaphore::new(limits.max_connections as usize)),
             acquire_timeout: limits.acquire_timeout(),
         })
     }
 
-    /// The dialect of a request: what the engine computes can depend on its version
-    /// (PostgreSQL's `bit_xor` from 14), read from the request's own describe.
-    pub fn dialect_for(&self, info: &DatasetInfo) -> &dyn Dialect {
-        match &self.driver {
-            Driver::Postgres(_) => crate::dialect::postgres::for_version(&info.engine_version),
-            _ => self.dialect(),
-        }
+    /// The engine behind this URL.
+    pub fn engine(&self) -> &dyn EngineConnector {
+        self.engine.as_ref()
     }
 
-    pub fn driver(&self) -> &Driver {
-        &self.driver
+    /// See [`EngineConnector::dialect_for`].
+    pub fn dialect_for(&self, info: &DatasetInfo) -> &dyn Dialect {
+        self.engine.dialect_for(info)
     }
 
     /// Waits for a free connection slot of this URL.
@@ -270,18 +301,11 @@ impl Connector {
         }
     }
 
-    /// A slot, then a connection of the pool; with `begin`, inside a new read-only
-    /// REPEATABLE READ transaction.
+    /// A slot, then a connection; with `begin`, inside a new read-only REPEATABLE
+    /// READ transaction.
     async fn lease(&self, dataset: &str, begin: bool) -> Result<Lease> {
         let slot = self.slot(dataset).await?;
-        let db = |e| AgentError::from_db(dataset, e);
-        let conn = match &self.driver {
-            Driver::Postgres(c) => Conn::Postgres(c.pool.acquire().await.map_err(db)?),
-            Driver::MySql(c) => Conn::MySql(c.pool.acquire().await.map_err(db)?),
-            Driver::Sqlite(c) => Conn::Sqlite(c.pool.acquire().await.map_err(db)?),
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => Conn::DuckDb(Some(c.connection(dataset)?)),
-        };
+        let conn = self.engine.connect(dataset).await?;
         let mut lease = Lease {
             conn,
             _slot: slot,
@@ -289,24 +313,7 @@ impl Connector {
             done: false,
         };
         if begin {
-            match &mut lease.conn {
-                Conn::Postgres(c) => {
-                    sqlx::raw_sql(BEGIN_POSTGRES)
-                        .execute(&mut **c)
-                        .await
-                        .map_err(db)?;
-                }
-                Conn::MySql(c) => {
-                    for s in BEGIN_MYSQL {
-                        sqlx::raw_sql(s).execute(&mut **c).await.map_err(db)?;
-                    }
-                }
-                Conn::Sqlite(c) => {
-                    sqlx::raw_sql(BEGIN_SQLITE).execute(&mut **c).await.map_err(db)?;
-                }
-                #[cfg(feature = "duckdb")]
-                Conn::DuckDb(c) => duckdb::begin(c, dataset)?,
-            }
+            lease.conn.begin(dataset).await?;
         }
         Ok(lease)
     }
@@ -321,21 +328,9 @@ impl Connector {
         })
     }
 
-    /// Opens one connection outside the pool and closes it again, for `tally-agent
-    /// check`. The error is the driver's own text (the pool's retries would hide it
-    /// behind a timeout): print it inside the zone, never put it in an [`AgentError`],
-    /// whose text reaches the coordinator.
+    /// See [`EngineConnector::ping`]; bounded by [`CONNECT_TIMEOUT`].
     pub async fn ping(&self) -> std::result::Result<(), String> {
-        let attempt = async {
-            match &self.driver {
-                Driver::Postgres(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
-                Driver::MySql(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
-                Driver::Sqlite(c) => connect_once(&c.pool).await.map_err(|e| e.to_string()),
-                #[cfg(feature = "duckdb")]
-                Driver::DuckDb(c) => c.ping().await,
-            }
-        };
-        tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        tokio::time::timeout(CONNECT_TIMEOUT, self.engine.ping())
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
@@ -347,24 +342,12 @@ impl Connector {
 
     /// The dialect for quoting and catalog SQL, independent of a server version.
     pub fn dialect(&self) -> &dyn Dialect {
-        match &self.driver {
-            Driver::Postgres(c) => c.dialect(),
-            Driver::MySql(c) => &c.dialect,
-            Driver::Sqlite(c) => &c.dialect,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(c) => &c.dialect,
-        }
+        self.engine.dialect()
     }
 
-    /// What the fetch of a row selects on this engine: the cheapest form the
-    /// connector can turn into canonical text.
+    /// See [`EngineConnector::fetch_shape`].
     pub fn fetch_shape(&self) -> FetchShape {
-        match &self.driver {
-            Driver::Sqlite(_) => FetchShape::Raw,
-            Driver::Postgres(_) | Driver::MySql(_) => FetchShape::Text,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(_) => FetchShape::Canonical,
-        }
+        self.engine.fetch_shape()
     }
 
     async fn describe_on(
@@ -374,14 +357,7 @@ impl Connector {
         source: &Source,
         key: &[String],
     ) -> Result<DatasetInfo> {
-        let mut info = match (&self.driver, &mut l.conn) {
-            (Driver::Postgres(c), Conn::Postgres(conn)) => c.describe(conn, dataset, source).await?,
-            (Driver::MySql(c), Conn::MySql(conn)) => c.describe(conn, dataset, source).await?,
-            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.describe(conn, dataset, source).await?,
-            #[cfg(feature = "duckdb")]
-            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.describe(conn, dataset, source).await?,
-            _ => unreachable!("a lease is taken from its own driver"),
-        };
+        let mut info = l.conn.describe(dataset, source).await?;
         let mut resolved = Vec::with_capacity(key.len());
         for k in key {
             let col = info.column(k).ok_or_else(|| {
@@ -405,61 +381,7 @@ impl Connector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
-        match (&self.driver, &mut l.conn) {
-            (Driver::Postgres(c), Conn::Postgres(conn)) => {
-                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
-            }
-            (Driver::MySql(c), Conn::MySql(conn)) => {
-                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
-            }
-            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.scan(conn, dataset, sql, cols, key_len, f).await,
-            #[cfg(feature = "duckdb")]
-            (Driver::DuckDb(c), Conn::DuckDb(conn)) => {
-                c.scan(conn, dataset, sql, cols, key_len, &reread, f).await
-            }
-            _ => unreachable!("a lease is taken from its own driver"),
-        }
-    }
-
-    async fn count_on(&self, l: &mut Lease, dataset: &str, sql: &Sql) -> Result<u64> {
-        match (&self.driver, &mut l.conn) {
-            (Driver::Postgres(c), Conn::Postgres(conn)) => c.count(conn, dataset, sql).await,
-            (Driver::MySql(c), Conn::MySql(conn)) => c.count(conn, dataset, sql).await,
-            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.count(conn, dataset, sql).await,
-            #[cfg(feature = "duckdb")]
-            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.count(conn, dataset, sql).await,
-            _ => unreachable!("a lease is taken from its own driver"),
-        }
-    }
-
-    async fn aggregate_on(
-        &self,
-        l: &mut Lease,
-        dataset: &str,
-        sql: &Sql,
-        key_classes: &[TypeClass],
-    ) -> Result<Vec<AggRow>> {
-        match (&self.driver, &mut l.conn) {
-            (Driver::Postgres(c), Conn::Postgres(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
-            (Driver::MySql(c), Conn::MySql(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
-            (Driver::Sqlite(_), _) => Err(AgentError::Unsupported(
-                "sqlite has no pushed-down aggregate".into(),
-            )),
-            #[cfg(feature = "duckdb")]
-            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.aggregate(conn, dataset, sql, key_classes).await,
-            _ => unreachable!("a lease is taken from its own driver"),
-        }
-    }
-
-    async fn query_text_on(&self, l: &mut Lease, dataset: &str, sql: &str) -> Result<Option<String>> {
-        match (&self.driver, &mut l.conn) {
-            (Driver::Postgres(c), Conn::Postgres(conn)) => c.query_text(conn, dataset, sql).await,
-            (Driver::MySql(c), Conn::MySql(conn)) => c.query_text(conn, dataset, sql).await,
-            (Driver::Sqlite(c), Conn::Sqlite(conn)) => c.query_text(conn, dataset, sql).await,
-            #[cfg(feature = "duckdb")]
-            (Driver::DuckDb(c), Conn::DuckDb(conn)) => c.query_text(conn, dataset, sql).await,
-            _ => unreachable!("a lease is taken from its own driver"),
-        }
+        l.conn.scan(dataset, sql, cols, key_len, &reread, f).await
     }
 
     /// One call on a connection of its own, outside any request's transaction (tests
@@ -494,7 +416,7 @@ impl Connector {
     /// [`Session::count`] on a connection of its own (tests).
     pub async fn count(&self, dataset: &str, sql: &Sql) -> Result<u64> {
         let mut l = self.lease(dataset, false).await?;
-        let r = self.count_on(&mut l, dataset, sql).await;
+        let r = l.conn.count(dataset, sql).await;
         if r.is_ok() {
             l.finish(dataset).await?;
         }
@@ -509,7 +431,7 @@ impl Connector {
         key_classes: &[TypeClass],
     ) -> Result<Vec<AggRow>> {
         let mut l = self.lease(dataset, false).await?;
-        let r = self.aggregate_on(&mut l, dataset, sql, key_classes).await;
+        let r = l.conn.aggregate(dataset, sql, key_classes).await;
         if r.is_ok() {
             l.finish(dataset).await?;
         }
@@ -519,32 +441,31 @@ impl Connector {
     /// A single text value from a query (for tests and `check`).
     pub async fn query_text(&self, dataset: &str, sql: &str) -> Result<Option<String>> {
         let mut l = self.lease(dataset, false).await?;
-        let r = self.query_text_on(&mut l, dataset, sql).await;
+        let r = l.conn.query_text(dataset, sql).await;
         if r.is_ok() {
             l.finish(dataset).await?;
         }
         r
     }
 
-    /// Whether reading rows and hashing them in the agent beats the engine's own SQL
-    /// hashing (measured: docs/performance.md). DuckDB's vectorised, multi-threaded
-    /// SQL hashing does not lose to a row-at-a-time read.
+    /// See [`EngineConnector::prefers_in_process`].
     pub fn prefers_in_process(&self) -> bool {
-        match &self.driver {
-            Driver::Postgres(_) | Driver::MySql(_) | Driver::Sqlite(_) => true,
-            #[cfg(feature = "duckdb")]
-            Driver::DuckDb(_) => false,
-        }
+        self.engine.prefers_in_process()
     }
 
-    /// Whether row fetches stream through `COPY ... TO STDOUT` (PostgreSQL), which takes
-    /// no bind parameters: fetch SQL is then rendered with literal key bounds.
+    /// See [`EngineConnector::copies_out`].
     pub fn copies_out(&self) -> bool {
-        matches!(self.driver, Driver::Postgres(_))
+        self.engine.copies_out()
     }
 
+    /// See [`EngineConnector::supports_pushdown`].
     pub fn supports_pushdown(&self) -> bool {
-        !matches!(self.driver, Driver::Sqlite(_))
+        self.engine.supports_pushdown()
+    }
+
+    /// See [`EngineConnector::not_live_verified`].
+    pub fn not_live_verified(&self) -> Option<&'static str> {
+        self.engine.not_live_verified()
     }
 }
 
@@ -574,20 +495,16 @@ impl Session {
     }
 
     pub async fn count(&mut self, sql: &Sql) -> Result<u64> {
-        self.connector.count_on(&mut self.lease, &self.dataset, sql).await
+        self.lease.conn.count(&self.dataset, sql).await
     }
 
     /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
     pub async fn aggregate(&mut self, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
-        self.connector
-            .aggregate_on(&mut self.lease, &self.dataset, sql, key_classes)
-            .await
+        self.lease.conn.aggregate(&self.dataset, sql, key_classes).await
     }
 
     pub async fn query_text(&mut self, sql: &str) -> Result<Option<String>> {
-        self.connector
-            .query_text_on(&mut self.lease, &self.dataset, sql)
-            .await
+        self.lease.conn.query_text(&self.dataset, sql).await
     }
 
     /// Ends the transaction and returns the connection to the pool.
@@ -609,13 +526,6 @@ pub fn reread(d: &dyn Dialect, shape: FetchShape, cols: &[BoundColumn]) -> Vec<b
             FetchShape::Canonical => d.canonical_expr(c).is_none(),
         })
         .collect()
-}
-
-/// One connection with `pool`'s options but outside it, closed again: the driver's own
-/// error where the pool would retry until its timeout.
-async fn connect_once<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> std::result::Result<(), sqlx::Error> {
-    use sqlx::{ConnectOptions, Connection};
-    pool.connect_options().connect().await?.close().await
 }
 
 /// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`

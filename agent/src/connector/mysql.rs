@@ -9,15 +9,105 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use super::sqlx_conn::{self, SqlxConn};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
 use crate::config::{ConnectionsConfig, Source};
-use crate::dialect::{Sql, mysql::MySql, relation};
+use crate::dialect::{Dialect, Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
+#[derive(Clone)]
 pub struct MySqlConnector {
     pub(super) pool: MySqlPool,
     pub dialect: MySql,
+}
+
+/// MySQL and MariaDB in the agent's engine list.
+pub const ENGINE: super::Engine = super::Engine {
+    name: "mysql",
+    schemes: &["mysql", "mariadb"],
+    open: |url, limits| Ok(Box::new(MySqlConnector::open(url, limits)?)),
+};
+
+/// A request's transaction. MySQL/MariaDB take the isolation level in a statement of
+/// its own, for the next transaction only, and `WITH CONSISTENT SNAPSHOT` starts the
+/// snapshot at once.
+pub const BEGIN: &[&str] = &[
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT",
+];
+
+type Conn = SqlxConn<MySqlConnector, sqlx::MySql>;
+
+#[async_trait::async_trait]
+impl EngineConnector for MySqlConnector {
+    fn dialect(&self) -> &dyn Dialect {
+        &self.dialect
+    }
+
+    async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
+        Ok(Box::new(Conn::acquire(self.clone(), &self.pool, dataset).await?))
+    }
+
+    async fn ping(&self) -> std::result::Result<(), String> {
+        sqlx_conn::ping(&self.pool).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl EngineConn for Conn {
+    async fn begin(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, BEGIN).await
+    }
+
+    async fn commit(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, sqlx_conn::COMMIT).await
+    }
+
+    fn discard(&mut self) {
+        SqlxConn::discard(self)
+    }
+
+    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        self.engine.describe(&mut self.conn, dataset, source).await
+    }
+
+    async fn scan(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.engine
+            .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)
+            .await
+    }
+
+    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
+        self.engine.count(&mut self.conn, dataset, sql).await
+    }
+
+    async fn aggregate(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        self.engine
+            .aggregate(&mut self.conn, dataset, sql, key_classes)
+            .await
+    }
+
+    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        self.engine.query_text(&mut self.conn, dataset, sql).await
+    }
 }
 
 type MyQuery<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;

@@ -8,14 +8,108 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, agg_row, canonical_row};
+use super::sqlx_conn::{self, SqlxConn};
+use super::{AggRow, CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
 use crate::config::{ConnectionsConfig, Source};
-use crate::dialect::{Sql, postgres::Postgres, relation};
+use crate::dialect::{Dialect, Sql, relation};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, DatasetInfo};
 
+#[derive(Clone)]
 pub struct PgConnector {
     pub(super) pool: PgPool,
+}
+
+/// PostgreSQL in the agent's engine list.
+pub const ENGINE: super::Engine = super::Engine {
+    name: "postgres",
+    schemes: &["postgres", "postgresql"],
+    open: |url, limits| Ok(Box::new(PgConnector::open(url, limits)?)),
+};
+
+/// A request's transaction: read-only and REPEATABLE READ, one snapshot for every
+/// statement of the request (DESIGN §5).
+pub const BEGIN: &[&str] = &["BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"];
+
+type Conn = SqlxConn<PgConnector, sqlx::Postgres>;
+
+#[async_trait::async_trait]
+impl EngineConnector for PgConnector {
+    fn dialect(&self) -> &dyn Dialect {
+        crate::dialect::postgres::for_version("14")
+    }
+
+    fn dialect_for(&self, info: &DatasetInfo) -> &dyn Dialect {
+        crate::dialect::postgres::for_version(&info.engine_version)
+    }
+
+    fn copies_out(&self) -> bool {
+        true
+    }
+
+    async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
+        Ok(Box::new(Conn::acquire(self.clone(), &self.pool, dataset).await?))
+    }
+
+    async fn ping(&self) -> std::result::Result<(), String> {
+        sqlx_conn::ping(&self.pool).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl EngineConn for Conn {
+    async fn begin(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, BEGIN).await
+    }
+
+    async fn commit(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, sqlx_conn::COMMIT).await
+    }
+
+    fn discard(&mut self) {
+        SqlxConn::discard(self)
+    }
+
+    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        self.engine.describe(&mut self.conn, dataset, source).await
+    }
+
+    async fn scan(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.engine
+            .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)
+            .await
+    }
+
+    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
+        self.engine.count(&mut self.conn, dataset, sql).await
+    }
+
+    async fn aggregate(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        key_classes: &[TypeClass],
+    ) -> Result<Vec<AggRow>> {
+        self.engine
+            .aggregate(&mut self.conn, dataset, sql, key_classes)
+            .await
+    }
+
+    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        self.engine.query_text(&mut self.conn, dataset, sql).await
+    }
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
@@ -57,12 +151,6 @@ pub const SESSION_SETTINGS: [(&str, &str); 5] = [
 ];
 
 impl PgConnector {
-    /// The dialect for catalog queries (quoting only); requests take theirs from the
-    /// server version of their own describe ([`crate::dialect::postgres::for_version`]).
-    pub fn dialect(&self) -> &'static Postgres {
-        crate::dialect::postgres::for_version("14")
-    }
-
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<PgConnector> {
         let opts = PgConnectOptions::from_str(url)
             .map_err(|_| {
@@ -102,7 +190,7 @@ impl PgConnector {
         let mut row_estimate = 0;
         match source {
             Source::Table(parts) => {
-                let rel = relation(self.dialect(), source);
+                let rel = relation(crate::dialect::postgres::for_version("14"), source);
                 // the type's kind, and for a domain its base type: the type table
                 // classifies by these, never by a substring of the name
                 let rows = sqlx::query(
@@ -143,7 +231,10 @@ impl PgConnector {
                 row_estimate = est.max(0.0) as u64;
             }
             Source::Query(_) => {
-                let sql = format!("SELECT * FROM {} LIMIT 0", relation(self.dialect(), source));
+                let sql = format!(
+                    "SELECT * FROM {} LIMIT 0",
+                    relation(crate::dialect::postgres::for_version("14"), source)
+                );
                 let described = conn
                     .prepare(sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                     .await

@@ -9,15 +9,99 @@ use tally_common::canonical::{Value, canonical_value};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{CONNECT_TIMEOUT, CanonRow};
+use super::sqlx_conn::{self, SqlxConn};
+use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector};
 use crate::config::{ConnectionsConfig, Source};
-use crate::dialect::{Sql, relation, sqlite::Sqlite};
+use crate::dialect::{Dialect, FetchShape, Sql, relation, sqlite::Sqlite};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo, canonical_error};
 
+#[derive(Clone)]
 pub struct SqliteConnector {
     pub(super) pool: SqlitePool,
     pub dialect: Sqlite,
+}
+
+/// SQLite in the agent's engine list.
+pub const ENGINE: super::Engine = super::Engine {
+    name: "sqlite",
+    schemes: &["sqlite"],
+    open: |url, limits| Ok(Box::new(SqliteConnector::open(url, limits)?)),
+};
+
+/// A request's transaction: SQLite (opened read-only) has one isolation level, and a
+/// transaction's reads see one state of the file.
+pub const BEGIN: &[&str] = &["BEGIN DEFERRED"];
+
+type Conn = SqlxConn<SqliteConnector, sqlx::Sqlite>;
+
+#[async_trait::async_trait]
+impl EngineConnector for SqliteConnector {
+    fn dialect(&self) -> &dyn Dialect {
+        &self.dialect
+    }
+
+    /// Rows are decoded from their storage classes in the agent.
+    fn fetch_shape(&self) -> FetchShape {
+        FetchShape::Raw
+    }
+
+    fn supports_pushdown(&self) -> bool {
+        false
+    }
+
+    async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
+        Ok(Box::new(Conn::acquire(self.clone(), &self.pool, dataset).await?))
+    }
+
+    async fn ping(&self) -> std::result::Result<(), String> {
+        sqlx_conn::ping(&self.pool).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl EngineConn for Conn {
+    async fn begin(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, BEGIN).await
+    }
+
+    async fn commit(&mut self, dataset: &str) -> Result<()> {
+        self.run(dataset, sqlx_conn::COMMIT).await
+    }
+
+    fn discard(&mut self) {
+        SqlxConn::discard(self)
+    }
+
+    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
+        self.engine.describe(&mut self.conn, dataset, source).await
+    }
+
+    async fn scan(
+        &mut self,
+        dataset: &str,
+        sql: &Sql,
+        cols: &[BoundColumn],
+        key_len: usize,
+        _reread: &[bool],
+        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+    ) -> Result<()> {
+        self.engine
+            .scan(&mut self.conn, dataset, sql, cols, key_len, f)
+            .await
+    }
+
+    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
+        self.engine.count(&mut self.conn, dataset, sql).await
+    }
+
+    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        self.engine.query_text(&mut self.conn, dataset, sql).await
+    }
 }
 
 fn bind_all<'q>(

@@ -9,6 +9,7 @@
 
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
+pub mod mssql;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
@@ -100,6 +101,19 @@ pub trait Dialect: Sync {
     fn fence(&self) -> &'static str {
         ""
     }
+    /// Whether the engine compares row values (`(a, b) >= (x, y)`); where it does not
+    /// (SQL Server, Oracle), composite key bounds are expanded lexicographically.
+    fn row_values(&self) -> bool {
+        true
+    }
+    /// `len` characters of a text expression from 1-based `start`.
+    fn substr(&self, e: &str, start: usize, len: usize) -> String {
+        format!("substr({e}, {start}, {len})")
+    }
+    /// The row count of a group, as a 64-bit integer.
+    fn count_all(&self) -> &'static str {
+        "COUNT(*)"
+    }
 }
 
 /// `SELECT MIN(k), MAX(k)` of a single-column key, each as text.
@@ -114,11 +128,11 @@ pub fn key_min_max(d: &dyn Dialect, source: &Source, key: &ColumnInfo) -> (Strin
 
 /// The period label of a canonical time text, in SQL (see `tally_common::period`).
 pub fn period_expr(d: &dyn Dialect, canonical: &str, g: Granularity) -> Option<String> {
-    let cut = |n: usize| format!("substr({canonical}, 1, {n})");
+    let cut = |n: usize| d.substr(canonical, 1, n);
     Some(match g {
         Granularity::Week => d.week_start(canonical)?,
         Granularity::Quarter => {
-            let m = format!("substr({canonical}, 6, 2)");
+            let m = d.substr(canonical, 6, 2);
             d.concat(&[
                 cut(5),
                 format!(
@@ -146,7 +160,8 @@ fn period_label_expr(d: &dyn Dialect, cols: &[BoundColumn], p: &Period) -> Optio
 pub fn relation(d: &dyn Dialect, source: &Source) -> String {
     match source {
         Source::Table(parts) => parts.iter().map(|p| d.quote(p)).collect::<Vec<_>>().join("."),
-        Source::Query(q) => format!("({q}) AS {}", d.quote("tally_src")),
+        // no `AS`: Oracle refuses it before a table alias, every engine takes this form
+        Source::Query(q) => format!("({q}) {}", d.quote("tally_src")),
     }
 }
 
@@ -229,17 +244,39 @@ pub fn check_bounds(seg: &Segment, key: &[&ColumnInfo]) -> Result<(), String> {
     Ok(())
 }
 
+/// `key >= t` or `key < t` in tuple order: a row-value comparison where the engine
+/// has them, else expanded lexicographically, `k1 > v1 OR (k1 = v1 AND (...))`, with
+/// each bound value bound once per use so positional placeholders stay in text order.
+fn key_cmp(b: &mut Binder<'_>, key: &[&ColumnInfo], t: &KeyTuple, lower: bool) -> String {
+    let op = if lower { ">=" } else { "<" };
+    if key.len() == 1 || b.d.row_values() {
+        let k = key_tuple_expr(b.d, key);
+        let p = b.tuple(t, key);
+        return format!("{k} {op} {p}");
+    }
+    fn expand(b: &mut Binder<'_>, key: &[&ColumnInfo], t: &[KeyPart], op: &str) -> String {
+        let k = b.d.key_expr(key[0]);
+        if key.len() == 1 {
+            let p = b.bind(t[0].clone(), key[0]);
+            return format!("{k} {op} {p}");
+        }
+        let strict = if op == ">=" { ">" } else { "<" };
+        let p1 = b.bind(t[0].clone(), key[0]);
+        let p2 = b.bind(t[0].clone(), key[0]);
+        let rest = expand(b, &key[1..], &t[1..], op);
+        format!("({k} {strict} {p1} OR ({k} = {p2} AND {rest}))")
+    }
+    expand(b, key, t, op)
+}
+
 /// `WHERE` conditions of a segment's key range (not its hash range).
 fn range_conditions(b: &mut Binder<'_>, seg: &Segment, key: &[&ColumnInfo]) -> Vec<String> {
-    let k = key_tuple_expr(b.d, key);
     let mut conds = Vec::new();
     if let Some(l) = &seg.lower {
-        let p = b.tuple(l, key);
-        conds.push(format!("{k} >= {p}"));
+        conds.push(key_cmp(b, key, l, true));
     }
     if let Some(u) = &seg.upper {
-        let p = b.tuple(u, key);
-        conds.push(format!("{k} < {p}"));
+        conds.push(key_cmp(b, key, u, false));
     }
     conds
 }
@@ -454,7 +491,8 @@ pub fn count_rows(
     }
     Some(Sql {
         text: format!(
-            "SELECT COUNT(*) FROM {}{}",
+            "SELECT {} FROM {}{}",
+            d.count_all(),
             relation(d, source),
             where_clause(&conds)
         ),
@@ -599,10 +637,7 @@ pub fn aggregate(
                 let whens: Vec<String> = cuts
                     .iter()
                     .enumerate()
-                    .map(|(j, c)| {
-                        let p = b.tuple(c, key);
-                        format!("WHEN {kx} < {p} THEN {j}")
-                    })
+                    .map(|(j, c)| format!("WHEN {} THEN {j}", key_cmp(&mut b, key, c, false)))
                     .collect();
                 format!("CASE {} ELSE {} END", whens.join(" "), cuts.len())
             }
@@ -657,7 +692,8 @@ pub fn aggregate(
     };
     let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
     let text = format!(
-        "SELECT p, b, COUNT(*) AS n, {} AS s, {xor} AS x, {} FROM ({inner}) z GROUP BY p, b ORDER BY p, b",
+        "SELECT p, b, {} AS n, {} AS s, {xor} AS x, {} FROM ({inner}) z GROUP BY p, b ORDER BY p, b",
+        d.count_all(),
         d.sum_text("h"),
         firsts.join(", ")
     );
@@ -693,8 +729,9 @@ pub fn aggregate_periods(
     }
     let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
     let text = format!(
-        "SELECT 0 AS p, 0 AS b, COUNT(*) AS n, {} AS s, {xor} AS x, lbl FROM (SELECT {label} AS lbl, {h} AS h \
+        "SELECT 0 AS p, 0 AS b, {} AS n, {} AS s, {xor} AS x, lbl FROM (SELECT {label} AS lbl, {h} AS h \
          FROM {}{}{}) z GROUP BY lbl ORDER BY lbl",
+        d.count_all(),
         d.sum_text("h"),
         relation(d, source),
         where_clause(&conds),

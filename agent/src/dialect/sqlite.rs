@@ -171,10 +171,7 @@ mod tests {
             &Segment::whole(),
         )
         .unwrap();
-        assert_eq!(
-            count.text,
-            "SELECT COUNT(*) FROM (SELECT * FROM t) AS \"tally_src\""
-        );
+        assert_eq!(count.text, "SELECT COUNT(*) FROM (SELECT * FROM t) \"tally_src\"");
         let inv = investigation_sql(&Sqlite, &src, &cols, &key, &seg, false);
         assert_eq!(
             inv,

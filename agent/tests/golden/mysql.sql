@@ -51,3 +51,15 @@ SELECT `region`, `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE (CAST(CONVER
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT `region`, `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) >= (CONVERT(X'4555' USING utf8mb4), 10) AND (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) < (CONVERT(X'5553' USING utf8mb4), 0) ORDER BY CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`;
 
+-- key minimum
+SELECT CAST(MIN(`id`) AS CHAR) FROM `shop`.`orders`
+
+-- key maximum
+SELECT CAST(MAX(`id`) AS CHAR) FROM `shop`.`orders`
+
+-- count of a query dataset
+SELECT COUNT(*) FROM (SELECT id, region FROM shop.orders WHERE region <> 'XX') `tally_src`
+
+-- watermark (an agent-side query)
+SELECT CAST((SELECT MAX(applied) FROM cdc.offsets) AS CHAR)
+

@@ -54,3 +54,15 @@ SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" CO
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") >= (convert_from(decode('4555', 'hex'), 'UTF8'), 10) AND ("region" COLLATE "C", "id") < (convert_from(decode('5553', 'hex'), 'UTF8'), 0) ORDER BY "region" COLLATE "C", "id";
 
+-- key minimum
+SELECT (MIN("id"))::text FROM "shop"."orders"
+
+-- key maximum
+SELECT (MAX("id"))::text FROM "shop"."orders"
+
+-- count of a query dataset
+SELECT COUNT(*) FROM (SELECT id, region FROM shop.orders WHERE region <> 'XX') "tally_src"
+
+-- watermark (an agent-side query)
+SELECT ((SELECT MAX(applied) FROM cdc.offsets))::text
+

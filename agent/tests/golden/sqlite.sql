@@ -48,3 +48,15 @@ SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" CO
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (CAST(X'4555' AS TEXT), 10) AND ("region" COLLATE BINARY, "id") < (CAST(X'5553' AS TEXT), 0) ORDER BY "region" COLLATE BINARY, "id";
 
+-- key minimum
+SELECT CAST(MIN("id") AS TEXT) FROM "shop"."orders"
+
+-- key maximum
+SELECT CAST(MAX("id") AS TEXT) FROM "shop"."orders"
+
+-- count of a query dataset
+SELECT COUNT(*) FROM (SELECT id, region FROM shop.orders WHERE region <> 'XX') "tally_src"
+
+-- watermark (an agent-side query)
+SELECT CAST((SELECT MAX(applied) FROM cdc.offsets) AS TEXT)
+
