@@ -164,6 +164,10 @@ pub struct DatasetConfig {
     /// with timestamps with zone (in UTC): `UTC` or a fixed offset such as `+02:00`.
     #[serde(default = "default_time_zone")]
     pub time_zone: String,
+    /// Compare this dataset's empty strings as NULL, as Oracle stores them: set it on
+    /// the side reconciled with an Oracle dataset (stated in every run's warnings).
+    #[serde(default)]
+    pub empty_string_is_null: bool,
     #[serde(default)]
     pub policy: Policy,
     /// How the agent reads this dataset's replication position, for runs that wait

@@ -136,7 +136,12 @@ impl Dataset {
                 self.name
             ))
         })?;
-        let cols = info.bind(&self.name, columns, key_len, &zone)?;
+        let mut cols = info.bind(&self.name, columns, key_len, &zone)?;
+        if self.config.empty_string_is_null {
+            for c in cols.iter_mut().filter(|c| c.spec.format.class == TypeClass::Text) {
+                c.spec.format.empty_is_null = true;
+            }
+        }
         Ok(Bound { info, cols, key_len })
     }
 

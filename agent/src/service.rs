@@ -187,12 +187,7 @@ impl Agent for AgentService {
                 watermark: ds.config.watermark.as_ref().map(|w| w.kind()),
                 group_columns: p.group_columns.clone(),
                 measures: p.measures.clone(),
-                engine_warnings: ds
-                    .connector
-                    .not_live_verified()
-                    .map(str::to_string)
-                    .into_iter()
-                    .collect(),
+                engine_warnings: engine_warnings(&ds),
             })
         }
         .instrument(span)
@@ -808,4 +803,19 @@ impl<T: Send> SendOrClosed<T> for tokio::sync::mpsc::Sender<T> {
             }),
         }
     }
+}
+
+/// What a dataset's describe says of its engine and its settings, for the run's warnings.
+fn engine_warnings(ds: &Dataset) -> Vec<String> {
+    let mut w: Vec<String> = ds
+        .connector
+        .not_live_verified()
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    w.extend(ds.connector.engine().notes().iter().map(|n| n.to_string()));
+    if ds.config.empty_string_is_null {
+        w.push("its empty strings are compared as NULL (empty_string_is_null: true)".into());
+    }
+    w
 }

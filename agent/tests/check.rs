@@ -130,6 +130,16 @@ fn offline_check_accepts_the_example_configs_and_names_unverified_engines() {
         out.contains("warning: SQL Server support is not live-verified"),
         "{out}"
     );
+    let (code, out) = run("agent-oracle.yaml");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        line(&out, "orders").contains("oracle URL valid (not connected)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("warning: Oracle support is not live-verified"),
+        "{out}"
+    );
     // a URL from an unset variable is reported, not checked
     let (code, out) = run("agent.yaml");
     assert_eq!(code, Some(0), "{out}");

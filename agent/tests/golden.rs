@@ -295,6 +295,19 @@ fn fixed_statements(engine: &str) -> Vec<(&'static str, &'static str)> {
                 ("row estimate", m::ROW_ESTIMATE_SQL),
             ]
         }
+        "oracle" => {
+            use tally_agent::dialect::oracle as o;
+            let mut v: Vec<(&'static str, &'static str)> = o::SESSION_SETTINGS
+                .iter()
+                .map(|s| ("session setting", *s))
+                .collect();
+            v.extend([
+                ("begin a request", o::BEGIN),
+                ("database character set", o::CHARSET_SQL),
+                ("row estimate", o::ROW_ESTIMATE_SQL),
+            ]);
+            v
+        }
         _ => vec![],
     }
 }
@@ -345,6 +358,11 @@ fn sqlite_sql() {
 #[test]
 fn mssql_sql() {
     check("mssql", &dialect::mssql::MsSql);
+}
+
+#[test]
+fn oracle_sql() {
+    check("oracle", &dialect::oracle::Oracle);
 }
 
 #[cfg(feature = "duckdb")]

@@ -48,6 +48,10 @@ pub struct FieldFormat {
     /// Decimal: the exact normalised form (trailing fractional zeros and a trailing
     /// point removed), used where either side's scale is undeclared; `scale` is unused.
     pub exact: bool,
+    /// Text: the empty string is rendered as NULL, as Oracle stores it (set by the
+    /// agent from its dataset's `empty_string_is_null`; it never travels on the wire).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub empty_is_null: bool,
 }
 
 impl FieldFormat {
@@ -62,6 +66,7 @@ impl FieldFormat {
             scale,
             fixed_char: false,
             exact: false,
+            empty_is_null: false,
         }
     }
 
@@ -77,6 +82,11 @@ impl FieldFormat {
 
     pub fn exact(mut self, exact: bool) -> Self {
         self.exact = exact;
+        self
+    }
+
+    pub fn empty_is_null(mut self, empty_is_null: bool) -> Self {
+        self.empty_is_null = empty_is_null;
         self
     }
 }
@@ -161,11 +171,15 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
                 .map_err(|_| invalid("boolean", v, "expected true, false or an integer"))?,
         },
         TypeClass::Text => {
-            if fmt.fixed_char {
-                v.trim_end_matches(' ').to_string()
+            let t = if fmt.fixed_char {
+                v.trim_end_matches(' ')
             } else {
-                v.to_string()
+                v
+            };
+            if t.is_empty() && fmt.empty_is_null {
+                return Ok(None);
             }
+            t.to_string()
         }
         TypeClass::Date => canonical_date(v)?,
         TypeClass::Timestamp => canonical_timestamp(v, fmt.scale, false)?,
@@ -735,6 +749,28 @@ pub fn row_string<'a>(fields: impl IntoIterator<Item = Option<&'a str>>) -> Stri
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn empty_strings_are_null_only_where_the_dataset_says_so() {
+        let text = FieldFormat::new(TypeClass::Text);
+        assert_eq!(canonical_from_text(&text, Some("")).unwrap(), Some(String::new()));
+        let oracle_like = text.empty_is_null(true);
+        assert_eq!(canonical_from_text(&oracle_like, Some("")).unwrap(), None);
+        assert_eq!(canonical_value(&oracle_like, &Value::Text("")).unwrap(), None);
+        assert_eq!(
+            canonical_from_text(&oracle_like, Some(" ")).unwrap(),
+            Some(" ".into())
+        );
+        // CHAR(n) padding is removed first
+        assert_eq!(
+            canonical_from_text(&oracle_like.fixed_char(true), Some("   ")).unwrap(),
+            None
+        );
+        // other classes are untouched
+        let bin = FieldFormat::new(TypeClass::Binary).empty_is_null(true);
+        assert_eq!(canonical_from_text(&bin, Some("")).unwrap(), Some(String::new()));
+    }
+
     use super::*;
 
     fn fp(v: &str, s: u32) -> String {

@@ -9,6 +9,7 @@
 pub mod duckdb;
 pub mod mssql;
 pub mod mysql;
+pub mod oracle;
 pub mod postgres;
 pub mod sqlite;
 pub mod sqlx_conn;
@@ -100,6 +101,10 @@ pub trait EngineConnector: Send + Sync + 'static {
     fn not_live_verified(&self) -> Option<&'static str> {
         None
     }
+    /// What every run involving this engine should know of it (Oracle's `''` is NULL).
+    fn notes(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// A connection of its own (from the engine's pool, if it has one), outside any
     /// transaction.
     async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>>;
@@ -169,6 +174,7 @@ pub static ENGINES: &[Engine] = &[
     #[cfg(feature = "duckdb")]
     duckdb::ENGINE,
     mssql::ENGINE,
+    oracle::ENGINE,
 ];
 
 /// The engine a URL names, or an error naming the scheme and what to do.
@@ -179,7 +185,6 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
     }
     Err(AgentError::Config(match scheme {
         "duckdb" => "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
-        "oracle" => format!("{scheme}:// is not supported by this agent build yet"),
         _ => {
             let known: Vec<&str> = ENGINES.iter().flat_map(|e| e.schemes.iter().copied()).collect();
             format!(

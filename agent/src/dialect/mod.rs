@@ -11,6 +11,7 @@
 pub mod duckdb;
 pub mod mssql;
 pub mod mysql;
+pub mod oracle;
 pub mod postgres;
 pub mod sqlite;
 
@@ -116,6 +117,25 @@ pub trait Dialect: Sync {
     }
 }
 
+/// The canonical text of a column as this engine renders it, with a dataset's
+/// `empty_string_is_null` applied as the reference applies it. The test is bytewise:
+/// under a PAD SPACE collation (MySQL's) `' ' = ''` holds, and `NULLIF` would turn a
+/// space into NULL.
+pub fn canonical(d: &dyn Dialect, col: &BoundColumn) -> Option<String> {
+    let e = d.canonical_expr(col)?;
+    Some(
+        if col.spec.format.empty_is_null && col.spec.format.class == TypeClass::Text {
+            format!(
+                "CASE WHEN {} = {} THEN NULL ELSE {e} END",
+                d.bytewise(&e),
+                d.bytewise("''")
+            )
+        } else {
+            e
+        },
+    )
+}
+
 /// `SELECT MIN(k), MAX(k)` of a single-column key, each as text.
 pub fn key_min_max(d: &dyn Dialect, source: &Source, key: &ColumnInfo) -> (String, String) {
     let k = d.quote(&key.name);
@@ -153,7 +173,7 @@ pub fn period_column<'a>(cols: &'a [BoundColumn], p: &Period) -> Option<&'a Boun
 /// The period label expression of a period's column, if this engine renders it.
 fn period_label_expr(d: &dyn Dialect, cols: &[BoundColumn], p: &Period) -> Option<String> {
     let c = period_column(cols, p)?;
-    period_expr(d, &d.canonical_expr(c)?, p.granularity)
+    period_expr(d, &canonical(d, c)?, p.granularity)
 }
 
 /// The relation rows come from.
@@ -358,7 +378,7 @@ fn window_condition(b: &mut Binder<'_>, seg: &Segment, cols: &[BoundColumn]) -> 
             format!("{} <= {p}", b.d.quote(&c.info.name))
         }
         WindowBound::Text(t) => {
-            let e = b.d.canonical_expr(c)?;
+            let e = canonical(b.d, c)?;
             let p = b.text(&t);
             format!("{} <= {}", b.d.bytewise(&e), b.d.bytewise(&p))
         }
@@ -381,7 +401,7 @@ fn order_by(d: &dyn Dialect, key: &[&ColumnInfo]) -> String {
 pub fn row_string_expr(d: &dyn Dialect, cols: &[BoundColumn]) -> Option<String> {
     let fields = cols
         .iter()
-        .map(|c| d.canonical_expr(c).map(|e| d.field_expr(&e)))
+        .map(|c| canonical(d, c).map(|e| d.field_expr(&e)))
         .collect::<Option<Vec<_>>>()?;
     Some(d.concat(&fields))
 }
@@ -447,13 +467,12 @@ fn fetch_rows_with(
         .map(|(i, c)| {
             let e = match shape {
                 FetchShape::Raw => d.quote(&c.info.name),
-                FetchShape::Canonical => d
-                    .canonical_expr(c)
+                FetchShape::Canonical => canonical(d, c)
                     .or_else(|| d.text_expr(c))
                     .unwrap_or_else(|| d.quote(&c.info.name)),
                 FetchShape::Text => d
                     .text_expr(c)
-                    .or_else(|| d.canonical_expr(c))
+                    .or_else(|| canonical(d, c))
                     .unwrap_or_else(|| d.quote(&c.info.name)),
             };
             format!("{e} AS {}", d.quote(&format!("tally_f{i}")))
