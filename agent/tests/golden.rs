@@ -185,7 +185,7 @@ fn render(d: &dyn Dialect) -> String {
     if let Some(sql) = d.watermark_sql(&w) {
         section("watermark (an agent-side query)", sql, &[]);
     }
-    for (title, sql) in fixed_statements(d.name()) {
+    for (title, sql) in d.fixed_statements() {
         section(title, sql.to_string(), &[]);
     }
     out
@@ -279,36 +279,6 @@ fn pushdown_subset(
             s.text,
             &s.binds,
         );
-    }
-}
-
-/// The statements an engine's connector runs as written (catalog, session, transaction).
-fn fixed_statements(engine: &str) -> Vec<(&'static str, &'static str)> {
-    match engine {
-        "mssql" => {
-            use tally_agent::dialect::mssql as m;
-            vec![
-                ("session settings", m::SESSION_SETTINGS),
-                ("begin a request", m::BEGIN),
-                ("server version", m::VERSION_SQL),
-                ("columns of a table or query", m::COLUMNS_SQL),
-                ("row estimate", m::ROW_ESTIMATE_SQL),
-            ]
-        }
-        "oracle" => {
-            use tally_agent::dialect::oracle as o;
-            let mut v: Vec<(&'static str, &'static str)> = o::SESSION_SETTINGS
-                .iter()
-                .map(|s| ("session setting", *s))
-                .collect();
-            v.extend([
-                ("begin a request", o::BEGIN),
-                ("database character set", o::CHARSET_SQL),
-                ("row estimate", o::ROW_ESTIMATE_SQL),
-            ]);
-            v
-        }
-        _ => vec![],
     }
 }
 

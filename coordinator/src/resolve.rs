@@ -604,6 +604,32 @@ mod tests {
     }
 
     #[test]
+    fn what_an_agent_says_of_its_engine_goes_into_the_runs_warnings() {
+        let cols = || vec![col("id", TypeClass::Integer, "bigint", None)];
+        let mut s = describe("orders", cols());
+        s.engine = "mssql".into();
+        s.engine_warnings = vec!["SQL Server support is not live-verified".into()];
+        let mut t = describe("orders_copy", cols());
+        t.engine_warnings = vec!["its empty strings are compared as NULL".into()];
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w == "source dataset orders (mssql): SQL Server support is not live-verified"),
+            "{:?}",
+            r.warnings
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("target dataset orders_copy")
+                    && w.ends_with("its empty strings are compared as NULL")),
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    #[test]
     fn drift_is_reported_before_any_scan() {
         let s = describe(
             "x",

@@ -115,6 +115,12 @@ pub trait Dialect: Sync {
     fn count_all(&self) -> &'static str {
         "COUNT(*)"
     }
+    /// Statements this engine's connector runs as written (session settings, the
+    /// transaction, catalog queries), titled, for the golden SQL files and their parse
+    /// checks.
+    fn fixed_statements(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
 }
 
 /// The canonical text of a column as this engine renders it, with a dataset's

@@ -276,6 +276,16 @@ impl Dialect for MsSql {
     fn count_all(&self) -> &'static str {
         "COUNT_BIG(*)"
     }
+
+    fn fixed_statements(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("session settings", SESSION_SETTINGS),
+            ("begin a request", BEGIN),
+            ("server version", VERSION_SQL),
+            ("columns of a table or query", COLUMNS_SQL),
+            ("row estimate", ROW_ESTIMATE_SQL),
+        ]
+    }
 }
 
 /// The bytes a checksum hashes: a sealed method's key, then the row string's UTF-8.

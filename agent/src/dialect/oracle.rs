@@ -276,6 +276,17 @@ impl Dialect for Oracle {
     fn substr(&self, e: &str, start: usize, len: usize) -> String {
         format!("SUBSTR({e}, {start}, {len})")
     }
+
+    fn fixed_statements(&self) -> Vec<(&'static str, &'static str)> {
+        let mut v: Vec<(&'static str, &'static str)> =
+            SESSION_SETTINGS.iter().map(|s| ("session setting", *s)).collect();
+        v.extend([
+            ("begin a request", BEGIN),
+            ("database character set", CHARSET_SQL),
+            ("row estimate", ROW_ESTIMATE_SQL),
+        ]);
+        v
+    }
 }
 
 /// The bytes a checksum hashes: a sealed method's key, then the row string's UTF-8.
