@@ -5,9 +5,13 @@
 //! Servers are started once per test process and removed when the process exits
 //! (a reaper process watches the test process). `TALLY_TEST_PG_URL` and
 //! `TALLY_TEST_MYSQL_URL` point the tests at existing servers instead.
+//!
+//! [`engines`] holds one fixture per engine for the live conformance suite
+//! (agent/tests/conformance.rs).
 
 pub mod bins;
 pub mod db;
+pub mod engines;
 pub mod https;
 pub mod netns;
 pub mod proc;
