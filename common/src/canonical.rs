@@ -115,6 +115,8 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
         },
         (TypeClass::Float | TypeClass::Decimal, Value::Float(f)) => canonical_float(*f, fmt.scale),
         (TypeClass::Boolean, Value::Bool(b)) => if *b { "1" } else { "0" }.to_string(),
+        // a bit compared as an integer (SQL renders it 1 or 0 too)
+        (TypeClass::Integer, Value::Bool(b)) => if *b { "1" } else { "0" }.to_string(),
         // an integer column compared as a boolean (MySQL TINYINT(1)) holding 2 is
         // rendered by its value: distinct from both booleans, never folded into one
         (TypeClass::Boolean, Value::Int(i)) => i.to_string(),

@@ -312,6 +312,11 @@ pub fn cell(
     let f = &c.spec.format;
     let v = |value: Value<'_>| canonical_value(f, &value);
     let t = |s: String| canonical_from_text(f, Some(&s));
+    // a timestamp without zone compared as one with zone is read in the dataset's zone
+    let tz = |s: String| match &c.zone {
+        Some(z) => t(format!("{s}{z}")),
+        None => t(s),
+    };
     match d {
         ColumnData::U8(None)
         | ColumnData::I16(None)
@@ -348,11 +353,11 @@ pub fn cell(
             // 1/300 s, rounded to the milliseconds SQL Server shows (.003, .007)
             let ms = (u64::from(dt.seconds_fragments()) * 10 + 1) / 3;
             let day = days_from_civil(1900, 1, 1) - days_from_civil(1, 1, 1) + i64::from(dt.days());
-            t(format!("{} {}", date_text(day), time_text(ms, 3)))
+            tz(format!("{} {}", date_text(day), time_text(ms, 3)))
         }
         ColumnData::SmallDateTime(Some(dt)) => {
             let day = days_from_civil(1900, 1, 1) - days_from_civil(1, 1, 1) + i64::from(dt.days());
-            t(format!(
+            tz(format!(
                 "{} {}",
                 date_text(day),
                 time_text(u64::from(dt.seconds_fragments()) * 60, 0)
@@ -360,7 +365,7 @@ pub fn cell(
         }
         ColumnData::Date(Some(day)) => t(date_text(i64::from(day.days()))),
         ColumnData::Time(Some(tm)) => t(time_text(tm.increments(), tm.scale())),
-        ColumnData::DateTime2(Some(dt)) => t(format!(
+        ColumnData::DateTime2(Some(dt)) => tz(format!(
             "{} {}",
             date_text(i64::from(dt.date().days())),
             time_text(dt.time().increments(), dt.time().scale())
@@ -645,6 +650,17 @@ mod tests {
             canon(Timestamp, 0, ColumnData::SmallDateTime(Some(small))),
             Some("1900-01-02T01:01:00".into())
         );
+    }
+
+    #[test]
+    fn a_zoneless_timestamp_compared_with_zone_is_read_in_the_datasets_zone() {
+        let mut c = col(TypeClass::TimestampTz, 0);
+        c.info.class = TypeClass::Timestamp;
+        c.zone = Some("+02:00".into());
+        let day = (days_from_civil(2024, 3, 15) - days_from_civil(1, 1, 1)) as u32;
+        let t = tds::Time::new((14 * 3600) as u64 * 10_000_000, 7);
+        let d = ColumnData::DateTime2(Some(DateTime2::new(tds::Date::new(day), t)));
+        assert_eq!(cell(&c, &d).unwrap(), Some("2024-03-15T12:00:00Z".into()));
     }
 
     #[test]

@@ -321,6 +321,14 @@ pub fn timestamp_text(t: &Timestamp) -> String {
     s
 }
 
+/// A zone-less timestamp text with the dataset's offset, before any ` BC` mark.
+fn with_zone(text: &str, zone: &str) -> String {
+    match text.strip_suffix(" BC") {
+        Some(t) => format!("{t}{zone} BC"),
+        None => format!("{text}{zone}"),
+    }
+}
+
 /// The canonical text of one driver value at the column's format, `None` for NULL.
 pub fn cell(c: &BoundColumn, v: &SqlValue) -> std::result::Result<Option<String>, CanonicalError> {
     let f = &c.spec.format;
@@ -336,7 +344,8 @@ pub fn cell(c: &BoundColumn, v: &SqlValue) -> std::result::Result<Option<String>
     }
     let ty = v.oracle_type().map_err(|_| bad(""))?.clone();
     match ty {
-        OracleType::Number(..) => {
+        // FLOAT(p) is a decimal NUMBER too, not a double
+        OracleType::Number(..) | OracleType::Float(_) => {
             // the driver's text of a NUMBER is exact (it may use an exponent)
             let t: String = v.get().map_err(|_| bad(""))?;
             canonical_from_text(f, Some(&t))
@@ -345,7 +354,7 @@ pub fn cell(c: &BoundColumn, v: &SqlValue) -> std::result::Result<Option<String>
             let x: f32 = v.get().map_err(|_| bad(""))?;
             canonical_value(f, &Value::Float(f64::from(x)))
         }
-        OracleType::BinaryDouble | OracleType::Float(_) => {
+        OracleType::BinaryDouble => {
             let x: f64 = v.get().map_err(|_| bad(""))?;
             canonical_value(f, &Value::Float(x))
         }
@@ -372,7 +381,14 @@ pub fn cell(c: &BoundColumn, v: &SqlValue) -> std::result::Result<Option<String>
         | OracleType::TimestampTZ(_)
         | OracleType::TimestampLTZ(_) => {
             let t: Timestamp = v.get().map_err(|_| bad(""))?;
-            canonical_from_text(f, Some(&timestamp_text(&t)))
+            let mut text = timestamp_text(&t);
+            // a timestamp without zone compared as one with zone is read in the dataset's
+            if !t.with_tz()
+                && let Some(z) = &c.zone
+            {
+                text = with_zone(&text, z);
+            }
+            canonical_from_text(f, Some(&text))
         }
         _ => Err(bad("type")),
     }
@@ -472,7 +488,7 @@ impl EngineConn for Conn {
                     [o, t] => (Some(o), t),
                     _ => return Err(AgentError::Config("bad table name".into())),
                 };
-                let unquote = |s: &str| Oracle.quote(s).trim_matches('"').replace("\"\"", "\"");
+                let unquote = |s: &str| dialect::fold(s);
                 let binds = vec![
                     KeyPart::Text(owner.map(|o| unquote(o)).unwrap_or_default()),
                     KeyPart::Text(unquote(table)),

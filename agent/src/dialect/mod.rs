@@ -50,6 +50,26 @@ pub trait Dialect: Sync {
     fn key_param(&self, n: usize, _col: &ColumnInfo) -> String {
         self.placeholder(n)
     }
+    /// A key value written as a literal (investigation SQL, `COPY`), in the form key
+    /// predicates compare with [`Dialect::key_expr`].
+    fn key_literal(&self, v: &KeyPart, _col: &ColumnInfo) -> String {
+        self.literal(v)
+    }
+    /// A part of a configured table name (`schema.table`): quoted as written, or as
+    /// the engine folds unquoted names (Oracle: upper case).
+    fn table_part(&self, part: &str) -> String {
+        self.quote(part)
+    }
+    /// What a raw-shape fetch selects for a column: the column, or a cast the driver
+    /// decodes exactly.
+    fn raw_expr(&self, col: &BoundColumn) -> String {
+        self.quote(&col.info.name)
+    }
+    /// Whether a canonical text expression is the empty string, compared bytewise
+    /// (under a PAD SPACE collation `' ' = ''` would hold).
+    fn is_empty_text(&self, e: &str) -> String {
+        format!("{} = {}", self.bytewise(e), self.bytewise("''"))
+    }
     /// The canonical text of a column (DESIGN §3), or `None` when this engine cannot
     /// render it faithfully (the agent then computes it in-process).
     fn canonical_expr(&self, col: &BoundColumn) -> Option<String>;
@@ -131,11 +151,7 @@ pub fn canonical(d: &dyn Dialect, col: &BoundColumn) -> Option<String> {
     let e = d.canonical_expr(col)?;
     Some(
         if col.spec.format.empty_is_null && col.spec.format.class == TypeClass::Text {
-            format!(
-                "CASE WHEN {} = {} THEN NULL ELSE {e} END",
-                d.bytewise(&e),
-                d.bytewise("''")
-            )
+            format!("CASE WHEN {} THEN NULL ELSE {e} END", d.is_empty_text(&e))
         } else {
             e
         },
@@ -185,7 +201,11 @@ fn period_label_expr(d: &dyn Dialect, cols: &[BoundColumn], p: &Period) -> Optio
 /// The relation rows come from.
 pub fn relation(d: &dyn Dialect, source: &Source) -> String {
     match source {
-        Source::Table(parts) => parts.iter().map(|p| d.quote(p)).collect::<Vec<_>>().join("."),
+        Source::Table(parts) => parts
+            .iter()
+            .map(|p| d.table_part(p))
+            .collect::<Vec<_>>()
+            .join("."),
         // no `AS`: Oracle refuses it before a table alias, every engine takes this form
         Source::Query(q) => format!("({q}) {}", d.quote("tally_src")),
     }
@@ -211,7 +231,7 @@ impl<'a> Binder<'a> {
 
     fn bind(&mut self, v: KeyPart, col: &ColumnInfo) -> String {
         if self.inline {
-            return self.d.literal(&v);
+            return self.d.key_literal(&v, col);
         }
         self.binds.push(v);
         self.d.key_param(self.binds.len(), col)
@@ -472,7 +492,7 @@ fn fetch_rows_with(
         .enumerate()
         .map(|(i, c)| {
             let e = match shape {
-                FetchShape::Raw => d.quote(&c.info.name),
+                FetchShape::Raw => d.raw_expr(c),
                 FetchShape::Canonical => canonical(d, c)
                     .or_else(|| d.text_expr(c))
                     .unwrap_or_else(|| d.quote(&c.info.name)),
@@ -625,6 +645,16 @@ pub fn aggregate(
     };
     let mut b = Binder::new(d);
     let kq: Vec<String> = key.iter().map(|c| d.quote(&c.name)).collect();
+    // the key columns as the arms select them: as the driver decodes them exactly
+    // (SQL Server's VARCHAR as NVARCHAR), under their own names
+    let ks: Vec<String> = cols[..key.len()]
+        .iter()
+        .zip(&kq)
+        .map(|(c, q)| match d.raw_expr(c) {
+            r if &r == q => r,
+            r => format!("{r} AS {q}"),
+        })
+        .collect();
     let kx = key_tuple_expr(d, key);
     let mut arms = Vec::new();
     for (i, (seg, rule)) in parents.iter().enumerate() {
@@ -681,7 +711,7 @@ pub fn aggregate(
         // fenced: the row hash feeds SUM and XOR, and must be computed once per row
         arms.push(format!(
             "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}{}",
-            kq.join(", "),
+            ks.join(", "),
             relation(d, source),
             where_clause(&conds),
             d.fence()

@@ -32,6 +32,19 @@ use crate::watermark::WatermarkRead;
 /// The collation that makes a `VARCHAR` hold UTF-8 (SQL Server 2019+).
 pub const UTF8: &str = "Latin1_General_100_BIN2_UTF8";
 
+/// A binary collation for comparing hex texts by their bytes.
+const BIN2: &str = "Latin1_General_100_BIN2";
+
+/// The base name of a declared type (`decimal(10,2)` → `decimal`).
+fn base_type(declared: &str) -> String {
+    declared
+        .split('(')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// Statements every session runs once, after connecting: settings that decide how
 /// the SQL below parses and what its text functions return.
 pub const SESSION_SETTINGS: &str = "SET ANSI_NULLS ON; SET QUOTED_IDENTIFIER ON; SET CONCAT_NULL_YIELDS_NULL ON; \
@@ -103,6 +116,18 @@ fn fraction(x: &str, p: u32) -> String {
     }
 }
 
+/// A `datetime` (1/300 s) or `smalldatetime` as the `datetime2` SQL Server displays:
+/// rounded to milliseconds (`.187`, where `DATEPART(NANOSECOND, ..)` of the `datetime`
+/// reads 186,666,666 from compatibility level 130), as the agent renders the driver's
+/// value.
+fn as_datetime2(x: &str, declared: &str) -> String {
+    match base_type(declared).as_str() {
+        "datetime" => format!("CAST({x} AS DATETIME2(3))"),
+        "smalldatetime" => format!("CAST({x} AS DATETIME2(0))"),
+        _ => x.to_string(),
+    }
+}
+
 /// `CONCAT(parts)` that stays NULL when `x` is NULL (CONCAT reads NULL as '', which
 /// would turn a NULL time into the text `T.`).
 fn concat_of(x: &str, parts: &str) -> String {
@@ -146,6 +171,8 @@ impl Dialect for MsSql {
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
+            // CHAR(n) keys compare without their padding, as their canonical text does
+            TypeClass::Text if col.fixed_char => self.bytewise(&format!("RTRIM({})", self.quote(&col.name))),
             TypeClass::Text => self.bytewise(&self.quote(&col.name)),
             _ => self.quote(&col.name),
         }
@@ -158,8 +185,38 @@ impl Dialect for MsSql {
         }
     }
 
+    /// The UTF-8 bytes as uppercase hex under a binary collation: VARBINARY comparisons
+    /// ignore trailing zero bytes (`'k'` = `'k' + NCHAR(0)`), hex text does not (a
+    /// shorter text is padded with spaces, which sort below every hex digit).
     fn bytewise(&self, e: &str) -> String {
-        format!("CONVERT(VARBINARY(MAX), {})", utf8(e))
+        format!(
+            "CONVERT(VARCHAR(MAX), CONVERT(VARBINARY(MAX), {}), 2) COLLATE {BIN2}",
+            utf8(e)
+        )
+    }
+
+    fn key_literal(&self, v: &KeyPart, col: &ColumnInfo) -> String {
+        match (v, col.class) {
+            (KeyPart::Text(_), TypeClass::Text) => self.bytewise(&self.literal(v)),
+            _ => self.literal(v),
+        }
+    }
+
+    /// Character columns arrive as NVARCHAR (tiberius does not decode `_UTF8` VARCHAR
+    /// collations), money as an exact DECIMAL (tiberius reads it through a double).
+    fn raw_expr(&self, col: &BoundColumn) -> String {
+        let x = self.quote(&col.info.name);
+        match base_type(&col.info.declared_type).as_str() {
+            "char" | "varchar" | "text" => format!("CAST({x} AS NVARCHAR(MAX))"),
+            "money" | "smallmoney" => format!("CAST({x} AS DECIMAL(19, 4))"),
+            _ => x,
+        }
+    }
+
+    /// By length: VARBINARY equality ignores trailing zero bytes, so `NCHAR(0)` would
+    /// compare equal to `''`.
+    fn is_empty_text(&self, e: &str) -> String {
+        format!("DATALENGTH({e}) = 0")
     }
 
     fn canonical_expr(&self, col: &BoundColumn) -> Option<String> {
@@ -175,13 +232,14 @@ impl Dialect for MsSql {
             TypeClass::Text if f.fixed_char => utf8(&format!("RTRIM({x})")),
             TypeClass::Text => utf8(&x),
             TypeClass::Date => format!("CONVERT(VARCHAR(10), {x}, 23)"),
-            TypeClass::Timestamp => timestamp(&x, s, ""),
+            TypeClass::Timestamp => timestamp(&as_datetime2(&x, &col.info.declared_type), s, ""),
             TypeClass::TimestampTz => {
+                let t = as_datetime2(&x, &col.info.declared_type);
                 let u = match (&col.zone, col.info.class) {
                     (Some(z), TypeClass::Timestamp) => {
-                        format!("CAST(SWITCHOFFSET(TODATETIMEOFFSET({x}, '{z}'), '+00:00') AS DATETIME2(7))")
+                        format!("CAST(SWITCHOFFSET(TODATETIMEOFFSET({t}, '{z}'), '+00:00') AS DATETIME2(7))")
                     }
-                    (_, TypeClass::Timestamp) => x.clone(),
+                    (_, TypeClass::Timestamp) => t,
                     _ => format!("CAST(SWITCHOFFSET({x}, '+00:00') AS DATETIME2(7))"),
                 };
                 timestamp(&u, s, ", 'Z'")
@@ -249,8 +307,9 @@ impl Dialect for MsSql {
     }
 
     fn int_div(&self, a: &str, b: &str) -> String {
-        // BIGINT division truncates; both sides are non-negative here
-        format!("({a} / {b})")
+        // BIGINT division truncates (both sides are non-negative here); a literal past
+        // 2^31 is a DECIMAL in T-SQL, whose division would keep a fraction
+        format!("(CAST({a} AS BIGINT) / CAST({b} AS BIGINT))")
     }
 
     fn int_text(&self, e: &str) -> String {
@@ -347,6 +406,58 @@ mod tests {
                 "{class}: {e}"
             );
         }
+    }
+
+    fn declared(name: &str, declared: &str, class: TypeClass, scale: u32) -> BoundColumn {
+        use tally_common::canonical::FieldFormat;
+        use tally_common::segment::ColumnSpec;
+        BoundColumn {
+            info: classify(declared).column(name.into(), declared.into(), true),
+            spec: ColumnSpec {
+                name: name.into(),
+                format: FieldFormat::new(class).with_scale(scale),
+            },
+            zone: None,
+        }
+    }
+
+    // what the review of this dialect found (issue 15): each case pinned
+    #[test]
+    fn values_the_driver_cannot_decode_exactly_are_cast_before_they_are_read() {
+        let money = declared("amount", "money", TypeClass::Decimal, 4);
+        assert_eq!(MsSql.raw_expr(&money), "CAST([amount] AS DECIMAL(19, 4))");
+        let utf8 = declared("name", "varchar(40)", TypeClass::Text, 0);
+        assert_eq!(MsSql.raw_expr(&utf8), "CAST([name] AS NVARCHAR(MAX))");
+        let n = declared("name", "nvarchar(40)", TypeClass::Text, 0);
+        assert_eq!(MsSql.raw_expr(&n), "[name]");
+        // a datetime is read as the datetime2(3) SQL Server shows, not its 1/300 s
+        let dt = declared("at", "datetime", TypeClass::Timestamp, 3);
+        let e = MsSql.canonical_expr(&dt).unwrap();
+        assert!(
+            e.contains("DATEPART(NANOSECOND, CAST([at] AS DATETIME2(3)))"),
+            "{e}"
+        );
+        assert!(!e.contains("DATEPART(NANOSECOND, [at])"), "{e}");
+    }
+
+    #[test]
+    fn hash_children_divide_as_bigints_and_empty_is_a_length() {
+        // a literal past 2^31 is a DECIMAL in T-SQL: its division would keep a fraction
+        assert_eq!(
+            MsSql.int_div("([bh] - 288230376151711744)", "144115188075855872"),
+            "(CAST(([bh] - 288230376151711744) AS BIGINT) / CAST(144115188075855872 AS BIGINT))"
+        );
+        // VARBINARY equality ignores trailing zero bytes: NCHAR(0) is not empty
+        assert_eq!(MsSql.is_empty_text("x"), "DATALENGTH(x) = 0");
+        // keys compare as hex text, which keeps trailing zero bytes apart
+        let key = classify("nvarchar(10)").column("k".into(), "nvarchar(10)".into(), false);
+        assert!(
+            MsSql
+                .key_expr(&key)
+                .ends_with(", 2) COLLATE Latin1_General_100_BIN2")
+        );
+        let fixed = classify("nchar(4)").column("k".into(), "nchar(4)".into(), false);
+        assert!(MsSql.key_expr(&fixed).contains("RTRIM([k])"));
     }
 
     #[test]

@@ -16,9 +16,10 @@
 //! - Oracle has no row-value range comparison (composite bounds are expanded), no
 //!   `AS` before a table alias, and no 64-bit XOR aggregate before 21c: SUM only.
 //! - `''` is NULL in Oracle. A row string longer than the `VARCHAR2` limit (4000
-//!   bytes, or 32767 with `MAX_STRING_SIZE = EXTENDED`) makes the pushed-down query fail
-//!   (ORA-01489): the default in-process path reads such rows and hashes them in the
-//!   agent.
+//!   bytes, or 32767 with `MAX_STRING_SIZE = EXTENDED`), or than the 2000-byte `RAW`
+//!   that `UTL_I18N.STRING_TO_RAW` returns under `STANDARD`, makes the pushed-down query
+//!   fail (ORA-01489 and the like, never a truncation): the default in-process path
+//!   reads such rows and hashes them in the agent.
 
 use tally_common::checksum::HashMethod;
 use tally_common::segment::KeyPart;
@@ -64,7 +65,9 @@ pub fn classify(name: &str, precision: i32, scale: i32) -> TypeEntry {
         "NUMBER" if precision == 0 || scale < 0 => TypeEntry::of(Decimal),
         "NUMBER" => TypeEntry::of(Decimal).scale(Some(scale as u32)),
         "BINARY_FLOAT" => TypeEntry::of(Float).native(Native::Float32),
-        "BINARY_DOUBLE" | "FLOAT" => TypeEntry::of(Float),
+        "BINARY_DOUBLE" => TypeEntry::of(Float),
+        // FLOAT(p) is a decimal NUMBER of up to 38 digits, not an IEEE double: exact
+        "FLOAT" => TypeEntry::of(Decimal),
         "BOOLEAN" => TypeEntry::of(Boolean),
         "CHAR" | "NCHAR" => TypeEntry::of(Text).fixed(),
         "VARCHAR2" | "NVARCHAR2" | "CLOB" | "NCLOB" | "LONG" => TypeEntry::of(Text),
@@ -105,6 +108,18 @@ fn timestamp(x: &str, p: u32, suffix: &str) -> String {
     )
 }
 
+/// A name as Oracle stores an unquoted one: lower-case names in upper case.
+pub fn fold(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '$' | '#'))
+    {
+        name.to_ascii_uppercase()
+    } else {
+        name.to_string()
+    }
+}
+
 /// A text expression's UTF-8 bytes (the database character set is AL32UTF8).
 fn utf8_raw(e: &str) -> String {
     format!("UTL_I18N.STRING_TO_RAW({e}, 'AL32UTF8')")
@@ -115,18 +130,22 @@ impl Dialect for Oracle {
         "oracle"
     }
 
-    /// Oracle folds unquoted names to upper case: a name written in lower case (as
-    /// configs and specs usually are) is quoted in upper case, any other as written.
+    /// As written: column names come from the driver's describe, spelled as stored.
     fn quote(&self, ident: &str) -> String {
-        let folded = if ident
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '$' | '#'))
-        {
-            ident.to_ascii_uppercase()
-        } else {
-            ident.to_string()
-        };
-        format!("\"{}\"", folded.replace('"', "\"\""))
+        format!("\"{}\"", ident.replace('"', "\"\""))
+    }
+
+    /// Oracle folds unquoted names to upper case: a configured table name written in
+    /// lower case (as configs usually are) is quoted in upper case, any other as written.
+    fn table_part(&self, part: &str) -> String {
+        self.quote(&fold(part))
+    }
+
+    fn key_literal(&self, v: &KeyPart, col: &ColumnInfo) -> String {
+        match (v, col.class) {
+            (KeyPart::Text(_), TypeClass::Text) => utf8_raw(&self.literal(v)),
+            _ => self.literal(v),
+        }
     }
 
     /// Bound by position, in order of appearance (each value is bound once per use).
@@ -146,6 +165,8 @@ impl Dialect for Oracle {
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
+            // CHAR(n) keys compare without their padding, as their canonical text does
+            TypeClass::Text if col.fixed_char => utf8_raw(&format!("RTRIM({}, ' ')", self.quote(&col.name))),
             TypeClass::Text => utf8_raw(&self.quote(&col.name)),
             _ => self.quote(&col.name),
         }
@@ -171,21 +192,20 @@ impl Dialect for Oracle {
             // floats, booleans and undeclared scales are made canonical in the agent
             TypeClass::Decimal if col.info.class != TypeClass::Decimal || f.exact => return None,
             TypeClass::Decimal => {
-                // the declared precision bounds the integer digits: the mask cannot overflow
-                let int_digits = 38u32.saturating_sub(s).max(1);
+                // 38 integer digits whatever the scale: a declared NUMBER(p,s) (p <= 38,
+                // s >= 0) never needs more, so the mask cannot overflow to '####' (an
+                // undeclared or negative-scale NUMBER is rendered in the agent)
                 let frac = if s == 0 {
                     String::new()
                 } else {
                     format!(".{}", "0".repeat(s as usize))
                 };
-                format!(
-                    "TO_CHAR({x}, 'FM{}0{frac}', {NLS_NUMBER})",
-                    "9".repeat(int_digits.saturating_sub(1) as usize)
-                )
+                format!("TO_CHAR({x}, 'FM{}0{frac}', {NLS_NUMBER})", "9".repeat(37))
             }
             TypeClass::Float | TypeClass::Boolean => return None,
             TypeClass::Text if col.info.native != Native::Plain => return None,
-            TypeClass::Text if f.fixed_char => format!("RTRIM(TO_CHAR({x}), ' ')"),
+            // RTRIM of an all-blank CHAR is NULL in Oracle, not '': rendered in the agent
+            TypeClass::Text if f.fixed_char => return None,
             TypeClass::Text if col.info.declared_type.contains("LOB") => return None,
             TypeClass::Text => format!("TO_CHAR({x})"),
             TypeClass::Date => format!("SUBSTR({}, 1, 10)", timestamp(&x, 0, "")),
@@ -320,11 +340,44 @@ mod tests {
     }
 
     #[test]
-    fn lower_case_names_fold_like_unquoted_identifiers() {
-        assert_eq!(Oracle.quote("orders"), "\"ORDERS\"");
-        assert_eq!(Oracle.quote("ORDER_ID"), "\"ORDER_ID\"");
-        assert_eq!(Oracle.quote("Mixed"), "\"Mixed\"");
+    fn configured_lower_case_table_names_fold_and_described_columns_do_not() {
+        assert_eq!(Oracle.table_part("orders"), "\"ORDERS\"");
+        assert_eq!(Oracle.table_part("ORDER_ID"), "\"ORDER_ID\"");
+        assert_eq!(Oracle.table_part("Mixed"), "\"Mixed\"");
+        // a column is quoted as the describe spelled it: a quoted lower-case column stays
+        assert_eq!(Oracle.quote("amount"), "\"amount\"");
         assert_eq!(Oracle.quote("a\"b"), "\"a\"\"b\"");
+    }
+
+    #[test]
+    fn float_is_an_exact_decimal_and_char_is_rendered_in_the_agent() {
+        use tally_common::canonical::FieldFormat;
+        use tally_common::segment::ColumnSpec;
+        let f = classify("FLOAT", 126, 0);
+        assert_eq!((f.class, f.scale), (TypeClass::Decimal, None));
+        let fixed = BoundColumn {
+            info: classify("CHAR", 0, 0).column("CODE".into(), "CHAR(3)".into(), true),
+            spec: ColumnSpec {
+                name: "CODE".into(),
+                format: FieldFormat::new(TypeClass::Text).fixed_char(true),
+            },
+            zone: None,
+        };
+        assert_eq!(Oracle.canonical_expr(&fixed), None);
+        // a resolved scale larger than the column's never overflows the mask
+        let money = BoundColumn {
+            info: classify("NUMBER", 38, 2).column("AMOUNT".into(), "NUMBER(38,2)".into(), true),
+            spec: ColumnSpec {
+                name: "AMOUNT".into(),
+                format: FieldFormat::new(TypeClass::Decimal).with_scale(10),
+            },
+            zone: None,
+        };
+        let e = Oracle.canonical_expr(&money).unwrap();
+        assert!(
+            e.contains(&format!("'FM{}0.{}'", "9".repeat(37), "0".repeat(10))),
+            "{e}"
+        );
     }
 
     #[test]

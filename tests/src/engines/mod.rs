@@ -25,12 +25,13 @@ use tally_common::vectors::{RowVector, VectorField};
 pub mod duckdb;
 pub mod mariadb;
 pub mod mssql;
+pub mod oracle;
 pub mod postgres;
 pub mod sqlite;
 
 /// Engines the suite knows of but has no fixture for yet: (what, the variable that
 /// would point the suite at a live server).
-const WITHOUT_FIXTURE: &[(&str, &str)] = &[("Oracle", "TALLY_TEST_ORACLE_URL")];
+const WITHOUT_FIXTURE: &[(&str, &str)] = &[];
 
 /// Every fixture this build has, whether or not it can run here.
 pub fn all() -> Vec<Box<dyn EngineFixture>> {
@@ -42,6 +43,7 @@ pub fn all() -> Vec<Box<dyn EngineFixture>> {
     #[cfg(feature = "duckdb")]
     v.push(Box::new(duckdb::DuckDb));
     v.push(Box::new(mssql::MsSql::from_env()));
+    v.push(Box::new(oracle::Oracle::from_env()));
     v
 }
 
@@ -88,6 +90,18 @@ pub trait EngineFixture: Send + Sync {
 
     /// The engine's name for people, in `NOT RUN` lines (`SQL Server`).
     fn title(&self) -> &'static str;
+
+    /// How many vectors this engine may leave out as values it cannot store: 24, unless
+    /// the engine lacks whole types (say which in the override).
+    fn max_unstorable(&self) -> usize {
+        24
+    }
+
+    /// Whether the engine stores `''` as NULL (Oracle): a planted "NULL vs empty text"
+    /// difference is then planted as NULL vs a non-empty text.
+    fn empty_string_is_null(&self) -> bool {
+        false
+    }
 
     /// Why this engine cannot run here (no server, no URL); `None` when it can.
     fn unavailable(&self) -> Option<String> {
@@ -187,6 +201,9 @@ pub struct Database {
     pub connector: Connector,
     /// The schema its tables live in, when not the connection's default.
     schema: Option<String>,
+    /// What every table name starts with (empty but for fixtures whose tables share a
+    /// schema with other runs: Oracle's).
+    prefix: String,
     setup: Box<dyn Setup>,
 }
 
@@ -196,8 +213,17 @@ impl Database {
             url,
             connector,
             schema,
+            prefix: String::new(),
             setup,
         }
+    }
+
+    /// The same database with every table name (in setup SQL and in the agent's
+    /// source) starting with `prefix`: a fresh set of tables in a schema that other
+    /// runs share.
+    pub fn with_table_prefix(mut self, prefix: impl Into<String>) -> Database {
+        self.prefix = prefix.into();
+        self
     }
 
     /// Runs setup SQL (DDL and DML) against the database; panics with the engine's
@@ -206,20 +232,22 @@ impl Database {
         self.setup.exec(&self.connector, sql).await;
     }
 
-    /// How setup SQL and the suite's own queries name table `t`: as is, or qualified
-    /// by the fixture's schema.
+    /// How setup SQL and the suite's own queries name table `t`: after the fixture's
+    /// prefix, as is or qualified by the fixture's schema.
     pub fn table(&self, t: &str) -> String {
+        let t = format!("{}{t}", self.prefix);
         match &self.schema {
-            None => t.to_string(),
+            None => t,
             Some(s) => format!("{s}.{t}"),
         }
     }
 
     /// The agent's source for table `t`.
     pub fn source(&self, t: &str) -> Source {
+        let t = format!("{}{t}", self.prefix);
         Source::Table(match &self.schema {
-            None => vec![t.to_string()],
-            Some(s) => vec![s.clone(), t.to_string()],
+            None => vec![t],
+            Some(s) => vec![s.clone(), t],
         })
     }
 }
