@@ -279,7 +279,17 @@ pub struct Planner {
     pub stop: Option<Stop>,
     /// Total rows per side, known after level 1.
     pub totals: Option<(u64, u64)>,
+    /// Level 1's even cuts left most of the key range empty: the keys are clustered
+    /// (islands, a deleted range, sharded id spaces), so even cuts of a parent would
+    /// put its rows in a few children again. Deeper levels then cut by quantiles of
+    /// the source's keys, each parent into as many children as its rows need.
+    #[serde(default)]
+    pub gapped: bool,
 }
+
+/// Level 1 counts as gapped when at least this many even segments were cut and at
+/// most a quarter of them hold a row.
+const GAPPED_MIN_SEGMENTS: usize = 16;
 
 impl Planner {
     pub fn new(params: PlanParams) -> Planner {
@@ -299,6 +309,7 @@ impl Planner {
             levels: Vec::new(),
             stop: None,
             totals: None,
+            gapped: false,
         }
     }
 
@@ -326,6 +337,27 @@ impl Planner {
         };
         let mut splits: Vec<Split> = self.pending.iter().map(|_| split.clone()).collect();
         let mut follows = follows;
+        if self.gapped && self.level >= 1 && matches!(split, Split::Quantile(_)) {
+            // clustered keys: cuts that follow the data, sized by each parent's rows
+            // so its children land near level 1's size in one level
+            let target = (self.params.threshold / FIRST_LEVEL_FRACTION).max(1);
+            let splits = self
+                .pending
+                .iter()
+                .map(|p| {
+                    let rows = p.aggs.map_or(0, |(s, t)| s.count().max(t.count()));
+                    let n = rows.div_ceil(target).max(1).next_power_of_two();
+                    Split::Quantile(n.clamp(u64::from(f), 1024) as u32)
+                })
+                .collect();
+            return Some(LevelPlan {
+                level: self.level + 1,
+                parents: self.pending.iter().map(|p| p.segment.clone()).collect(),
+                split,
+                splits,
+                target_follows_source: true,
+            });
+        }
         // a single integer key with a known range: even cuts, no need to wait for the source
         if let (Split::Quantile(_), Some(range)) = (&split, self.params.int_range) {
             let even: Option<Vec<Split>> = self
@@ -462,6 +494,16 @@ impl Planner {
         };
         if plan.level == 1 {
             self.totals = Some((src_rows, tgt_rows));
+            // even cuts that found the rows in a quarter of the key range or less
+            let even = !plan.target_follows_source && self.params.int_range.is_some();
+            let holding = pairs
+                .iter()
+                .filter(|(a, b)| a.agg.count().max(b.agg.count()) > 0)
+                .count();
+            self.gapped = even
+                && matches!(plan.split, Split::Quantile(_))
+                && segments >= GAPPED_MIN_SEGMENTS
+                && holding * 4 <= segments;
         }
         let degenerate = plan.level >= 2
             && stats.differing >= EARLY_STOP_MIN
@@ -942,6 +984,61 @@ mod tests {
             None,
             "one key value cannot be cut"
         );
+    }
+
+    /// Two islands of keys far apart (issue 16): level 1's even cuts put every row in
+    /// two of its segments; level 2 then cuts each by quantiles into as many children
+    /// as its rows need, so the drill ends after two levels with small leaves, where
+    /// even cuts repeated level after level would split the empty key range again.
+    #[test]
+    fn clustered_integer_keys_are_cut_by_quantiles_after_level_one() {
+        let island =
+            |from: i64| (from..from + 2000).map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15)));
+        let rows: Vec<(i64, u64)> = island(0).chain(island(1_000_000_000)).collect();
+        let src = Fake { rows: rows.clone() };
+        let mut t = rows;
+        t[17].1 ^= 1;
+        t[2500].1 ^= 1;
+        t.remove(3999);
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Quantile);
+        pp.threshold = 64;
+        pp.first_factor = 64;
+        pp.int_range = Some((0, 1_000_001_999));
+        let (p, _) = run(pp.clone(), &src, &tgt);
+        assert!(p.gapped);
+        assert_eq!(p.levels.len(), 2, "{:?}", p.levels);
+        // level 2: the two islands, each asked for 2000 / (64 / 16) -> 512 quantiles
+        // (the source answers 500 children of 4 rows each)
+        assert!((1000..=1024).contains(&p.levels[1].segments), "{:?}", p.levels);
+        for k in [17, 1_000_000_500, 1_000_001_999] {
+            assert!(
+                p.leaves
+                    .iter()
+                    .any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0)),
+                "{k}: {:?}",
+                p.leaves
+            );
+        }
+        assert!(
+            p.leaves
+                .iter()
+                .all(|l| l.source.count().max(l.target.count()) < 64),
+            "{:?}",
+            p.leaves
+        );
+        // dense keys stay on even cuts, both sides asked at once
+        let dense = Fake { rows: data(4000) };
+        let mut pd = pp;
+        pd.int_range = Some((0, 3999));
+        let mut planner = Planner::new(pd);
+        let plan = planner.next_level().unwrap();
+        let s = dense.answer(&plan.parents, &plan.splits);
+        let mut changed = data(4000);
+        changed[100].1 ^= 1;
+        let t = Fake { rows: changed }.answer(&plan.parents, &plan.splits);
+        planner.observe(&plan, &s, &t).unwrap();
+        assert!(!planner.gapped);
     }
 
     #[test]
