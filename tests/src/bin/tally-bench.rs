@@ -3,7 +3,11 @@
 //! `--repeat`: the bare COUNT(*)+SUM(checksum) scan on each side (the floor), `tally run`
 //! at count_only and at with_keys over real agents with mutual TLS, and reladiff.
 //!
-//! usage: tally-bench [--rows N]... [--k K]... [--repeat R] [--reladiff PATH] [--markdown FILE]
+//! usage: tally-bench [--rows N]... [--k K]... [--layout dense|gapped]... [--repeat R] [--reladiff PATH]
+//! [--markdown FILE]
+//!
+//! `--layout gapped` puts the second half of the keys 10^15 further up: two islands of
+//! keys with nothing between them (issue 16).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -11,9 +15,49 @@ use std::time::{Duration, Instant};
 use tally_e2e::db::{self, Server};
 use tally_e2e::zones::Deployment;
 
+/// Where the keys lie: `g * 3 + g % 2` for row g, dense or in two islands.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    Dense,
+    Gapped,
+}
+
+/// How far the second island starts above the first.
+const ISLAND: u64 = 1_000_000_000_000_000;
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Dense => "dense",
+            Layout::Gapped => "gapped",
+        }
+    }
+
+    /// The key of row `g` of `n`, as SQL over the column `col` (the same in both engines).
+    fn key_sql(self, col: &str, n: u64) -> String {
+        match self {
+            Layout::Dense => format!("{col} * 3 + {col} % 2"),
+            Layout::Gapped => format!(
+                "{col} * 3 + {col} % 2 + CASE WHEN {col} > {} THEN {ISLAND} ELSE 0 END",
+                n / 2
+            ),
+        }
+    }
+
+    /// The key of row `g` of `n`.
+    fn key(self, g: u64, n: u64) -> u64 {
+        let k = g * 3 + g % 2;
+        match self {
+            Layout::Gapped if g > n / 2 => k + ISLAND,
+            _ => k,
+        }
+    }
+}
+
 struct Args {
     rows: Vec<u64>,
     ks: Vec<u64>,
+    layouts: Vec<Layout>,
     repeat: usize,
     reladiff: Option<String>,
     markdown: Option<String>,
@@ -23,6 +67,7 @@ fn args() -> Args {
     let mut a = Args {
         rows: vec![],
         ks: vec![],
+        layouts: vec![],
         repeat: 3,
         reladiff: None,
         markdown: None,
@@ -33,6 +78,11 @@ fn args() -> Args {
         match k.as_str() {
             "--rows" => a.rows.push(v.parse().expect("--rows N")),
             "--k" => a.ks.push(v.parse().expect("--k K")),
+            "--layout" => a.layouts.push(match v.as_str() {
+                "dense" => Layout::Dense,
+                "gapped" => Layout::Gapped,
+                _ => panic!("--layout dense|gapped"),
+            }),
             "--repeat" => a.repeat = v.parse().expect("--repeat R"),
             "--reladiff" => a.reladiff = Some(v),
             "--markdown" => a.markdown = Some(v),
@@ -45,20 +95,24 @@ fn args() -> Args {
     if a.ks.is_empty() {
         a.ks = vec![0, 10, 1000];
     }
+    if a.layouts.is_empty() {
+        a.layouts = vec![Layout::Dense];
+    }
     a
 }
 
 /// Row `g` of the table, the same expression in both engines: a bigint key with gaps,
 /// non-ASCII text, numeric(12,2), a timestamp with microseconds, a nullable text.
-fn load(pg: &Server, my: &Server, n: u64) {
+fn load(pg: &Server, my: &Server, n: u64, layout: Layout) {
     let t = Instant::now();
+    let (pk, mk) = (layout.key_sql("g", n), layout.key_sql("seq", n));
     pg.exec(
         Some("bench"),
         &format!(
             "DROP TABLE IF EXISTS t;\n\
              CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, amount NUMERIC(12,2) NOT NULL, \
              created_at TIMESTAMP(6) NOT NULL, note TEXT);\n\
-             INSERT INTO t SELECT g * 3 + g % 2, 'Zoë-' || (g % 1000), ((g * 7919) % 10000000) / 100.0, \
+             INSERT INTO t SELECT {pk}, 'Zoë-' || (g % 1000), ((g * 7919) % 10000000) / 100.0, \
              TIMESTAMP '2024-01-01' + (g * 37) * INTERVAL '1 microsecond' * 1000, \
              CASE WHEN g % 5 = 0 THEN NULL ELSE 'n' || (g % 97) END FROM generate_series(1::bigint, {n}) g;\n\
              VACUUM ANALYZE t;\n"
@@ -70,25 +124,33 @@ fn load(pg: &Server, my: &Server, n: u64) {
             "DROP TABLE IF EXISTS t;\n\
              CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(40) CHARACTER SET utf8mb4 NOT NULL, amount DECIMAL(12,2) NOT NULL, \
              created_at DATETIME(6) NOT NULL, note TEXT);\n\
-             INSERT INTO t SELECT seq * 3 + seq % 2, CONCAT('Zoë-', seq % 1000), ((seq * 7919) % 10000000) / 100, \
+             INSERT INTO t SELECT {mk}, CONCAT('Zoë-', seq % 1000), ((seq * 7919) % 10000000) / 100, \
              TIMESTAMP('2024-01-01') + INTERVAL (seq * 37 * 1000) MICROSECOND, \
              CASE WHEN seq % 5 = 0 THEN NULL ELSE CONCAT('n', seq % 97) END FROM seq_1_to_{n};\n\
              ANALYZE TABLE t;\n"
         ),
     );
-    eprintln!("loaded {n} rows into both in {:.1}s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "loaded {n} {} rows into both in {:.1}s",
+        layout.name(),
+        t.elapsed().as_secs_f64()
+    );
 }
 
 /// Plants (or, with `undo`, removes) K differences of each kind in the target.
-fn plant(my: &Server, n: u64, k: u64, undo: bool) {
+fn plant(my: &Server, n: u64, k: u64, layout: Layout, undo: bool) {
     if k == 0 {
         return;
     }
     let step = n / (3 * k + 1);
-    let ids = |off: u64| (0..k).map(move |i| (1 + off + i * 3 * step) * 3 + (1 + off + i * 3 * step) % 2);
-    let changed: Vec<String> = ids(0).map(|i| i.to_string()).collect();
-    let missing: Vec<u64> = ids(step).collect();
-    let extra: Vec<String> = ids(2 * step).map(|i| (i + 1).to_string()).collect(); // id+1 is never a key
+    // the rows g planted, with their keys
+    let rows = |off: u64| (0..k).map(move |i| 1 + off + i * 3 * step);
+    let changed: Vec<String> = rows(0).map(|g| layout.key(g, n).to_string()).collect();
+    let missing: Vec<(u64, u64)> = rows(step).map(|g| (g, layout.key(g, n))).collect();
+    // key + 1 is never a key
+    let extra: Vec<String> = rows(2 * step)
+        .map(|g| (layout.key(g, n) + 1).to_string())
+        .collect();
     let sign = if undo { "-" } else { "+" };
     let mut sql = format!(
         "UPDATE t SET amount = amount {sign} 1 WHERE id IN ({});\n",
@@ -98,8 +160,7 @@ fn plant(my: &Server, n: u64, k: u64, undo: bool) {
         for chunk in missing.chunks(500) {
             let rows: Vec<String> = chunk
                 .iter()
-                .map(|id| {
-                    let g = id / 3;
+                .map(|(g, id)| {
                     format!(
                         "({id}, CONCAT('Zoë-', {g} % 1000), (({g} * 7919) % 10000000) / 100, TIMESTAMP('2024-01-01') + INTERVAL ({g} * 37 * 1000) MICROSECOND, CASE WHEN {g} % 5 = 0 THEN NULL ELSE CONCAT('n', {g} % 97) END)"
                     )
@@ -109,7 +170,7 @@ fn plant(my: &Server, n: u64, k: u64, undo: bool) {
         }
         sql.push_str(&format!("DELETE FROM t WHERE id IN ({});\n", extra.join(",")));
     } else {
-        let m: Vec<String> = missing.iter().map(|i| i.to_string()).collect();
+        let m: Vec<String> = missing.iter().map(|(_, i)| i.to_string()).collect();
         sql.push_str(&format!("DELETE FROM t WHERE id IN ({});\n", m.join(",")));
         let rows: Vec<String> = extra
             .iter()
@@ -329,13 +390,13 @@ fn main() {
         my.exec(None, "SELECT VERSION();").trim()
     );
     let mut table = String::from(
-        "| rows | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    for &n in &a.rows {
-        load(pg, my, n);
+    for (&n, &layout) in a.rows.iter().flat_map(|n| a.layouts.iter().map(move |l| (n, l))) {
+        load(pg, my, n, layout);
         for &k in &a.ks {
-            plant(my, n, k, false);
+            plant(my, n, k, layout, false);
             let (mut fp, mut fm, mut co, mut wk, mut rd) = (vec![], vec![], vec![], vec![], vec![]);
             let (mut rp, mut rm, mut cs, mut two) = (vec![], vec![], vec![], vec![]);
             let (mut cu, mut wu) = (vec![], vec![]);
@@ -377,7 +438,8 @@ fn main() {
             let (co, wk) = (median(co), median(wk));
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
             let row = format!(
-                "| {n} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                layout.name(),
                 median(fp),
                 median(fm),
                 median(rp),
@@ -397,7 +459,7 @@ fn main() {
             );
             eprint!("{row}");
             table.push_str(&row);
-            plant(my, n, k, true);
+            plant(my, n, k, layout, true);
         }
     }
     let agents: Vec<String> = d
