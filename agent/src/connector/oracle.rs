@@ -553,7 +553,9 @@ impl EngineConn for Conn {
             }
             Ok(())
         });
-        let consume = async {
+        // the receiver is the consumer's: when it stops (an error of `f`), dropping it
+        // ends the reader's sends, so the join below cannot wait on a full channel
+        let consume = async move {
             while let Some(fields) = rx.recv().await {
                 let fields = fields?;
                 if fields.len() != cols.len() {
