@@ -110,6 +110,42 @@ impl Dataset {
         s.describe(&self.source, &self.config.key).await
     }
 
+    /// The engine's histogram bounds of a table's single integer key (its statistics,
+    /// not a scan); empty where the engine keeps none, the key is not one integer
+    /// column, or the read fails (statistics are optional: a missing privilege or a
+    /// table never analysed costs the run nothing but even level-1 cuts).
+    pub async fn key_histogram(&self, s: &mut Session, info: &DatasetInfo) -> Vec<i64> {
+        /// More bounds than any statistics target gives (PostgreSQL's maximum is 10,000).
+        const MAX_BOUNDS: usize = 10_001;
+        let key = info.key_columns();
+        let Source::Table(parts) = &self.source else {
+            return Vec::new();
+        };
+        if key.len() != 1 || key[0].class != TypeClass::Integer {
+            return Vec::new();
+        }
+        let Some(sql) = self.connector.dialect().key_histogram_sql(parts, key[0]) else {
+            return Vec::new();
+        };
+        let text = match s.query_text(&sql).await {
+            Ok(t) => t.unwrap_or_default(),
+            Err(e) => {
+                tracing::info!(dataset = %self.name, error = %e, "no key histogram");
+                return Vec::new();
+            }
+        };
+        let bounds: Option<Vec<i64>> = text
+            .trim_matches(|c| c == '{' || c == '}')
+            .split(',')
+            .filter(|v| !v.is_empty())
+            .map(|v| v.trim().parse().ok())
+            .collect();
+        match bounds {
+            Some(b) if b.len() <= MAX_BOUNDS && b.windows(2).all(|w| w[0] < w[1]) => b,
+            _ => Vec::new(),
+        }
+    }
+
     /// The smallest and largest key of a table keyed by one integer column (an index
     /// lookup on an indexed key); `None` for other keys and for query datasets.
     pub async fn key_min_max(&self, s: &mut Session, info: &DatasetInfo) -> Result<Option<(i64, i64)>> {

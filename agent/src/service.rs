@@ -136,10 +136,13 @@ impl Agent for AgentService {
             let mut s = ds.session().await?;
             let info = ds.describe(&mut s).await?;
             let p = &ds.config.policy;
-            let range = if p.expose_key_bounds {
-                ds.key_min_max(&mut s, &info).await?
+            let (range, histogram) = if p.expose_key_bounds {
+                (
+                    ds.key_min_max(&mut s, &info).await?,
+                    ds.key_histogram(&mut s, &info).await,
+                )
             } else {
-                None
+                (None, Vec::new())
             };
             s.finish().await?;
             let d = ds.connector.dialect_for(&info);
@@ -188,12 +191,15 @@ impl Agent for AgentService {
                 group_columns: p.group_columns.clone(),
                 measures: p.measures.clone(),
                 engine_warnings: engine_warnings(&ds),
+                key_histogram: histogram,
             })
         }
         .instrument(span)
         .await;
         let released = match &result {
-            Ok(d) => json!({"schema": true, "key_range": d.key_range.is_some()}),
+            Ok(d) => {
+                json!({"schema": true, "key_range": d.key_range.is_some(), "key_histogram": d.key_histogram.len()})
+            }
             Err(_) => json!({}),
         };
         let head = self.record(&client, "Describe", &r.dataset, &asked, &result, released)?;

@@ -1879,3 +1879,30 @@ async fn measures_release_only_what_the_policy_lists() {
             .whole
     );
 }
+
+/// The key histogram is key values: it leaves the agent only where the policy exposes
+/// key bounds, like the key's minimum and maximum (issue 16).
+#[tokio::test]
+async fn the_key_histogram_leaves_only_with_key_bounds() {
+    let pg = tally_e2e::db::postgres();
+    let url = pg.create_database("service_histogram");
+    pg.exec(
+        Some("service_histogram"),
+        "CREATE TABLE islands (id bigint PRIMARY KEY, v text);\n\
+         INSERT INTO islands SELECT g + CASE WHEN g > 500 THEN 1000000000000000 ELSE 0 END, 'x' FROM generate_series(1, 1000) g;\n\
+         ANALYZE islands;",
+    );
+    let f = start(&format!(
+        "\x20 pg_open: {{ url: '{url}', table: islands, key: [id] }}\n\
+         \x20 pg_hidden: {{ url: '{url}', table: islands, key: [id], policy: {{ expose_key_bounds: false }} }}\n"
+    ))
+    .await;
+    let mut c = client_named(&f, "coordinator").await;
+    let d = |name: &str| pb::DescribeRequest { dataset: name.into() };
+    let open = c.describe(d("pg_open")).await.unwrap().into_inner();
+    assert!(open.key_histogram.len() >= 10, "{:?}", open.key_histogram);
+    assert!(open.key_min.is_some());
+    let hidden = c.describe(d("pg_hidden")).await.unwrap().into_inner();
+    assert!(hidden.key_histogram.is_empty(), "{:?}", hidden.key_histogram);
+    assert!(hidden.key_min.is_none());
+}

@@ -237,6 +237,10 @@ pub struct Describe {
     /// Warnings about the dataset's engine that every run involving it carries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub engine_warnings: Vec<String>,
+    /// A single integer key's histogram bounds from the engine's statistics, ascending
+    /// (where the policy exposes key bounds and the engine keeps them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_histogram: Vec<i64>,
 }
 
 impl Describe {
@@ -305,6 +309,7 @@ impl TryFrom<pb::DescribeResponse> for Describe {
             group_columns: d.group_columns,
             measures: d.measures,
             engine_warnings: d.engine_warnings,
+            key_histogram: d.key_histogram,
         })
     }
 }
@@ -338,6 +343,7 @@ impl From<Describe> for pb::DescribeResponse {
             group_columns: d.group_columns,
             measures: d.measures,
             engine_warnings: d.engine_warnings,
+            key_histogram: d.key_histogram,
         }
     }
 }
@@ -1001,6 +1007,7 @@ mod tests {
             group_columns: vec!["region".into()],
             measures: vec!["amount".into()],
             engine_warnings: vec!["not live-verified".into()],
+            key_histogram: vec![-5, 0, 1_000_000_000_000_000],
         }
     }
 

@@ -42,6 +42,10 @@ pub struct PlanParams {
     /// A single integer key's smallest and largest value on either side: key ranges
     /// are then cut evenly by the coordinator, and both sides are asked at once.
     pub int_range: Option<(i64, i64)>,
+    /// The key's histogram bounds from the engines' statistics (both sides, ascending):
+    /// level 1 cuts by them where they show the keys clustered.
+    #[serde(default)]
+    pub key_histogram: Vec<i64>,
     /// The factor of level 1, at least `factor`: chosen from the row estimate so that
     /// level-1 segments are already below the threshold where possible, and small
     /// differences go straight to leaves after one scan.
@@ -356,6 +360,19 @@ impl Planner {
                 split,
                 splits,
                 target_follows_source: true,
+            });
+        }
+        // clustered keys whose statistics show where the rows are: level 1 cuts by them,
+        // both sides at once
+        if let (0, Split::Quantile(_), Some(range)) = (self.level, &split, self.params.int_range)
+            && let Some(cuts) = histogram_cuts(&self.params.key_histogram, range, f)
+        {
+            return Some(LevelPlan {
+                level: 1,
+                parents: self.pending.iter().map(|p| p.segment.clone()).collect(),
+                split,
+                splits: self.pending.iter().map(|_| cuts.clone()).collect(),
+                target_follows_source: false,
             });
         }
         // a single integer key with a known range: even cuts, no need to wait for the source
@@ -680,6 +697,43 @@ fn unaccounted(
 
 /// Up to `factor` even parts of a segment's integer key range: its own bounds, or the
 /// key's smallest and largest value where it is open. `None` when it cannot be cut.
+/// Level-1 cuts from an equi-depth histogram of the key (`bounds`, ascending), where
+/// it shows the keys clustered: one histogram bucket (a share of the rows) spans at
+/// least half of `[min, max]`, so even cuts would leave most segments empty. Each
+/// bucket is cut evenly into `factor / buckets` pieces (at least one): segments follow
+/// the rows. `None` where the keys are not clustered or the histogram is too small.
+pub fn histogram_cuts(bounds: &[i64], (min, max): (i64, i64), factor: u32) -> Option<Split> {
+    use tally_common::segment::KeyPart;
+    let span = i128::from(max) - i128::from(min);
+    let widest = bounds
+        .windows(2)
+        .map(|w| i128::from(w[1]) - i128::from(w[0]))
+        .max()?;
+    if bounds.len() < 5 || span <= 0 || widest * 2 < span {
+        return None;
+    }
+    let buckets = (bounds.len() - 1) as u64;
+    let pieces = (u64::from(factor) / buckets).max(1) as i128;
+    let mut cuts: Vec<i64> = Vec::new();
+    for w in bounds.windows(2) {
+        let (lo, hi) = (i128::from(w[0]), i128::from(w[1]));
+        for i in 0..pieces {
+            let c = lo + (hi - lo) * i / pieces;
+            if c > i128::from(min) && c <= i128::from(max) && cuts.last().is_none_or(|l| i128::from(*l) < c) {
+                cuts.push(c as i64);
+            }
+        }
+    }
+    // the last bound is a key: cut after it too, so it does not share the open tail
+    if let Some(&last) = bounds.last()
+        && last < max
+        && cuts.last().is_none_or(|l| *l < last)
+    {
+        cuts.push(last);
+    }
+    (!cuts.is_empty()).then(|| Split::Cuts(cuts.into_iter().map(|c| vec![KeyPart::Int(c)]).collect()))
+}
+
 fn even_cuts(seg: &Segment, (min, max): (i64, i64), factor: u32) -> Option<Split> {
     use tally_common::segment::KeyPart;
     let int = |t: &Option<KeyTuple>| match t.as_deref() {
@@ -718,6 +772,7 @@ mod tests {
             max_leaves: None,
             time: None,
             int_range: None,
+            key_histogram: Vec::new(),
             first_factor: 4,
             window: None,
         }
@@ -1039,6 +1094,72 @@ mod tests {
         let t = Fake { rows: changed }.answer(&plan.parents, &plan.splits);
         planner.observe(&plan, &s, &t).unwrap();
         assert!(!planner.gapped);
+    }
+
+    /// Where the engines' statistics show the islands (issue 16), level 1 itself cuts
+    /// by them: the drill ends after one level, both sides asked at once, as on dense
+    /// keys; a histogram of dense keys leaves level 1 on even cuts.
+    #[test]
+    fn a_histogram_of_clustered_keys_cuts_level_one_where_the_rows_are() {
+        let island =
+            |from: i64| (from..from + 2000).map(|k| (k, (k as u64).wrapping_mul(0x9E3779B97F4A7C15)));
+        let rows: Vec<(i64, u64)> = island(0).chain(island(1_000_000_000)).collect();
+        // an equi-depth histogram as pg_stats keeps it: every 40th key, and the last
+        let mut bounds: Vec<i64> = rows.iter().step_by(40).map(|(k, _)| *k).collect();
+        bounds.push(rows.last().unwrap().0);
+        let src = Fake { rows: rows.clone() };
+        let mut t = rows;
+        t[17].1 ^= 1;
+        t[2500].1 ^= 1;
+        t.remove(3999);
+        let tgt = Fake { rows: t };
+        let mut pp = params(Strategy::Quantile);
+        pp.threshold = 64;
+        pp.first_factor = 1024;
+        pp.int_range = Some((0, 1_000_001_999));
+        pp.key_histogram = bounds.clone();
+        let mut planner = Planner::new(pp.clone());
+        let plan = planner.next_level().unwrap();
+        assert!(!plan.target_follows_source);
+        assert!(
+            matches!(&plan.splits[0], Split::Cuts(c) if c.len() > 500),
+            "{:?}",
+            plan.splits[0]
+        );
+        let (p, _) = run(pp, &src, &tgt);
+        assert_eq!(p.levels.len(), 1, "{:?}", p.levels);
+        assert!(!p.gapped);
+        for k in [17, 1_000_000_500, 1_000_001_999] {
+            assert!(
+                p.leaves
+                    .iter()
+                    .any(|l| l.segment.contains(&vec![KeyPart::Int(k)], 0)),
+                "{k}: {:?}",
+                p.leaves
+            );
+        }
+        assert!(
+            p.leaves
+                .iter()
+                .all(|l| l.source.count().max(l.target.count()) < 64)
+        );
+        // dense keys: no bucket spans half the range, so even cuts stay
+        let dense: Vec<i64> = (0..=100).map(|i| i * 40).collect();
+        assert!(histogram_cuts(&dense, (0, 4000), 1024).is_none());
+        // too few bounds to trust
+        assert!(histogram_cuts(&[0, 10, 1_000_000], (0, 1_000_000), 64).is_none());
+        // cuts are strictly ascending inside (min, max]
+        let Some(Split::Cuts(c)) = histogram_cuts(&bounds, (0, 1_000_001_999), 1024) else {
+            panic!("clustered")
+        };
+        let ks: Vec<i64> = c
+            .iter()
+            .map(|t| match t[0] {
+                KeyPart::Int(i) => i,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert!(ks.windows(2).all(|w| w[0] < w[1]) && ks[0] > 0 && *ks.last().unwrap() <= 1_000_001_999);
     }
 
     #[test]

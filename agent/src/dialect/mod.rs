@@ -135,6 +135,12 @@ pub trait Dialect: Sync {
     fn count_all(&self) -> &'static str {
         "COUNT(*)"
     }
+    /// The statement that reads a table's single integer key's histogram bounds from
+    /// the engine's statistics as one text value (`{1,500,...}`), where the engine keeps
+    /// such statistics; `None` where it does not.
+    fn key_histogram_sql(&self, _table: &[String], _key: &ColumnInfo) -> Option<String> {
+        None
+    }
     /// Statements this engine's connector runs as written (session settings, the
     /// transaction, catalog queries), titled, for the golden SQL files and their parse
     /// checks.

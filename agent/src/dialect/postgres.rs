@@ -136,6 +136,20 @@ impl Dialect for Postgres {
         format!("${n}")
     }
 
+    fn key_histogram_sql(&self, table: &[String], key: &ColumnInfo) -> Option<String> {
+        let lit = |t: &str| self.literal(&KeyPart::Text(t.to_string()));
+        let (schema, name) = match table {
+            [t] => ("current_schema()".to_string(), lit(t)),
+            [s, t] => (lit(s), lit(t)),
+            _ => return None,
+        };
+        Some(format!(
+            "SELECT (SELECT histogram_bounds::text FROM pg_stats WHERE schemaname = {schema} AND tablename = {name} \
+             AND attname = {} AND NOT inherited)",
+            lit(&key.name)
+        ))
+    }
+
     fn literal(&self, v: &KeyPart) -> String {
         // the quoted string holds hex digits only: read the same with
         // standard_conforming_strings on or off (a '\x..'::bytea would not be)

@@ -47,6 +47,18 @@ fn int_range(s: &Describe, t: &Describe) -> Option<(i64, i64)> {
     Some((s.0.min(t.0), s.1.max(t.1)))
 }
 
+/// Both sides' key histogram bounds together (ascending, each once), where both
+/// report an integer key range; empty otherwise.
+fn key_histogram(s: &Describe, t: &Describe) -> Vec<i64> {
+    if int_range(s, t).is_none() {
+        return Vec::new();
+    }
+    let mut v: Vec<i64> = s.key_histogram.iter().chain(&t.key_histogram).copied().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 fn agg_out(a: &AnyAggregate) -> AggOut {
     AggOut {
         count: a.count(),
@@ -230,6 +242,7 @@ impl Engine {
             max_leaves: self.spec.gates.max_leaves,
             time: self.time_split()?,
             int_range: int_range(s, t),
+            key_histogram: key_histogram(s, t),
             first_factor: first_level_factor(s.row_estimate.max(t.row_estimate), b.threshold, b.factor),
             window: self.window.clone(),
         };
