@@ -1118,7 +1118,7 @@ mod tests {
         pp.first_factor = 1024;
         pp.int_range = Some((0, 1_000_001_999));
         pp.key_histogram = bounds.clone();
-        let mut planner = Planner::new(pp.clone());
+        let planner = Planner::new(pp.clone());
         let plan = planner.next_level().unwrap();
         assert!(!plan.target_follows_source);
         assert!(
