@@ -60,57 +60,7 @@ impl EngineConnector for PgConnector {
     }
 }
 
-#[async_trait::async_trait]
-impl EngineConn for Conn {
-    async fn begin(&mut self, dataset: &str) -> Result<()> {
-        self.run(dataset, BEGIN).await
-    }
-
-    async fn commit(&mut self, dataset: &str) -> Result<()> {
-        self.run(dataset, sqlx_conn::COMMIT).await
-    }
-
-    fn discard(&mut self) {
-        SqlxConn::discard(self)
-    }
-
-    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
-        self.engine.describe(&mut self.conn, dataset, source).await
-    }
-
-    async fn scan(
-        &mut self,
-        dataset: &str,
-        sql: &Sql,
-        cols: &[BoundColumn],
-        key_len: usize,
-        reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
-    ) -> Result<()> {
-        self.engine
-            .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)
-            .await
-    }
-
-    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
-        self.engine.count(&mut self.conn, dataset, sql).await
-    }
-
-    async fn aggregate(
-        &mut self,
-        dataset: &str,
-        sql: &Sql,
-        key_classes: &[TypeClass],
-    ) -> Result<Vec<AggRow>> {
-        self.engine
-            .aggregate(&mut self.conn, dataset, sql, key_classes)
-            .await
-    }
-
-    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
-        self.engine.query_text(&mut self.conn, dataset, sql).await
-    }
-}
+sqlx_conn::sqlx_engine_conn!(PgConnector, sqlx::Postgres);
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 

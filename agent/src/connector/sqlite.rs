@@ -63,46 +63,7 @@ impl EngineConnector for SqliteConnector {
     }
 }
 
-#[async_trait::async_trait]
-impl EngineConn for Conn {
-    async fn begin(&mut self, dataset: &str) -> Result<()> {
-        self.run(dataset, BEGIN).await
-    }
-
-    async fn commit(&mut self, dataset: &str) -> Result<()> {
-        self.run(dataset, sqlx_conn::COMMIT).await
-    }
-
-    fn discard(&mut self) {
-        SqlxConn::discard(self)
-    }
-
-    async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
-        self.engine.describe(&mut self.conn, dataset, source).await
-    }
-
-    async fn scan(
-        &mut self,
-        dataset: &str,
-        sql: &Sql,
-        cols: &[BoundColumn],
-        key_len: usize,
-        _reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
-    ) -> Result<()> {
-        self.engine
-            .scan(&mut self.conn, dataset, sql, cols, key_len, f)
-            .await
-    }
-
-    async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
-        self.engine.count(&mut self.conn, dataset, sql).await
-    }
-
-    async fn query_text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
-        self.engine.query_text(&mut self.conn, dataset, sql).await
-    }
-}
+sqlx_conn::sqlx_engine_conn!(SqliteConnector, sqlx::Sqlite);
 
 fn bind_all<'q>(
     mut q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
@@ -222,6 +183,8 @@ impl SqliteConnector {
         self.dialect.quote(s)
     }
 
+    /// Raw values are decoded by storage class: no field is re-read (`_reread`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &self,
         conn: &mut SqliteConnection,
@@ -229,6 +192,7 @@ impl SqliteConnector {
         sql: &Sql,
         cols: &[BoundColumn],
         key_len: usize,
+        _reread: &[bool],
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
@@ -241,6 +205,19 @@ impl SqliteConnector {
             f(decode_row(dataset, &row, cols, key_len)?)?;
         }
         Ok(())
+    }
+
+    /// SQLite hashes nothing in SQL (`supports_pushdown` is false).
+    pub async fn aggregate(
+        &self,
+        _conn: &mut SqliteConnection,
+        _dataset: &str,
+        _sql: &Sql,
+        _key_classes: &[TypeClass],
+    ) -> Result<Vec<super::AggRow>> {
+        Err(AgentError::Unsupported(
+            "sqlite has no pushed-down aggregate".into(),
+        ))
     }
 
     pub async fn count(&self, conn: &mut SqliteConnection, dataset: &str, sql: &Sql) -> Result<u64> {

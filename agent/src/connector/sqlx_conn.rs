@@ -59,3 +59,76 @@ pub async fn ping<DB: Database>(pool: &Pool<DB>) -> std::result::Result<(), Stri
         .await
         .map_err(|e: sqlx::Error| e.to_string())
 }
+
+/// The [`super::EngineConn`] of a sqlx engine: `SqlxConn<$engine, $db>`, delegating to
+/// the connector's inherent `describe`, `scan`, `count`, `aggregate` and `query_text`
+/// over its connection, with the engine file's `BEGIN` statements.
+macro_rules! sqlx_engine_conn {
+    ($engine:ty, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::connector::EngineConn for $crate::connector::sqlx_conn::SqlxConn<$engine, $db> {
+            async fn begin(&mut self, dataset: &str) -> $crate::error::Result<()> {
+                self.run(dataset, BEGIN).await
+            }
+
+            async fn commit(&mut self, dataset: &str) -> $crate::error::Result<()> {
+                self.run(dataset, $crate::connector::sqlx_conn::COMMIT)
+                    .await
+            }
+
+            fn discard(&mut self) {
+                $crate::connector::sqlx_conn::SqlxConn::discard(self)
+            }
+
+            async fn describe(
+                &mut self,
+                dataset: &str,
+                source: &$crate::config::Source,
+            ) -> $crate::error::Result<$crate::schema::DatasetInfo> {
+                self.engine.describe(&mut self.conn, dataset, source).await
+            }
+
+            async fn scan(
+                &mut self,
+                dataset: &str,
+                sql: &$crate::dialect::Sql,
+                cols: &[$crate::schema::BoundColumn],
+                key_len: usize,
+                reread: &[bool],
+                f: &mut (dyn FnMut($crate::connector::CanonRow) -> $crate::error::Result<()> + Send),
+            ) -> $crate::error::Result<()> {
+                self.engine
+                    .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)
+                    .await
+            }
+
+            async fn count(
+                &mut self,
+                dataset: &str,
+                sql: &$crate::dialect::Sql,
+            ) -> $crate::error::Result<u64> {
+                self.engine.count(&mut self.conn, dataset, sql).await
+            }
+
+            async fn aggregate(
+                &mut self,
+                dataset: &str,
+                sql: &$crate::dialect::Sql,
+                key_classes: &[tally_common::types::TypeClass],
+            ) -> $crate::error::Result<Vec<$crate::connector::AggRow>> {
+                self.engine
+                    .aggregate(&mut self.conn, dataset, sql, key_classes)
+                    .await
+            }
+
+            async fn query_text(
+                &mut self,
+                dataset: &str,
+                sql: &str,
+            ) -> $crate::error::Result<Option<String>> {
+                self.engine.query_text(&mut self.conn, dataset, sql).await
+            }
+        }
+    };
+}
+pub(crate) use sqlx_engine_conn;
