@@ -174,6 +174,10 @@ pub struct DatasetConfig {
     /// for a target to apply its source's position (DESIGN §5, watermarks).
     #[serde(default)]
     pub watermark: Option<crate::watermark::WatermarkConfig>,
+    /// How fast the agent may read this dataset, and when it pauses for a busy
+    /// database ([`crate::throttle`]).
+    #[serde(default)]
+    pub throttle: Option<crate::throttle::ThrottleConfig>,
 }
 
 fn default_time_zone() -> String {
@@ -516,6 +520,16 @@ impl AgentConfig {
             if let Some(w) = &d.watermark {
                 w.validate(file, &key("watermark"))?;
             }
+            if let Some(t) = &d.throttle {
+                t.validate(file, &key("throttle"))?;
+                if d.hashing == Hashing::Pushdown {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("throttle"),
+                        "a throttle paces the rows the agent reads, and with hashing: pushdown the engine reads them: use hashing: auto or in_process with a throttle",
+                    ));
+                }
+            }
             if self.tls.zone_key.is_none() && !d.policy.allow_unsealed {
                 return Err(ConfigError::invalid(
                     file,
@@ -656,6 +670,44 @@ mod tests {
         assert!(e.contains("tls.allowed_clients") && e.contains("any"), "{e}");
         let e = with("everyone").unwrap_err().to_string();
         assert!(e.contains("allowed_clients"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_throttle_is_refused_with_sql_hashing_and_where_its_engine_has_no_probe() {
+        let with = |ds: &str| parse(&format!("{BASE}datasets:\n  o: {{ {ds} }}\n"));
+        let c = with("url: 'postgres://u@h/db', table: t, key: [id], throttle: { max_rows_per_second: 50000, max_load: 16 }")
+            .unwrap();
+        let t = c.datasets["o"].throttle.clone().unwrap();
+        assert_eq!((t.max_rows_per_second, t.max_load), (Some(50000), Some(16)));
+        assert_eq!((t.probe_interval_ms, t.max_pause_secs), (1000, 600), "defaults");
+        let e = with("url: 'postgres://u@h/db', table: t, key: [id], hashing: pushdown, throttle: { max_rows_per_second: 10 }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("datasets.o.throttle") && e.contains("hashing: pushdown"),
+            "{e}"
+        );
+        let e = with("url: 'postgres://u@h/db', table: t, key: [id], throttle: {}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("datasets.o.throttle") && e.contains("max_load"), "{e}");
+        let e = with("url: 'postgres://u@h/db', table: t, key: [id], throttle: { max_rows: 10 }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_rows"), "{e}");
+        // SQLite has no server load to probe: refused when the agent opens it
+        let c = with("url: 'sqlite://x.db', table: t, key: [id], throttle: { max_load: 4 }").unwrap();
+        let e = crate::server::open_datasets(&c, Path::new("agent.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("datasets.o.throttle.max_load") && e.contains("sqlite"),
+            "{e}"
+        );
+        // its row budget is fine
+        let c =
+            with("url: 'sqlite://x.db', table: t, key: [id], throttle: { max_rows_per_second: 5 }").unwrap();
+        assert!(crate::server::open_datasets(&c, Path::new("agent.yaml")).is_ok());
     }
 
     #[test]

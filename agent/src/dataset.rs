@@ -16,6 +16,7 @@ use crate::connector::{CanonRow, Connector, Session};
 use crate::dialect::{self, ChildRule, FetchShape, check_bounds};
 use crate::error::{AgentError, Result};
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo};
+use crate::throttle::Throttle;
 
 pub struct Dataset {
     pub name: String,
@@ -23,6 +24,9 @@ pub struct Dataset {
     pub source: Source,
     /// Shared by every dataset on the same database URL (`server::open_datasets`).
     pub connector: Arc<Connector>,
+    /// The dataset's `throttle:` and its shared row budget; every row read for it goes
+    /// through it.
+    pub throttle: Option<Throttle>,
 }
 
 impl Dataset {
@@ -34,6 +38,7 @@ impl Dataset {
     ) -> Dataset {
         Dataset {
             name,
+            throttle: config.throttle.clone().map(Throttle::new),
             config,
             source,
             connector: connector.into(),
@@ -190,7 +195,9 @@ impl Dataset {
     /// Where aggregates are computed by the dataset's `hashing` setting and its engine
     /// (a request may still need the in-process path for a column SQL cannot render).
     pub fn configured_path(&self) -> Path {
-        let in_process = !self.connector.supports_pushdown()
+        // a throttle paces the agent's own reads: hashing in SQL cannot be paced
+        let in_process = self.throttle.is_some()
+            || !self.connector.supports_pushdown()
             || match self.config.hashing {
                 Hashing::Auto => self.connector.prefers_in_process(),
                 Hashing::Pushdown => false,
@@ -526,36 +533,43 @@ impl Dataset {
             None => None,
         };
         let mut seen = 0u64;
-        s.scan(&sql, shape, &b.cols, key_len, &mut |row: CanonRow| {
-            seen += 1;
-            // the engine filtered the key range; filter again with the comparator
-            // that assigns children, so a row the two disagree on is in neither
-            // (the drill then sees the parent and children not add up)
-            if !seg.in_key_range(&row.key) {
-                return Ok(());
-            }
-            if let Some((i, p)) = period
-                && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
-            {
-                return Ok(());
-            }
-            if let Some((i, w)) = &window
-                && !w.keeps(row.fields[*i].as_deref())
-            {
-                return Ok(());
-            }
-            if !key_hashes && seg.hash.is_none() {
-                return f(row, 0);
-            }
-            let kh = h.key(row.key_string(key_len).as_bytes());
-            if seg
-                .hash
-                .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
-            {
-                return Ok(());
-            }
-            f(row, kh)
-        })
+        s.scan(
+            &sql,
+            shape,
+            &b.cols,
+            key_len,
+            self.throttle.as_ref(),
+            &mut |row: CanonRow| {
+                seen += 1;
+                // the engine filtered the key range; filter again with the comparator
+                // that assigns children, so a row the two disagree on is in neither
+                // (the drill then sees the parent and children not add up)
+                if !seg.in_key_range(&row.key) {
+                    return Ok(());
+                }
+                if let Some((i, p)) = period
+                    && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
+                {
+                    return Ok(());
+                }
+                if let Some((i, w)) = &window
+                    && !w.keeps(row.fields[*i].as_deref())
+                {
+                    return Ok(());
+                }
+                if !key_hashes && seg.hash.is_none() {
+                    return f(row, 0);
+                }
+                let kh = h.key(row.key_string(key_len).as_bytes());
+                if seg
+                    .hash
+                    .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
+                {
+                    return Ok(());
+                }
+                f(row, kh)
+            },
+        )
         .await?;
         Ok(seen)
     }

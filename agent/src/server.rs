@@ -28,20 +28,38 @@ pub fn open_datasets(
 ) -> Result<BTreeMap<String, Arc<Dataset>>, AgentError> {
     let mut pools: HashMap<String, Arc<Connector>> = HashMap::new();
     let mut out = BTreeMap::new();
+    let mut urls = Vec::new();
     for (name, d) in &cfg.datasets {
         let url = d
             .resolve_url(config_path, name)
             .map_err(|e| AgentError::Config(e.to_string()))?;
-        let connector = match pools.entry(url) {
+        urls.push(url);
+    }
+    // a URL with a `max_load` dataset keeps a connection for its load probe
+    let probed: std::collections::HashSet<&String> = cfg
+        .datasets
+        .values()
+        .zip(&urls)
+        .filter(|(d, _)| d.throttle.as_ref().is_some_and(|t| t.max_load.is_some()))
+        .map(|(_, u)| u)
+        .collect();
+    for ((name, d), url) in cfg.datasets.iter().zip(&urls) {
+        let connector = match pools.entry(url.clone()) {
             Entry::Occupied(e) => Arc::clone(e.get()),
             Entry::Vacant(e) => {
-                let c = Connector::open_with(e.key(), &cfg.connections)
+                let c = Connector::open_probing(e.key(), &cfg.connections, probed.contains(url))
                     .map_err(|err| AgentError::Config(format!("datasets.{name}.url: {err}")))?;
                 Arc::clone(e.insert(Arc::new(c)))
             }
         };
         if let Some(w) = &d.watermark {
             w.check_engine(name, connector.dialect().name())?;
+        }
+        if d.throttle.as_ref().is_some_and(|t| t.max_load.is_some()) && connector.probe().is_none() {
+            return Err(AgentError::Config(format!(
+                "datasets.{name}.throttle.max_load: the {} engine has no load probe here (PostgreSQL and MySQL/MariaDB have); remove max_load or use max_rows_per_second",
+                connector.dialect().name()
+            )));
         }
         out.insert(
             name.clone(),

@@ -10,7 +10,7 @@ use duckdb::{AccessMode, Config, Connection};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
+use super::{AggRow, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
@@ -227,7 +227,7 @@ impl DuckDbConnector {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
         let (text_sql, binds, ds, n) = (
@@ -259,7 +259,7 @@ impl DuckDbConnector {
             conn
         });
         while let Some(fields) = rx.recv().await {
-            f(canonical_row(dataset, fields?, cols, key_len, reread)?)?;
+            obey(f(canonical_row(dataset, fields?, cols, key_len, reread)?)?).await;
         }
         let c = worker.await.map_err(|_| AgentError::Query {
             dataset: dataset.to_string(),
@@ -409,7 +409,7 @@ impl EngineConn for Conn {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         self.engine
             .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)

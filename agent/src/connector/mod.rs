@@ -1,4 +1,4 @@
-//! Connectors execute what dialects render. One [`Driver`] variant per engine; each
+//! Connectors execute what dialects render. One [`EngineConnector`] per engine; each
 //! engine's driver code lives in its own file. A connector turns a row into canonical
 //! fields ([`CanonRow`]) so everything above it is engine-independent.
 //!
@@ -15,6 +15,7 @@ pub mod sqlite;
 pub mod sqlx_conn;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tally_common::canonical::canonical_from_text;
@@ -49,6 +50,25 @@ impl CanonRow {
 
     pub fn key_string(&self, key_len: usize) -> String {
         tally_common::canonical::row_string(self.fields[..key_len].iter().map(Option::as_deref))
+    }
+}
+
+/// What a row sink asks of the reader after a row: read on, or pause reading first
+/// (a throttle, [`crate::throttle`]). A paused reader stops taking rows from the
+/// engine; its statement stays open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Go,
+    Pause(Duration),
+}
+
+/// Where a row fetch hands its rows.
+pub type RowSink<'a> = dyn FnMut(CanonRow) -> Result<Flow> + Send + 'a;
+
+/// Does what a sink asked: every engine's read loop awaits it after each row.
+pub async fn obey(flow: Flow) {
+    if let Flow::Pause(d) = flow {
+        tokio::time::sleep(d).await;
     }
 }
 
@@ -129,8 +149,9 @@ pub trait EngineConn: Send {
     fn discard(&mut self);
     /// Columns, types (through the engine's type table), row estimate and version.
     async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo>;
-    /// Runs a row fetch and hands each row, in canonical form, to `f`; fields marked
-    /// in `reread` arrive as the engine's own text (see [`reread`]).
+    /// Runs a row fetch and hands each row, in canonical form, to `f`, doing what it
+    /// answers ([`obey`]); fields marked in `reread` arrive as the engine's own text
+    /// (see [`reread`]).
     #[allow(clippy::too_many_arguments)]
     async fn scan(
         &mut self,
@@ -139,7 +160,7 @@ pub trait EngineConn: Send {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()>;
     async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64>;
     /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
@@ -199,9 +220,29 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
 /// database call takes a slot first and holds it to the end, so calls beyond the cap
 /// queue here (up to `acquire_timeout`) and the pool below is never short of one.
 pub struct Connector {
-    engine: Box<dyn EngineConnector>,
+    engine: Arc<dyn EngineConnector>,
     slots: Arc<Semaphore>,
     acquire_timeout: Duration,
+    /// This agent's statements in flight on the URL (the load probe leaves them out).
+    in_flight: Arc<AtomicUsize>,
+    /// The URL's load monitor, for datasets with `throttle.max_load`.
+    monitor: Arc<crate::throttle::LoadMonitor>,
+}
+
+/// Counts one statement in flight for as long as it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(n: &Arc<AtomicUsize>) -> InFlight {
+        n.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(n))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A connection and its slot, for one call or one request. A lease that was not
@@ -266,12 +307,44 @@ impl Connector {
     /// Creates the connection pool without connecting: a database that is down makes
     /// calls fail with `UNAVAILABLE`, it does not stop the agent.
     pub fn open_with(url: &str, limits: &ConnectionsConfig) -> Result<Connector> {
-        let engine = (engine_for_url(url)?.open)(url, limits)?;
+        Connector::open_probing(url, limits, false)
+    }
+
+    /// [`Connector::open_with`]; with `probe`, the engine's pool holds one connection
+    /// more than the URL's slots, for the load monitor (`throttle.max_load`), so the
+    /// probe never waits behind the reads it watches.
+    pub fn open_probing(url: &str, limits: &ConnectionsConfig, probe: bool) -> Result<Connector> {
+        let mut pool = *limits;
+        if probe {
+            pool.max_connections += 1;
+        }
+        let engine = (engine_for_url(url)?.open)(url, &pool)?;
         Ok(Connector {
-            engine,
+            engine: Arc::from(engine),
             slots: Arc::new(Semaphore::new(limits.max_connections as usize)),
             acquire_timeout: limits.acquire_timeout(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            monitor: Arc::default(),
         })
+    }
+
+    /// The load probe of this URL's engine, if its dialect has one.
+    pub fn probe(&self) -> Option<crate::throttle::Probe> {
+        let statements = self.engine.dialect().load_probe_sql();
+        (!statements.is_empty()).then(|| crate::throttle::Probe {
+            engine: Arc::clone(&self.engine),
+            statements,
+            own: Arc::clone(&self.in_flight),
+        })
+    }
+
+    /// Starts a throttled read (see [`crate::throttle::Pacer::start`]).
+    pub async fn pacer<'a>(
+        &self,
+        throttle: &'a crate::throttle::Throttle,
+        dataset: &str,
+    ) -> Result<crate::throttle::Pacer<'a>> {
+        crate::throttle::Pacer::start(throttle, &self.monitor, self.probe().as_ref(), dataset).await
     }
 
     /// The engine behind this URL.
@@ -374,6 +447,8 @@ impl Connector {
         Ok(info)
     }
 
+    /// A row fetch; with a throttle, paced by it (and, with `max_load`, started only
+    /// once the database's load allows).
     #[allow(clippy::too_many_arguments)]
     async fn scan_on(
         &self,
@@ -383,10 +458,24 @@ impl Connector {
         shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
+        throttle: Option<&crate::throttle::Throttle>,
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
-        l.conn.scan(dataset, sql, cols, key_len, &reread, f).await
+        let mut pacer = match throttle {
+            Some(t) => Some(self.pacer(t, dataset).await?),
+            None => None,
+        };
+        let _counted = InFlight::new(&self.in_flight);
+        l.conn
+            .scan(dataset, sql, cols, key_len, &reread, &mut |row| {
+                f(row)?;
+                match &mut pacer {
+                    Some(p) => p.after_row(),
+                    None => Ok(Flow::Go),
+                }
+            })
+            .await
     }
 
     /// One call on a connection of its own, outside any request's transaction (tests
@@ -411,7 +500,9 @@ impl Connector {
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let mut l = self.lease(dataset, false).await?;
-        let r = self.scan_on(&mut l, dataset, sql, shape, cols, key_len, f).await;
+        let r = self
+            .scan_on(&mut l, dataset, sql, shape, cols, key_len, None, f)
+            .await;
         if r.is_ok() {
             l.finish(dataset).await?;
         }
@@ -486,25 +577,39 @@ impl Session {
     }
 
     /// Runs a row fetch rendered with `shape` and hands each row, in canonical form, to `f`.
+    /// A row fetch in this request's transaction, paced by `throttle` if given.
+    #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &mut self,
         sql: &Sql,
         shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
+        throttle: Option<&crate::throttle::Throttle>,
         f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         self.connector
-            .scan_on(&mut self.lease, &self.dataset, sql, shape, cols, key_len, f)
+            .scan_on(
+                &mut self.lease,
+                &self.dataset,
+                sql,
+                shape,
+                cols,
+                key_len,
+                throttle,
+                f,
+            )
             .await
     }
 
     pub async fn count(&mut self, sql: &Sql) -> Result<u64> {
+        let _counted = InFlight::new(&self.connector.in_flight);
         self.lease.conn.count(&self.dataset, sql).await
     }
 
     /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
     pub async fn aggregate(&mut self, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
+        let _counted = InFlight::new(&self.connector.in_flight);
         self.lease.conn.aggregate(&self.dataset, sql, key_classes).await
     }
 

@@ -21,7 +21,7 @@ use tiberius::{AuthMethod, Client, ColumnData, Config, EncryptionLevel, Query};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::{AggRow, CanonRow, EngineConn, EngineConnector, agg_row, key_from_canonical};
+use super::{AggRow, CanonRow, EngineConn, EngineConnector, RowSink, agg_row, key_from_canonical, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::mssql::{self as dialect, MsSql};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -463,7 +463,7 @@ impl EngineConn for Conn {
         cols: &[BoundColumn],
         key_len: usize,
         _reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         let c = self.client(dataset)?;
         let mut rows = bind(sql)
@@ -483,7 +483,7 @@ impl EngineConn for Conn {
                 });
             }
             let key = key_from_canonical(&fields, cols, key_len)?;
-            f(CanonRow { key, fields })?;
+            obey(f(CanonRow { key, fields })?).await;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SqlxConn};
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
+use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
@@ -229,7 +229,7 @@ impl MySqlConnector {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&mut *conn);
@@ -242,7 +242,7 @@ impl MySqlConnector {
                 .map(|i| get_text(&row, i))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| AgentError::from_db(dataset, e))?;
-            f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
+            obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ use tally_common::canonical::{CanonicalError, Value, canonical_from_text, canoni
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, EngineConn, EngineConnector, agg_row, key_from_canonical};
+use super::{AggRow, CanonRow, EngineConn, EngineConnector, RowSink, agg_row, key_from_canonical, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::oracle::{self as dialect, Oracle};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -518,7 +518,7 @@ impl EngineConn for Conn {
         cols: &[BoundColumn],
         key_len: usize,
         _reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         // rows cross from the blocking reader through a bounded channel
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
@@ -565,7 +565,7 @@ impl EngineConn for Conn {
                     });
                 }
                 let key = key_from_canonical(&fields, cols, key_len)?;
-                f(CanonRow { key, fields })?;
+                obey(f(CanonRow { key, fields })?).await;
             }
             Ok(())
         };

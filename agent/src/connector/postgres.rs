@@ -9,7 +9,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SqlxConn};
-use super::{AggRow, CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, agg_row, canonical_row};
+use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, relation};
 use crate::error::{AgentError, Result};
@@ -222,7 +222,7 @@ impl PgConnector {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         if sql.binds.is_empty() {
             return self
@@ -240,7 +240,7 @@ impl PgConnector {
                 .map(|i| row.try_get::<Option<String>, _>(i))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| AgentError::from_db(dataset, e))?;
-            f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
+            obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
         }
         Ok(())
     }
@@ -259,7 +259,7 @@ impl PgConnector {
         cols: &[BoundColumn],
         key_len: usize,
         reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         let db = |e| AgentError::from_db(dataset, e);
         let mut stream = conn
@@ -272,7 +272,7 @@ impl PgConnector {
             let mut start = 0;
             while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
                 let fields = copy_fields(dataset, &pending[start..start + n], cols.len())?;
-                f(canonical_row(dataset, fields, cols, key_len, reread)?)?;
+                obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
                 start += n + 1;
             }
             pending.drain(..start);

@@ -10,7 +10,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SqlxConn};
-use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector};
+use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, RowSink, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, FetchShape, Sql, relation, sqlite::Sqlite};
 use crate::error::{AgentError, Result};
@@ -193,7 +193,7 @@ impl SqliteConnector {
         cols: &[BoundColumn],
         key_len: usize,
         _reread: &[bool],
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut RowSink<'_>,
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&mut *conn);
@@ -202,7 +202,7 @@ impl SqliteConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?
         {
-            f(decode_row(dataset, &row, cols, key_len)?)?;
+            obey(f(decode_row(dataset, &row, cols, key_len)?)?).await;
         }
         Ok(())
     }

@@ -95,7 +95,7 @@ macro_rules! sqlx_engine_conn {
                 cols: &[$crate::schema::BoundColumn],
                 key_len: usize,
                 reread: &[bool],
-                f: &mut (dyn FnMut($crate::connector::CanonRow) -> $crate::error::Result<()> + Send),
+                f: &mut $crate::connector::RowSink<'_>,
             ) -> $crate::error::Result<()> {
                 self.engine
                     .scan(&mut self.conn, dataset, sql, cols, key_len, reread, f)

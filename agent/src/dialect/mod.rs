@@ -141,6 +141,13 @@ pub trait Dialect: Sync {
     fn key_histogram_sql(&self, _table: &[String], _key: &ColumnInfo) -> Option<String> {
         None
     }
+    /// Statements that each read, as one text value, how many statements the server
+    /// runs besides the probe itself (`throttle.max_load`), first choice first; a
+    /// negative value means the probe's user cannot see other sessions. Empty where
+    /// the engine has no load probe.
+    fn load_probe_sql(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Statements this engine's connector runs as written (session settings, the
     /// transaction, catalog queries), titled, for the golden SQL files and their parse
     /// checks.

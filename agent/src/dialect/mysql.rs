@@ -85,6 +85,15 @@ impl Dialect for MySql {
         "mysql"
     }
 
+    /// `Threads_running` but the probe's own thread: MariaDB (and MySQL 5.7) from
+    /// information_schema, MySQL 8 from performance_schema.
+    fn load_probe_sql(&self) -> &'static [&'static str] {
+        &[
+            "SELECT CAST(VARIABLE_VALUE - 1 AS CHAR) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_RUNNING'",
+            "SELECT CAST(VARIABLE_VALUE - 1 AS CHAR) FROM performance_schema.global_status WHERE VARIABLE_NAME = 'Threads_running'",
+        ]
+    }
+
     fn quote(&self, ident: &str) -> String {
         format!("`{}`", ident.replace('`', "``"))
     }

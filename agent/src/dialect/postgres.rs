@@ -136,6 +136,15 @@ impl Dialect for Postgres {
         format!("${n}")
     }
 
+    /// Active client backends but the probe's own; -1 where the probe's user cannot
+    /// see other users' sessions (their state reads as NULL without pg_read_all_stats,
+    /// which would count a busy server as idle).
+    fn load_probe_sql(&self) -> &'static [&'static str] {
+        &["SELECT CASE WHEN pg_has_role('pg_read_all_stats', 'USAGE') THEN \
+           (SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend' \
+           AND pid <> pg_backend_pid())::text ELSE '-1' END"]
+    }
+
     fn key_histogram_sql(&self, table: &[String], key: &ColumnInfo) -> Option<String> {
         let lit = |t: &str| self.literal(&KeyPart::Text(t.to_string()));
         let (schema, name) = match table {
