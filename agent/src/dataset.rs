@@ -582,6 +582,9 @@ impl Dataset {
         parents: &[(Segment, Split)],
     ) -> Result<AggregateOut> {
         let (method, xor) = (h.method(), h.method().has_xor());
+        if let Some(out) = self.hash_parents_in_one_scan(s, b, h, parents).await? {
+            return Ok(out);
+        }
         let mut buckets = Vec::new();
         let mut scanned = 0;
         for (p, (seg, split)) in parents.iter().enumerate() {
@@ -671,6 +674,103 @@ impl Dataset {
             path: Path::InProcess,
             rows_scanned: scanned,
         })
+    }
+
+    /// Hash splits of several parents that differ only in their hash ranges (a hash
+    /// drill's level 2 and deeper): each parent alone would scan the same rows, so the
+    /// rows are read once and each goes to the parent whose hash range holds it.
+    /// `None` when the parents are not such a set (one parent, other splits, other key
+    /// ranges, or hash ranges that overlap: a row must count in every parent that
+    /// holds it, as separate scans would count it).
+    async fn hash_parents_in_one_scan(
+        &self,
+        s: &mut Session,
+        b: &Bound,
+        h: &Hasher,
+        parents: &[(Segment, Split)],
+    ) -> Result<Option<AggregateOut>> {
+        let Some((first, _)) = parents.first() else {
+            return Ok(None);
+        };
+        let same_rows = |seg: &Segment| {
+            seg.lower == first.lower
+                && seg.upper == first.upper
+                && seg.period == first.period
+                && seg.window == first.window
+        };
+        if parents.len() < 2
+            || !parents
+                .iter()
+                .all(|(seg, split)| matches!(split, Split::Hash(_)) && seg.hash.is_some() && same_rows(seg))
+        {
+            return Ok(None);
+        }
+        // parents by the start of their hash range; disjoint, or not this path
+        let mut order: Vec<(u64, u64, usize)> = parents
+            .iter()
+            .enumerate()
+            .map(|(i, (seg, _))| {
+                let (lo, hi) = seg.hash.expect("checked above");
+                (lo, hi, i)
+            })
+            .collect();
+        order.sort_unstable();
+        if order.windows(2).any(|w| w[0].1 > w[1].0) {
+            return Ok(None);
+        }
+        let (method, xor) = (h.method(), h.method().has_xor());
+        let children: Vec<Vec<Segment>> = parents
+            .iter()
+            .map(|(seg, split)| match split {
+                Split::Hash(n) => seg.hash_children(*n),
+                _ => unreachable!("checked above"),
+            })
+            .collect();
+        let mut aggs: Vec<Vec<AnyAggregate>> = children
+            .iter()
+            .map(|c| vec![AnyAggregate::empty(method, xor); c.len()])
+            .collect();
+        // the rows of every parent: the common key range, period and window
+        let all = Segment {
+            hash: None,
+            ..first.clone()
+        };
+        let scanned = self
+            .scan_segment(s, b, h, &all, false, true, &mut |row, kh| {
+                let bh = bucket_hash(kh);
+                // the last parent starting at or below the row's bucket hash
+                let i = order.partition_point(|&(lo, _, _)| lo <= bh);
+                if i == 0 {
+                    return Ok(());
+                }
+                let (_, hi, p) = order[i - 1];
+                if bh >= hi {
+                    return Ok(());
+                }
+                let Split::Hash(n) = parents[p].1 else {
+                    unreachable!("checked above")
+                };
+                let child = parents[p].0.hash_child_of(n, bh);
+                aggs[p][child].add_checksum(h.row(row.row_string().as_bytes()));
+                Ok(())
+            })
+            .await?;
+        let mut buckets = Vec::new();
+        for (p, (segs, aggs)) in children.into_iter().zip(aggs).enumerate() {
+            for (i, (segment, agg)) in segs.into_iter().zip(aggs).enumerate() {
+                buckets.push(BucketOut {
+                    parent: p,
+                    child: i,
+                    segment,
+                    agg,
+                });
+            }
+        }
+        Ok(Some(AggregateOut {
+            buckets,
+            path: Path::InProcess,
+            rows_scanned: scanned,
+        }))
     }
 
     /// (key hash, row checksum) of every row of a segment, handed over in batches.

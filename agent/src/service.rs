@@ -192,6 +192,7 @@ impl Agent for AgentService {
                 measures: p.measures.clone(),
                 engine_warnings: engine_warnings(&ds),
                 key_histogram: histogram,
+                max_digest_rows: p.max_digest_rows,
             })
         }
         .instrument(span)

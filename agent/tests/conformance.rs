@@ -504,6 +504,27 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             ],
         ),
     ];
+    // a hash drill's deeper level: parents that differ only in their hash ranges (out
+    // of order, with a gap), read by one scan in the agent
+    let hash_part = |lo: u64, hi: u64, n: u32| {
+        (
+            Segment {
+                hash: Some((lo, hi)),
+                ..Segment::default()
+            },
+            Split::Hash(n),
+        )
+    };
+    let q = tally_common::segment::HASH_SPACE / 4;
+    let mut splits = splits;
+    splits.push((
+        "hash parents of one level",
+        vec![
+            hash_part(2 * q, 3 * q, 8),
+            hash_part(0, q, 4),
+            hash_part(q, 2 * q, 2),
+        ],
+    ));
     let period = |g: Granularity| Split::Period {
         column: "placed".into(),
         granularity: g,
@@ -513,7 +534,6 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         granularity: Granularity::Month,
         label: "2024-03".into(),
     };
-    let mut splits = splits;
     for g in [
         Granularity::Hour,
         Granularity::Day,
@@ -609,7 +629,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             }
         }
     }
-    assert_eq!(results.len(), 40);
+    assert_eq!(results.len(), 44);
     let months = &results["month/sha256_64"];
     assert_eq!(months.len(), 12, "one bucket per month present");
     assert_eq!(months[2].2.period.as_ref().unwrap().label, "2024-03");

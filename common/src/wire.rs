@@ -241,6 +241,9 @@ pub struct Describe {
     /// (where the policy exposes key bounds and the engine keeps them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key_histogram: Vec<i64>,
+    /// The policy's `max_digest_rows` (0: not said by an older agent).
+    #[serde(default)]
+    pub max_digest_rows: u64,
 }
 
 impl Describe {
@@ -310,6 +313,7 @@ impl TryFrom<pb::DescribeResponse> for Describe {
             measures: d.measures,
             engine_warnings: d.engine_warnings,
             key_histogram: d.key_histogram,
+            max_digest_rows: d.max_digest_rows,
         })
     }
 }
@@ -344,6 +348,7 @@ impl From<Describe> for pb::DescribeResponse {
             measures: d.measures,
             engine_warnings: d.engine_warnings,
             key_histogram: d.key_histogram,
+            max_digest_rows: d.max_digest_rows,
         }
     }
 }
@@ -1008,6 +1013,7 @@ mod tests {
             measures: vec!["amount".into()],
             engine_warnings: vec!["not live-verified".into()],
             key_histogram: vec![-5, 0, 1_000_000_000_000_000],
+            max_digest_rows: 100_000,
         }
     }
 

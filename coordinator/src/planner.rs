@@ -70,24 +70,43 @@ pub fn first_level_factor(rows: u64, threshold: u64, factor: u32) -> u32 {
 
 /// The segments the rows phase reads: the leaves, with runs of adjacent key-range
 /// leaves merged while their rows stay within `budget` (one read instead of many small
-/// ones when differences are dense). Each batch lists the leaves it covers.
-pub fn rows_batches(leaves: &[Leaf], budget: u64) -> Vec<(Segment, Vec<usize>)> {
+/// ones when differences are dense), and runs of adjacent hash leaves (contiguous hash
+/// ranges of the same key range) merged while their rows stay within `hash_budget`: a
+/// hash range is read by scanning its whole key range, so a read costs the same
+/// whatever its width, and a degenerate drill (every bucket differs) reads a few wide
+/// ranges instead of one scan per leaf. Each batch lists the leaves it covers.
+pub fn rows_batches(leaves: &[Leaf], budget: u64, hash_budget: u64) -> Vec<(Segment, Vec<usize>)> {
     let rows = |l: &Leaf| l.source.count().max(l.target.count());
     let plain = |s: &Segment| s.hash.is_none() && s.period.is_none();
+    // the same rows but for the hash range: same key bounds, period and window
+    let same_scan = |a: &Segment, b: &Segment| {
+        a.lower == b.lower && a.upper == b.upper && a.period == b.period && a.window == b.window
+    };
     let mut out: Vec<(Segment, Vec<usize>, u64)> = Vec::new();
     for (i, leaf) in leaves.iter().enumerate() {
         let n = rows(leaf);
-        if let Some((seg, members, total)) = out.last_mut()
-            && plain(seg)
-            && plain(&leaf.segment)
-            && seg.upper.is_some()
-            && seg.upper == leaf.segment.lower
-            && *total + n <= budget
-        {
-            seg.upper = leaf.segment.upper.clone();
-            members.push(i);
-            *total += n;
-            continue;
+        if let Some((seg, members, total)) = out.last_mut() {
+            if plain(seg)
+                && plain(&leaf.segment)
+                && seg.upper.is_some()
+                && seg.upper == leaf.segment.lower
+                && *total + n <= budget
+            {
+                seg.upper = leaf.segment.upper.clone();
+                members.push(i);
+                *total += n;
+                continue;
+            }
+            if let (Some((lo, hi)), Some((next_lo, next_hi))) = (seg.hash, leaf.segment.hash)
+                && hi == next_lo
+                && same_scan(seg, &leaf.segment)
+                && *total + n <= hash_budget.max(budget)
+            {
+                seg.hash = Some((lo, next_hi));
+                members.push(i);
+                *total += n;
+                continue;
+            }
         }
         out.push((leaf.segment.clone(), vec![i], n));
     }
@@ -1201,7 +1220,7 @@ mod tests {
             leaf(40, 50, 1), // not adjacent
             hashed,
         ];
-        let b = rows_batches(&leaves, 10);
+        let b = rows_batches(&leaves, 10, 10);
         let shape: Vec<(Option<KeyTuple>, Option<KeyTuple>, Vec<usize>)> = b
             .iter()
             .map(|(s, m)| (s.lower.clone(), s.upper.clone(), m.clone()))
@@ -1215,7 +1234,60 @@ mod tests {
                 (None, None, vec![4]),
             ]
         );
-        assert_eq!(b[3].0.hash, Some((0, 8)), "hash leaves stay as they are");
+        assert_eq!(b[3].0.hash, Some((0, 8)), "a lone hash leaf stays as it is");
+    }
+
+    #[test]
+    fn contiguous_hash_leaves_are_read_together_up_to_the_hash_budget() {
+        let agg = |n: u64| AnyAggregate::new(HashMethod::Sha256_64, n, 0, Some(0));
+        let k = |i: i64| Some(vec![KeyPart::Int(i)]);
+        let leaf = |segment: Segment, n: u64| Leaf {
+            level: 2,
+            segment,
+            source: agg(n),
+            target: agg(n + 1),
+            inconsistent: None,
+        };
+        let h = |lo: u64, hi: u64, n: u64| {
+            leaf(
+                Segment {
+                    hash: Some((lo, hi)),
+                    ..Segment::default()
+                },
+                n - 1,
+            )
+        };
+        let other_range = leaf(
+            Segment {
+                hash: Some((40, 50)),
+                lower: k(7),
+                ..Segment::default()
+            },
+            1,
+        );
+        let leaves = vec![
+            h(0, 10, 30),
+            h(10, 20, 30),
+            h(20, 30, 30), // 90 rows: within 100
+            h(30, 40, 30), // 120 > 100: a new batch
+            h(50, 60, 1),  // not contiguous (40..50 matched)
+            other_range,   // contiguous hash, another key range: its own scan
+        ];
+        let b = rows_batches(&leaves, 10, 100);
+        let shape: Vec<(Option<(u64, u64)>, Vec<usize>)> =
+            b.iter().map(|(s, m)| (s.hash, m.clone())).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Some((0, 30)), vec![0, 1, 2]),
+                (Some((30, 40)), vec![3]),
+                (Some((50, 60)), vec![4]),
+                (Some((40, 50)), vec![5]),
+            ]
+        );
+        assert_eq!(b[3].0.lower, k(7));
+        // without a larger hash budget, the key-range budget holds
+        assert_eq!(rows_batches(&leaves, 10, 0).len(), 6);
     }
 
     #[test]

@@ -61,6 +61,8 @@ struct Args {
     repeat: usize,
     reladiff: Option<String>,
     markdown: Option<String>,
+    /// Rows of the degenerate case (every row differs), or none.
+    degenerate: Option<u64>,
 }
 
 fn args() -> Args {
@@ -71,6 +73,7 @@ fn args() -> Args {
         repeat: 3,
         reladiff: None,
         markdown: None,
+        degenerate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -86,6 +89,7 @@ fn args() -> Args {
             "--repeat" => a.repeat = v.parse().expect("--repeat R"),
             "--reladiff" => a.reladiff = Some(v),
             "--markdown" => a.markdown = Some(v),
+            "--degenerate" => a.degenerate = Some(v.parse().expect("--degenerate ROWS")),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -208,6 +212,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 struct TallyRun {
     secs: f64,
+    levels: u64,
     queries: u64,
     rows_scanned: u64,
     coordinator_kib: u64,
@@ -218,16 +223,27 @@ struct TallyRun {
 /// with `sql`, through those whose engines hash in SQL (`pgsql`, `mysql`); sealed (the
 /// default) unless `unsealed` (spec `hash: sha256_64`, the cost of sealing).
 fn tally(d: &Deployment, level: &str, sql: bool, unsealed: bool) -> TallyRun {
+    tally_with(d, level, sql, unsealed, ("", ""))
+}
+
+/// [`tally`] with more spec lines (`bisection: {...}`), its spec file named by `tag`.
+fn tally_with(
+    d: &Deployment,
+    level: &str,
+    sql: bool,
+    unsealed: bool,
+    (tag, extra): (&str, &str),
+) -> TallyRun {
     let (src, tgt) = if sql { ("pgsql", "mysql") } else { ("pg", "my") };
     let (suffix, hash) = if unsealed {
         ("-unsealed", "hash: sha256_64\n")
     } else {
         ("", "")
     };
-    let spec = d.path().join(format!("spec-{level}-{src}{suffix}.yaml"));
+    let spec = d.path().join(format!("spec-{level}-{src}{suffix}{tag}.yaml"));
     std::fs::write(
         &spec,
-        format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\n{hash}reporting: {{ level: {level}, sample_limit: 100000 }}\n"),
+        format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\n{hash}reporting: {{ level: {level}, sample_limit: 100000 }}\n{extra}"),
     )
     .unwrap();
     let t = Instant::now();
@@ -265,6 +281,7 @@ fn tally(d: &Deployment, level: &str, sql: bool, unsealed: bool) -> TallyRun {
         + c["extra_in_target"].as_u64().unwrap_or(0);
     TallyRun {
         secs,
+        levels: j["levels"].as_array().map_or(0, |l| l.len() as u64),
         queries: j["source"]["queries"].as_u64().unwrap_or(0),
         rows_scanned: j["source"]["rows_scanned"].as_u64().unwrap_or(0)
             + j["target"]["rows_scanned"].as_u64().unwrap_or(0),
@@ -273,11 +290,11 @@ fn tally(d: &Deployment, level: &str, sql: bool, unsealed: bool) -> TallyRun {
     }
 }
 
-/// Two count_only runs on the same tables started together: seconds until both end.
-fn two_at_once(d: &Deployment) -> f64 {
+/// `n` count_only runs on the same tables started together: seconds until all end.
+fn at_once(d: &Deployment, n: usize) -> f64 {
     let spec = d.path().join("spec-count_only-pg.yaml");
     let t = Instant::now();
-    let children: Vec<_> = (0..2)
+    let children: Vec<_> = (0..n)
         .map(|_| {
             Command::new(tally_e2e::bins::tally())
                 .arg("run")
@@ -297,6 +314,79 @@ fn two_at_once(d: &Deployment) -> f64 {
         assert!(j["verdict"] != "error", "{j}");
     }
     t.elapsed().as_secs_f64()
+}
+
+/// CPU seconds the two database servers have spent so far: PostgreSQL's postmaster,
+/// the children it has reaped (every backend that ended) and those still running;
+/// MariaDB's one process (all its threads). A run's cost is the difference of two
+/// readings around it.
+struct DbCpu {
+    postmaster: u32,
+    mariadbd: u32,
+    ticks_per_sec: f64,
+}
+
+/// (ppid, utime + stime, cutime + cstime) of a process, in clock ticks.
+fn proc_stat(pid: u32) -> Option<(u32, u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some((n(1)? as u32, n(11)? + n(12)?, n(13)? + n(14)?))
+}
+
+impl DbCpu {
+    fn new(pg: &Server, my: &Server) -> DbCpu {
+        let postmaster = pg
+            .exec(
+                None,
+                "SELECT split_part(pg_read_file('postmaster.pid'), E'\\n', 1);",
+            )
+            .trim()
+            .parse()
+            .expect("postmaster pid");
+        let pid_file = my.exec(None, "SELECT @@pid_file;");
+        let mariadbd = std::fs::read_to_string(pid_file.trim())
+            .expect("mariadbd pid file")
+            .trim()
+            .parse()
+            .expect("mariadbd pid");
+        let tck = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+        let ticks_per_sec = String::from_utf8_lossy(&tck.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(100.0);
+        DbCpu {
+            postmaster,
+            mariadbd,
+            ticks_per_sec,
+        }
+    }
+
+    /// (PostgreSQL, MariaDB) CPU seconds so far.
+    fn read(&self) -> (f64, f64) {
+        let (_, own, reaped) = proc_stat(self.postmaster).expect("postmaster is running");
+        let mut pg = own + reaped;
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())
+                && let Some((ppid, cpu, _)) = proc_stat(pid)
+                && ppid == self.postmaster
+            {
+                pg += cpu;
+            }
+        }
+        let (_, my, _) = proc_stat(self.mariadbd).expect("mariadbd is running");
+        (pg as f64 / self.ticks_per_sec, my as f64 / self.ticks_per_sec)
+    }
+
+    /// Runs `f`: its wall seconds and the databases' CPU seconds (both servers) over it.
+    fn measure<T>(&self, f: impl FnOnce() -> T) -> (T, f64, f64) {
+        let before = self.read();
+        let t = Instant::now();
+        let out = f();
+        let secs = t.elapsed().as_secs_f64();
+        let after = self.read();
+        (out, secs, (after.0 - before.0) + (after.1 - before.1))
+    }
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -350,6 +440,75 @@ fn reladiff(bin: &str, pg: &Server, my: &Server) -> (f64, u64) {
     )
 }
 
+/// Issue 16's degenerate drill: a table where every row differs (every target amount
+/// changed), reconciled to exact keys with factor 16 and threshold 64, by the hash and
+/// the quantile strategy, beside the raw read of both sides.
+fn degenerate(d: &Deployment, pg: &Server, my: &Server, cpu: &DbCpu, n: u64, repeat: usize) -> String {
+    load(pg, my, n, Layout::Dense);
+    my.exec(Some("bench"), "UPDATE t SET amount = amount + 1;");
+    let mut out = String::from(
+        "| rows, all differ | read both s | hash s | levels | queries/side | found | ÷ read | DB CPU s | quantile s | levels | queries/side | found | ÷ read | DB CPU s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let (mut rd, mut hs, mut qs, mut hc, mut qc) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut last = None;
+    for _ in 0..repeat {
+        rd.push(
+            timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;"))
+                + timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")),
+        );
+        let (h, _, c) = cpu.measure(|| {
+            tally_with(
+                d,
+                "with_keys",
+                false,
+                false,
+                (
+                    "-hash",
+                    "bisection: { strategy: hash, factor: 16, threshold: 64 }\n",
+                ),
+            )
+        });
+        hs.push(h.secs);
+        hc.push(c);
+        let (q, _, c) = cpu.measure(|| {
+            tally_with(
+                d,
+                "with_keys",
+                false,
+                false,
+                (
+                    "-quantile",
+                    "bisection: { strategy: quantile, factor: 16, threshold: 64 }\n",
+                ),
+            )
+        });
+        qs.push(q.secs);
+        qc.push(c);
+        assert_eq!(h.found, n, "the hash drill finds every row");
+        assert_eq!(q.found, n, "the quantile drill finds every row");
+        last = Some((h, q));
+    }
+    let (h, q) = last.expect("one repetition");
+    let read = median(rd);
+    let (hs, qs) = (median(hs), median(qs));
+    out.push_str(&format!(
+        "| {n} | {read:.2} | {hs:.2} | {} | {} | {} | {:.1} | {:.2} | {qs:.2} | {} | {} | {} | {:.1} | {:.2} |\n",
+        h.levels,
+        h.queries,
+        h.found,
+        hs / read,
+        median(hc),
+        q.levels,
+        q.queries,
+        q.found,
+        qs / read,
+        median(qc),
+    ));
+    my.exec(Some("bench"), "UPDATE t SET amount = amount - 1;");
+    eprint!("{out}");
+    out
+}
+
 fn main() {
     let a = args();
     let pg = db::postgres();
@@ -383,43 +542,56 @@ fn main() {
         );
     }
     d.coordinator_config();
+    let cpu = DbCpu::new(pg, my);
     let machine = format!(
         "{} cores, PostgreSQL {}, {}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         pg.exec(None, "SHOW server_version;").trim(),
         my.exec(None, "SELECT VERSION();").trim()
     );
+    let degenerate_table = a
+        .degenerate
+        .map(|n| degenerate(&d, pg, my, &cpu, n, a.repeat))
+        .unwrap_or_default();
     let mut table = String::from(
-        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | 4 at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster | DB CPU s: floor scans | DB CPU: count_only | ÷ floor scans | DB CPU: with_keys | DB CPU: SQL hashing | DB CPU: reladiff |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (&n, &layout) in a.rows.iter().flat_map(|n| a.layouts.iter().map(move |l| (n, l))) {
         load(pg, my, n, layout);
         for &k in &a.ks {
             plant(my, n, k, layout, false);
             let (mut fp, mut fm, mut co, mut wk, mut rd) = (vec![], vec![], vec![], vec![], vec![]);
-            let (mut rp, mut rm, mut cs, mut two) = (vec![], vec![], vec![], vec![]);
+            let (mut rp, mut rm, mut cs, mut two, mut four) = (vec![], vec![], vec![], vec![], vec![]);
             let (mut cu, mut wu) = (vec![], vec![]);
+            // database CPU seconds (both servers): the floors' scans, count_only,
+            // with_keys, count_only hashing in SQL, reladiff
+            let (mut cpu_f, mut cpu_c, mut cpu_w, mut cpu_s, mut cpu_r) =
+                (vec![], vec![], vec![], vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
             for _ in 0..a.repeat {
-                fp.push(timed(|| {
-                    pg.exec(Some("bench"), PG_FLOOR);
-                }));
-                fm.push(timed(|| {
-                    my.exec(Some("bench"), MY_FLOOR);
-                }));
+                let (_, s, c1) = cpu.measure(|| pg.exec(Some("bench"), PG_FLOOR));
+                fp.push(s);
+                let (_, s, c2) = cpu.measure(|| my.exec(Some("bench"), MY_FLOOR));
+                fm.push(s);
+                cpu_f.push(c1 + c2);
                 // the raw read floor: every row to the client, no hashing
                 rp.push(timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;")));
                 rm.push(timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")));
-                let c = tally(&d, "count_only", false, false);
+                let (c, _, cc) = cpu.measure(|| tally(&d, "count_only", false, false));
                 co.push(c.secs);
+                cpu_c.push(cc);
                 cu.push(tally(&d, "count_only", false, true).secs);
-                cs.push(tally(&d, "count_only", true, false).secs);
-                two.push(two_at_once(&d));
-                let w = tally(&d, "with_keys", false, false);
+                let (sq, _, cc) = cpu.measure(|| tally(&d, "count_only", true, false));
+                cs.push(sq.secs);
+                cpu_s.push(cc);
+                two.push(at_once(&d, 2));
+                four.push(at_once(&d, 4));
+                let (w, _, cc) = cpu.measure(|| tally(&d, "with_keys", false, false));
                 wk.push(w.secs);
+                cpu_w.push(cc);
                 let wun = tally(&d, "with_keys", false, true);
                 assert_eq!(
                     wun.found, w.found,
@@ -427,8 +599,9 @@ fn main() {
                 );
                 wu.push(wun.secs);
                 if let Some(bin) = &a.reladiff {
-                    let (s, f) = reladiff(bin, pg, my);
+                    let ((s, f), _, cc) = cpu.measure(|| reladiff(bin, pg, my));
                     rd.push(s);
+                    cpu_r.push(cc);
                     rd_found = f;
                 }
                 last = Some((c, w));
@@ -437,8 +610,10 @@ fn main() {
             let floor = median(fp.clone()).max(median(fm.clone()));
             let (co, wk) = (median(co), median(wk));
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
+            let cpu_r = if cpu_r.is_empty() { f64::NAN } else { median(cpu_r) };
+            let (cpu_f, cpu_c) = (median(cpu_f), median(cpu_c));
             let row = format!(
-                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× |\n",
+                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× | {cpu_f:.2} | {cpu_c:.2} | {:.2} | {:.2} | {:.2} | {cpu_r:.2} |\n",
                 layout.name(),
                 median(fp),
                 median(fm),
@@ -447,6 +622,7 @@ fn main() {
                 co / floor,
                 median(cu),
                 median(two),
+                median(four),
                 median(cs),
                 wk / floor,
                 median(wu),
@@ -456,6 +632,9 @@ fn main() {
                 3 * k,
                 c.coordinator_kib.max(w.coordinator_kib) as f64 / 1024.0,
                 rd_s / wk,
+                cpu_c / cpu_f,
+                median(cpu_w),
+                median(cpu_s),
             );
             eprint!("{row}");
             table.push_str(&row);
@@ -468,7 +647,7 @@ fn main() {
         .map(|a| format!("{} {:.1} MiB", a.name, vm_hwm_kib(a.guard.pid()) as f64 / 1024.0))
         .collect();
     let report = format!(
-        "Machine: {machine}. Median of {} interleaved repetitions. Agent peak memory (VmHWM) over the whole run: {}.\n\n{table}",
+        "Machine: {machine}. Median of {} interleaved repetitions. Agent peak memory (VmHWM) over the whole run: {}.\n\n{table}\n{degenerate_table}",
         a.repeat,
         agents.join(", ")
     );
