@@ -82,8 +82,13 @@ pub fn rows_batches(leaves: &[Leaf], budget: u64, hash_budget: u64) -> Vec<(Segm
     let same_scan = |a: &Segment, b: &Segment| {
         a.lower == b.lower && a.upper == b.upper && a.period == b.period && a.window == b.window
     };
+    // hash leaves in hash order (a deeper level's leaves come after level 1's, and
+    // would split its contiguous runs); key-range leaves keep theirs
+    let mut order: Vec<usize> = (0..leaves.len()).collect();
+    order.sort_by_key(|&i| leaves[i].segment.hash.map(|(lo, _)| lo));
     let mut out: Vec<(Segment, Vec<usize>, u64)> = Vec::new();
-    for (i, leaf) in leaves.iter().enumerate() {
+    for i in order {
+        let leaf = &leaves[i];
         let n = rows(leaf);
         if let Some((seg, members, total)) = out.last_mut() {
             if plain(seg)
@@ -1271,21 +1276,27 @@ mod tests {
             h(20, 30, 30), // 90 rows: within 100
             h(30, 40, 30), // 120 > 100: a new batch
             h(50, 60, 1),  // not contiguous (40..50 matched)
-            other_range,   // contiguous hash, another key range: its own scan
+            other_range,   // between them in hash order, another key range: its own scan
         ];
         let b = rows_batches(&leaves, 10, 100);
-        let shape: Vec<(Option<(u64, u64)>, Vec<usize>)> =
-            b.iter().map(|(s, m)| (s.hash, m.clone())).collect();
+        type Shape = Vec<(Option<(u64, u64)>, Vec<usize>)>;
+        let shape: Shape = b.iter().map(|(s, m)| (s.hash, m.clone())).collect();
         assert_eq!(
             shape,
             vec![
                 (Some((0, 30)), vec![0, 1, 2]),
                 (Some((30, 40)), vec![3]),
-                (Some((50, 60)), vec![4]),
                 (Some((40, 50)), vec![5]),
+                (Some((50, 60)), vec![4]),
             ]
         );
-        assert_eq!(b[3].0.lower, k(7));
+        assert_eq!(b[2].0.lower, k(7));
+        // a deeper level's leaves come after level 1's: read in hash order all the same
+        let mut late = leaves[..3].to_vec();
+        late.rotate_left(1);
+        let b = rows_batches(&late, 10, 100);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(b[0].0.hash, Some((0, 30)));
         // without a larger hash budget, the key-range budget holds
         assert_eq!(rows_batches(&leaves, 10, 0).len(), 6);
     }

@@ -968,3 +968,57 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
     let last = checks.last().unwrap().outcome.as_ref().unwrap().clone();
     assert!(last.starts_with("differ"), "{last}");
 }
+
+/// Issue 16's degenerate drill: every row differs and the hash strategy cuts the table
+/// into a thousand differing leaves. Each hash leaf is read by scanning its whole key
+/// range, so the rows phase reads contiguous hash leaves as one range (up to the agents'
+/// `max_digest_rows`) instead of one scan per leaf, and still finds every row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_degenerate_hash_drill_reads_a_few_wide_ranges_not_one_per_leaf() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _) = deploy(dir.path(), false).await;
+    let mut c =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.path().join("vpc2.sqlite").display()))
+            .await
+            .unwrap();
+    sqlx::raw_sql("UPDATE orders SET amount = amount + 1")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    c.close().await.unwrap();
+    let path = dir.path().join("degenerate.yaml");
+    std::fs::write(
+        &path,
+        "name: degenerate\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
+         bisection: { strategy: hash, factor: 16, threshold: 64 }\nreporting: { level: with_keys, sample_limit: 100 }\n",
+    )
+    .unwrap();
+    let opts = RunOptions {
+        progress: Some(false),
+        record: None,
+    };
+    let r = run(&Spec::load(&path).unwrap(), &a, &b, &opts).await;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(r.difference_counts.as_ref().map(|c| c.changed), Some(20_000));
+    assert!(
+        r.leaves.len() > 500,
+        "{} leaves: the drill is not degenerate",
+        r.leaves.len()
+    );
+    // 20,000 rows fit one range of 100,000: one digests read per side (it was one per leaf)
+    for agent in ["dc1", "vpc2"] {
+        // the release log records a call as started and as answered
+        let digests = std::fs::read_to_string(dir.path().join(format!("{agent}-release.jsonl")))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"rpc\":\"RowDigests\"") && l.contains("\"outcome\":\"ok\""))
+            .count();
+        assert_eq!(
+            digests,
+            1,
+            "{agent}: {digests} digests reads for {} leaves",
+            r.leaves.len()
+        );
+    }
+}
