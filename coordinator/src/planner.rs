@@ -69,13 +69,12 @@ pub fn first_level_factor(rows: u64, threshold: u64, factor: u32) -> u32 {
 }
 
 /// The segments the rows phase reads: the leaves, with runs of adjacent key-range
-/// leaves merged while their rows stay within `budget` (one read instead of many small
-/// ones when differences are dense), and runs of adjacent hash leaves (contiguous hash
-/// ranges of the same key range) merged while their rows stay within `hash_budget`: a
-/// hash range is read by scanning its whole key range, so a read costs the same
-/// whatever its width, and a degenerate drill (every bucket differs) reads a few wide
-/// ranges instead of one scan per leaf. Each batch lists the leaves it covers.
-pub fn rows_batches(leaves: &[Leaf], budget: u64, hash_budget: u64) -> Vec<(Segment, Vec<usize>)> {
+/// leaves, and runs of adjacent hash leaves (contiguous hash ranges of the same key
+/// range), merged while their rows stay within `budget`: one read instead of many
+/// small ones when differences are dense. A hash range is read by scanning its whole
+/// key range whatever its width, so a degenerate drill (every bucket differs) reads a
+/// few wide ranges instead of one scan per leaf. Each batch lists the leaves it covers.
+pub fn rows_batches(leaves: &[Leaf], budget: u64) -> Vec<(Segment, Vec<usize>)> {
     let rows = |l: &Leaf| l.source.count().max(l.target.count());
     let plain = |s: &Segment| s.hash.is_none() && s.period.is_none();
     // the same rows but for the hash range: same key bounds, period and window
@@ -105,7 +104,7 @@ pub fn rows_batches(leaves: &[Leaf], budget: u64, hash_budget: u64) -> Vec<(Segm
             if let (Some((lo, hi)), Some((next_lo, next_hi))) = (seg.hash, leaf.segment.hash)
                 && hi == next_lo
                 && same_scan(seg, &leaf.segment)
-                && *total + n <= hash_budget.max(budget)
+                && *total + n <= budget
             {
                 seg.hash = Some((lo, next_hi));
                 members.push(i);
@@ -1225,7 +1224,7 @@ mod tests {
             leaf(40, 50, 1), // not adjacent
             hashed,
         ];
-        let b = rows_batches(&leaves, 10, 10);
+        let b = rows_batches(&leaves, 10);
         let shape: Vec<(Option<KeyTuple>, Option<KeyTuple>, Vec<usize>)> = b
             .iter()
             .map(|(s, m)| (s.lower.clone(), s.upper.clone(), m.clone()))
@@ -1243,7 +1242,7 @@ mod tests {
     }
 
     #[test]
-    fn contiguous_hash_leaves_are_read_together_up_to_the_hash_budget() {
+    fn contiguous_hash_leaves_are_read_together_up_to_the_budget() {
         let agg = |n: u64| AnyAggregate::new(HashMethod::Sha256_64, n, 0, Some(0));
         let k = |i: i64| Some(vec![KeyPart::Int(i)]);
         let leaf = |segment: Segment, n: u64| Leaf {
@@ -1278,7 +1277,7 @@ mod tests {
             h(50, 60, 1),  // not contiguous (40..50 matched)
             other_range,   // between them in hash order, another key range: its own scan
         ];
-        let b = rows_batches(&leaves, 10, 100);
+        let b = rows_batches(&leaves, 100);
         type Shape = Vec<(Option<(u64, u64)>, Vec<usize>)>;
         let shape: Shape = b.iter().map(|(s, m)| (s.hash, m.clone())).collect();
         assert_eq!(
@@ -1294,11 +1293,14 @@ mod tests {
         // a deeper level's leaves come after level 1's: read in hash order all the same
         let mut late = leaves[..3].to_vec();
         late.rotate_left(1);
-        let b = rows_batches(&late, 10, 100);
+        let b = rows_batches(&late, 100);
         assert_eq!(b.len(), 1, "{b:?}");
         assert_eq!(b[0].0.hash, Some((0, 30)));
-        // without a larger hash budget, the key-range budget holds
-        assert_eq!(rows_batches(&leaves, 10, 0).len(), 6);
+        assert_eq!(
+            rows_batches(&leaves, 10).len(),
+            6,
+            "a budget below each leaf merges none"
+        );
     }
 
     #[test]

@@ -22,10 +22,10 @@ const ROWS_PHASE_AFTER_STOP: u64 = 1_000_000;
 
 type Pair<T> = (Option<T>, Option<T>);
 
-/// The most rows the rows phase reads as one range of merged hash leaves (below the
-/// agents' own `max_digest_rows`, which bounds it too): the coordinator holds a range's
-/// digests from both sides until it is classified, 16 bytes a row.
-const HASH_RANGE_ROWS: u64 = 100_000;
+/// The most rows the rows phase reads as one range of merged leaves (the agents' own
+/// `max_digest_rows` bounds it too): the coordinator holds a range's digests from both
+/// sides until it is classified, 16 bytes a row.
+const RANGE_ROWS: u64 = 100_000;
 
 /// One row per key hash, the last: an agent before one row per key revealed every row of
 /// a repeated key, and the differences read the last one (a map built in order), so
@@ -147,17 +147,13 @@ impl Engine {
             out.extend(self.finish());
             return Ok(());
         }
-        // a hash range is read by scanning its key range whatever its width: read
-        // contiguous hash leaves together, as many rows as both agents' policies let
-        // one digests range hold (and no more than HASH_RANGE_ROWS)
-        let hash_budget = self.described.as_ref().map_or(0, |(s, t)| {
-            [s.max_digest_rows, t.max_digest_rows]
-                .into_iter()
-                .min()
-                .unwrap_or(0)
-                .min(HASH_RANGE_ROWS)
+        // adjacent differing leaves are read together, as many rows as both agents'
+        // policies let one digests range hold (a tenth below it: rows may arrive
+        // between the level's count and the read), never fewer than the threshold
+        let agents = self.described.as_ref().map_or(0, |(s, t)| {
+            s.max_digest_rows.min(t.max_digest_rows).min(RANGE_ROWS) / 10 * 9
         });
-        let ranges = rows_batches(&planner.leaves, self.spec.bisection.threshold, hash_budget)
+        let ranges = rows_batches(&planner.leaves, self.spec.bisection.threshold.max(agents))
             .into_iter()
             .map(|(segment, _)| segment)
             .collect();
