@@ -24,6 +24,11 @@ pub(super) const MAX_LEAVES_WITH_SQL: usize = 100;
 /// than 4 or 16 at 1M rows (docs/performance.md).
 pub(super) const LEAVES_IN_FLIGHT: usize = 8;
 
+/// Leaves whose investigation SQL is asked at once: rendering SQL reads no rows (a
+/// describe per call), so the phase is bound by round trips; the agents' connection
+/// slots still bound what runs on each database at once.
+const SQL_IN_FLIGHT: usize = 32;
+
 /// The level being asked: its plan and the answers so far.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct LevelInFlight {
@@ -532,7 +537,7 @@ impl Engine {
         self.ask_sql(out)
     }
 
-    /// Asks for the next leaves' SQL while fewer than [`LEAVES_IN_FLIGHT`] are in
+    /// Asks for the next leaves' SQL while fewer than [`SQL_IN_FLIGHT`] are in
     /// flight; when every leaf has its SQL, goes on to the rows phase.
     fn ask_sql(&mut self, out: &mut Out) -> Step {
         let sql = self.sql.as_ref().expect("sql phase");
@@ -545,7 +550,7 @@ impl Engine {
             }
             return self.begin_rows(out);
         }
-        let (from, to) = (sql.asked, sql.total.min(sql.done + LEAVES_IN_FLIGHT));
+        let (from, to) = (sql.asked, sql.total.min(sql.done + SQL_IN_FLIGHT));
         let r = self.resolved.as_ref().expect("resolved");
         let (key_len, sealed) = (r.key_len, r.method.is_sealed());
         for leaf in from..to.max(from) {

@@ -246,6 +246,7 @@ fn tally_with(
         format!("name: bench\nsource: {{ agent: {src}, dataset: t }}\ntarget: {{ agent: {tgt}, dataset: t }}\n{hash}reporting: {{ level: {level}, sample_limit: 100000 }}\n{extra}"),
     )
     .unwrap();
+    let debug = std::env::var_os("TALLY_BENCH_DEBUG").is_some();
     let t = Instant::now();
     let out = Command::new("/usr/bin/time")
         .arg("-v")
@@ -255,13 +256,23 @@ fn tally_with(
         .arg("-c")
         .arg(d.path().join("coordinator.yaml"))
         .arg("--json")
+        .args(debug.then_some("--progress"))
         .output()
         .unwrap();
+    if debug {
+        // the run's progress lines, each with the seconds since it started
+        for l in String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .take_while(|l| !l.contains("Command being timed"))
+        {
+            eprintln!("  {l}");
+        }
+    }
     let secs = t.elapsed().as_secs_f64();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(j["verdict"] != "error", "{j}");
-    if std::env::var_os("TALLY_BENCH_DEBUG").is_some() {
+    if debug {
         eprintln!(
             "{level} via {src}: verdict {} counts {} levels {} total {} ms",
             j["verdict"], j["difference_counts"], j["levels"], j["elapsed_ms"]

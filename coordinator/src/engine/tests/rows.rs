@@ -125,7 +125,7 @@ fn each_side_reveals_only_its_rows_and_detailed_asks_both_for_changed_ones() {
 }
 
 #[test]
-fn at_most_eight_ranges_and_eight_leaves_are_in_flight_and_all_are_done_in_order() {
+fn at_most_eight_ranges_and_32_leaves_sql_are_in_flight_and_all_are_done_in_order() {
     let (s, t) = scattered(40);
     let tr = drive(&with_keys("with_keys", ""), &s, &t);
     let r = &tr.result;
@@ -143,8 +143,8 @@ fn at_most_eight_ranges_and_eight_leaves_are_in_flight_and_all_are_done_in_order
     );
     assert_eq!(
         most(|c| matches!(c, Call::Sql(..))),
-        Some(16),
-        "8 leaves, 2 sides"
+        Some(64),
+        "investigation SQL of 32 leaves, 2 sides"
     );
     assert!(
         most(|c| matches!(c, Call::Reveal(..))).unwrap() <= 8,
