@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark of issue 6 / docs/performance.md, one command:
-#   bash bench/run.sh                      # 1M rows, K = 0, 10, 1000, median of 3
+#   bash bench/run.sh                      # 1M rows, dense and gapped keys, K = 0, 10, 1000,
+#                                          # median of 3, and the degenerate drill
 #   bash bench/run.sh --rows 10000000      # or any --rows/--k/--repeat
 # It builds release binaries (without DuckDB: no C++ to compile), starts its own
 # PostgreSQL and MariaDB, installs reladiff from PyPI into ~/.cache/tally-bench/venv, and

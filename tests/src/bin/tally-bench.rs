@@ -4,7 +4,10 @@
 //! at count_only and at with_keys over real agents with mutual TLS, and reladiff.
 //!
 //! usage: tally-bench [--rows N]... [--k K]... [--layout dense|gapped]... [--repeat R] [--reladiff PATH]
-//! [--markdown FILE]
+//! [--markdown FILE] [--degenerate ROWS]
+//!
+//! Defaults: 1M rows, K = 0, 10, 1000, both layouts, median of 3, the degenerate drill
+//! on 5,000 rows (`--degenerate 0` leaves it out).
 //!
 //! `--layout gapped` puts the second half of the keys 10^15 further up: two islands of
 //! keys with nothing between them (issue 16).
@@ -100,8 +103,14 @@ fn args() -> Args {
         a.ks = vec![0, 10, 1000];
     }
     if a.layouts.is_empty() {
-        a.layouts = vec![Layout::Dense];
+        a.layouts = vec![Layout::Dense, Layout::Gapped];
     }
+    // the degenerate drill is measured unless `--degenerate 0`
+    a.degenerate = match a.degenerate {
+        None => Some(5000),
+        Some(0) => None,
+        n => n,
+    };
     a
 }
 
