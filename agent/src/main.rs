@@ -243,6 +243,35 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                         note
                     );
                 }
+                if let Some(t) = &ds.throttle {
+                    use tally_agent::throttle::{Load, read_load};
+                    let mut said = Vec::new();
+                    if let Some(r) = t.config.max_rows_per_second {
+                        said.push(format!("max_rows_per_second {r}"));
+                    }
+                    if let Some(max) = t.config.max_load {
+                        let probe = ds
+                            .connector
+                            .probe()
+                            .expect("checked when the datasets were opened");
+                        match read_load(&probe, name).await {
+                            Load::Others(n) => said.push(format!(
+                                "max_load {max} ({n} statement(s) running now besides this agent's{})",
+                                if n > i64::from(max) {
+                                    ": reads would wait"
+                                } else {
+                                    ""
+                                }
+                            )),
+                            Load::Failed(why) => {
+                                said.push(format!("max_load {max}: {why}"));
+                                ok = false;
+                            }
+                            Load::Unknown => {}
+                        }
+                    }
+                    println!("  throttle: {}", said.join(", "));
+                }
                 if let Some(w) = &ds.config.watermark {
                     match tally_agent::watermark::read(ds).await {
                         Ok(p) => println!("  watermark: {} reads {p}", w.describe()),

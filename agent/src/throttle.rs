@@ -217,64 +217,70 @@ impl LoadMonitor {
                 }
                 st.interval
             };
-            let load = self.probe_once(&probe, &dataset, &mut conn, &mut chosen).await;
+            let load = probe_once(&probe, &dataset, &mut conn, &mut chosen).await;
             self.load.send_replace((Instant::now(), load));
             tokio::time::sleep(interval).await;
         }
     }
+}
 
-    async fn probe_once(
-        &self,
-        probe: &Probe,
-        dataset: &str,
-        conn: &mut Option<Box<dyn crate::connector::EngineConn>>,
-        chosen: &mut Option<&'static str>,
-    ) -> Load {
-        if conn.is_none() {
-            match probe.engine.connect(dataset).await {
-                Ok(c) => *conn = Some(c),
-                Err(e) => {
-                    tracing::warn!(dataset, error = %e, "max_load: the load probe could not connect");
-                    return Load::Failed("the load probe could not connect");
-                }
+/// Reads the load once on a connection of its own (`tally-agent check`).
+pub async fn read_load(probe: &Probe, dataset: &str) -> Load {
+    probe_once(probe, dataset, &mut None, &mut None).await
+}
+
+/// One probe: the first of the probe's statements that runs (remembered in `chosen`),
+/// on `conn` (connected here when `None`, dropped again after a failure).
+async fn probe_once(
+    probe: &Probe,
+    dataset: &str,
+    conn: &mut Option<Box<dyn crate::connector::EngineConn>>,
+    chosen: &mut Option<&'static str>,
+) -> Load {
+    if conn.is_none() {
+        match probe.engine.connect(dataset).await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                tracing::warn!(dataset, error = %e, "max_load: the load probe could not connect");
+                return Load::Failed("the load probe could not connect");
             }
         }
-        let c = conn.as_mut().expect("connected above");
-        let candidates: Vec<&'static str> = match chosen {
-            Some(s) => vec![*s],
-            None => probe.statements.to_vec(),
-        };
-        for sql in candidates {
-            match c.query_text(dataset, sql).await {
-                Ok(Some(t)) => {
-                    *chosen = Some(sql);
-                    let Ok(v) = t.trim().parse::<f64>() else {
-                        return Load::Failed("the load probe returned no number");
-                    };
-                    if v < 0.0 {
-                        // the probe's own verdict: it cannot see other sessions
-                        return Load::Failed(
-                            "the agent's database user cannot see other sessions' state: grant it pg_monitor (or pg_read_all_stats)",
-                        );
-                    }
-                    let own = probe.own.load(Ordering::SeqCst) as i64;
-                    return Load::Others((v as i64 - own).max(0));
-                }
-                Ok(None) => return Load::Failed("the load probe returned no value"),
-                Err(e) => {
-                    tracing::debug!(dataset, sql, error = %e, "max_load probe statement failed");
-                    if chosen.is_some() {
-                        *conn = None;
-                        tracing::warn!(dataset, error = %e, "max_load: the load probe failed");
-                        return Load::Failed("the load probe failed (see the agent's log)");
-                    }
-                }
-            }
-        }
-        tracing::warn!(dataset, "max_load: no load probe statement ran on this database");
-        *conn = None;
-        Load::Failed("no load probe statement ran on this database (see the agent's log)")
     }
+    let c = conn.as_mut().expect("connected above");
+    let candidates: Vec<&'static str> = match chosen {
+        Some(s) => vec![*s],
+        None => probe.statements.to_vec(),
+    };
+    for sql in candidates {
+        match c.query_text(dataset, sql).await {
+            Ok(Some(t)) => {
+                *chosen = Some(sql);
+                let Ok(v) = t.trim().parse::<f64>() else {
+                    return Load::Failed("the load probe returned no number");
+                };
+                if v < 0.0 {
+                    // the probe's own verdict: it cannot see other sessions
+                    return Load::Failed(
+                        "the agent's database user cannot see other sessions' state: grant it pg_monitor (or pg_read_all_stats)",
+                    );
+                }
+                let own = probe.own.load(Ordering::SeqCst) as i64;
+                return Load::Others((v as i64 - own).max(0));
+            }
+            Ok(None) => return Load::Failed("the load probe returned no value"),
+            Err(e) => {
+                tracing::debug!(dataset, sql, error = %e, "max_load probe statement failed");
+                if chosen.is_some() {
+                    *conn = None;
+                    tracing::warn!(dataset, error = %e, "max_load: the load probe failed");
+                    return Load::Failed("the load probe failed (see the agent's log)");
+                }
+            }
+        }
+    }
+    tracing::warn!(dataset, "max_load: no load probe statement ran on this database");
+    *conn = None;
+    Load::Failed("no load probe statement ran on this database (see the agent's log)")
 }
 
 /// One throttled read: paces rows against the dataset's budget and pauses while the

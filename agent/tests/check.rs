@@ -168,3 +168,45 @@ fn offline_check_refuses_a_bad_url_naming_the_dataset() {
     let l = line(&stdout, "sales");
     assert!(l.contains("encrypt is required or off"), "{l}");
 }
+
+/// A throttled dataset's `max_load` probe runs once in `check`: a user that cannot see
+/// other sessions fails the check with the grant to make, and with it the check prints
+/// the load it read.
+#[test]
+fn check_reads_the_load_probe_and_names_a_missing_pg_monitor() {
+    let pg = db::postgres();
+    let url = pg.create_database("check_throttle");
+    pg.exec(
+        Some("check_throttle"),
+        "CREATE TABLE IF NOT EXISTS t (id int PRIMARY KEY);\n\
+         DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'watcher') THEN CREATE ROLE watcher LOGIN; END IF; END $$;\n\
+         GRANT SELECT ON t TO watcher;",
+    );
+    let watcher = url.replacen("postgres@", "watcher@", 1);
+    assert_ne!(watcher, url);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "  busy: {{ url: '{watcher}', table: t, key: [id], throttle: {{ max_rows_per_second: 5000, max_load: 8 }} }}\n"
+    );
+    let (code, out) = check(dir.path(), &config);
+    assert_eq!(code, Some(2), "{out}");
+    let throttle = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("throttle:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        throttle.contains("max_rows_per_second 5000") && throttle.contains("pg_monitor"),
+        "{throttle}"
+    );
+    pg.exec(None, "GRANT pg_monitor TO watcher;");
+    let (_, out) = check(dir.path(), &config);
+    pg.exec(None, "REVOKE pg_monitor FROM watcher;");
+    let throttle = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("throttle:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        throttle.contains("max_load 8 (") && throttle.contains("running now besides this agent's"),
+        "{throttle}"
+    );
+}
