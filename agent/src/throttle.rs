@@ -3,10 +3,13 @@
 //!
 //! - `max_rows_per_second` paces the rows the agent reads from the dataset, across every
 //!   request reading it at once (one shared budget per dataset).
-//! - `max_load` pauses reads while the database runs more than that many statements
-//!   besides the agent's own: PostgreSQL's active client backends, MariaDB/MySQL's
-//!   `Threads_running` (as Percona's `--max-load` does). One monitor per database URL
-//!   probes it on a connection of its own while throttled reads run.
+//! - `max_load` pauses reads while the database runs more than that many statements of
+//!   other database users than the agent's: PostgreSQL's active client backends,
+//!   MariaDB/MySQL's `Threads_running` (as Percona's `--max-load` does). The agent's own
+//!   user's sessions (its reads, and any other agent's with the same user) are left out,
+//!   so paused reads never hold each other back. One monitor per database URL probes it
+//!   on a connection of its own while throttled reads run; a load not read within three
+//!   probe intervals counts as too high (fail closed).
 //!
 //! A paused read keeps its statement open (its snapshot and its connection): the
 //! engine stops sending once the agent stops reading. A read that stays paused longer
@@ -17,7 +20,6 @@
 //! mid-statement), so `hashing: pushdown` with a throttle is refused at startup.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,8 +37,8 @@ pub struct ThrottleConfig {
     /// At most this many rows read per second, over every request on the dataset.
     #[serde(default)]
     pub max_rows_per_second: Option<u64>,
-    /// Pause reads while the database runs more than this many statements besides
-    /// this agent's own reads.
+    /// Pause reads while the database runs more than this many statements of other
+    /// database users than the agent's.
     #[serde(default)]
     pub max_load: Option<u32>,
     /// How often the load is read while throttled reads run.
@@ -79,11 +81,18 @@ impl ThrottleConfig {
                 "must be at least 50 (each probe is a query on the database)",
             ));
         }
-        if self.max_pause_secs == 0 {
+        if self.max_pause_secs == 0 || self.max_pause_secs > 7 * 86_400 {
             return Err(ConfigError::invalid(
                 file,
                 key("max_pause_secs"),
-                "must be at least 1",
+                "must be between 1 and 604800 (7 days)",
+            ));
+        }
+        if self.probe_interval_ms > 60_000 {
+            return Err(ConfigError::invalid(
+                file,
+                key("probe_interval_ms"),
+                "must be at most 60000",
             ));
         }
         Ok(())
@@ -176,13 +185,12 @@ impl std::fmt::Debug for LoadMonitor {
     }
 }
 
-/// The probe a monitor runs: the engine, its probe statements (the first that runs is
-/// kept), and the count of this agent's own statements in flight on the URL.
+/// The probe a monitor runs: the engine and its probe statements (the first that runs
+/// is kept).
 #[derive(Clone)]
 pub struct Probe {
     pub engine: Arc<dyn EngineConnector>,
     pub statements: &'static [&'static str],
-    pub own: Arc<AtomicUsize>,
 }
 
 impl LoadMonitor {
@@ -190,8 +198,8 @@ impl LoadMonitor {
     fn enter(self: &Arc<Self>, probe: &Probe, dataset: &str, interval: Duration) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.readers += 1;
-        st.interval = st.interval.min(interval);
         if !st.running {
+            st.interval = interval;
             st.running = true;
             self.load.send_replace((Instant::now(), Load::Unknown));
             let (me, probe, dataset) = (Arc::clone(self), probe.clone(), dataset.to_string());
@@ -224,6 +232,10 @@ impl LoadMonitor {
     }
 }
 
+/// How long one probe statement may take: a probe that hangs stops the reads it
+/// guards (they see no fresh load), it does not let them run.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Reads the load once on a connection of its own (`tally-agent check`).
 pub async fn read_load(probe: &Probe, dataset: &str) -> Load {
     probe_once(probe, dataset, &mut None, &mut None).await
@@ -252,7 +264,12 @@ async fn probe_once(
         None => probe.statements.to_vec(),
     };
     for sql in candidates {
-        match c.query_text(dataset, sql).await {
+        let Ok(answer) = tokio::time::timeout(PROBE_TIMEOUT, c.query_text(dataset, sql)).await else {
+            tracing::warn!(dataset, "max_load: the load probe did not answer in time");
+            *conn = None;
+            return Load::Failed("the load probe did not answer in time");
+        };
+        match answer {
             Ok(Some(t)) => {
                 *chosen = Some(sql);
                 let Ok(v) = t.trim().parse::<f64>() else {
@@ -264,8 +281,7 @@ async fn probe_once(
                         "the agent's database user cannot see other sessions' state: grant it pg_monitor (or pg_read_all_stats)",
                     );
                 }
-                let own = probe.own.load(Ordering::SeqCst) as i64;
-                return Load::Others((v as i64 - own).max(0));
+                return Load::Others(v as i64);
             }
             Ok(None) => return Load::Failed("the load probe returned no value"),
             Err(e) => {
@@ -404,10 +420,13 @@ impl<'a> Pacer<'a> {
             Duration::ZERO
         };
         if let (Some(max), Some((_, rx))) = (self.throttle.config.max_load, &self.monitor) {
-            let load = rx.borrow().1.clone();
+            let (at, load) = rx.borrow().clone();
+            // a load the monitor has not read lately is not known to be low: wait for it
+            let stale = at.elapsed() > self.throttle.config.probe_interval() * 3 + PROBE_TIMEOUT;
+            let busy = |n: i64| n > i64::from(max);
             match load {
                 Load::Failed(why) => return Err(self.probe_failed(why)),
-                Load::Others(n) if n > i64::from(max) => {
+                Load::Others(n) if stale || busy(n) => {
                     let since = *self.pausing_since.get_or_insert_with(|| {
                         tracing::info!(dataset = %self.dataset, load = n, max_load = max, "database busy: the read pauses");
                         Instant::now()
@@ -417,7 +436,14 @@ impl<'a> Pacer<'a> {
                     }
                     wait = wait.max(self.throttle.config.probe_interval() / 4);
                 }
-                _ => {
+                Load::Unknown => {
+                    let since = *self.pausing_since.get_or_insert_with(Instant::now);
+                    if self.paused + since.elapsed() > self.throttle.config.max_pause() {
+                        return Err(self.too_busy(&load));
+                    }
+                    wait = wait.max(self.throttle.config.probe_interval() / 4);
+                }
+                Load::Others(_) => {
                     if let Some(since) = self.pausing_since.take() {
                         self.paused += since.elapsed();
                         tracing::info!(dataset = %self.dataset, paused_ms = since.elapsed().as_millis() as u64, "database load back under max_load: the read goes on");

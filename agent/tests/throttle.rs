@@ -4,9 +4,10 @@
 //! and failing it (`UNAVAILABLE`) once it has waited `max_pause_secs`. Every throttled
 //! result equals the unthrottled one.
 //!
-//! The load is real: connections running `pg_sleep` / `SLEEP` are active statements to
-//! the engine, which is what the probe reads. The tests run one at a time (the load of
-//! one would be another's).
+//! The load is real: connections of another database user running `pg_sleep` / `SLEEP`
+//! are active statements to the engine, which is what the probe reads; the same
+//! statements by the agent's own user are not load. The tests run one at a time (the
+//! load of one would be another's).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -93,15 +94,41 @@ fn setup_my(name: &str) -> String {
     url
 }
 
-/// `n` connections each running one sleeping statement of `secs`, started now; the
-/// handle ends when they have. None of them can end before the instant returned plus
-/// `secs`: the server is busy at least until then.
+/// The URL of the load generator's own database user (`loader`), created here: the
+/// throttle leaves the agent's own user's sessions out of the load.
+fn loader_url(url: &str) -> String {
+    if url.starts_with("postgres") {
+        db::postgres().exec(
+            None,
+            "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'loader') THEN CREATE ROLE loader LOGIN; END IF; END $$;",
+        );
+        url.replacen("postgres@", "loader@", 1)
+    } else {
+        db::mariadb().exec(
+            None,
+            "CREATE USER IF NOT EXISTS 'loader'@'%'; CREATE USER IF NOT EXISTS 'loader'@'localhost'; \
+             CREATE USER IF NOT EXISTS 'loader'@'127.0.0.1';",
+        );
+        // no database: the loader has no privilege on any
+        let server = url.rsplit_once('/').expect("a URL with a database").0;
+        format!("{}/", server.replacen("root@", "loader@", 1))
+    }
+}
+
+/// `n` connections of another database user than the agent's each running one sleeping
+/// statement of `secs`, started now; the handle ends when they have. None of them can
+/// end before the instant returned plus `secs`: the server is busy at least until then.
 async fn load(url: &str, n: usize, secs: f64) -> (tokio::task::JoinHandle<()>, Instant) {
+    load_as(url, &loader_url(url), n, secs).await
+}
+
+/// [`load`] by the user of `as_url`.
+async fn load_as(url: &str, as_url: &str, n: usize, secs: f64) -> (tokio::task::JoinHandle<()>, Instant) {
     use sqlx::Connection;
     let busy_until = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
     for _ in 0..n {
-        let url = url.to_string();
+        let url = as_url.to_string();
         tasks.push(tokio::spawn(async move {
             if url.starts_with("postgres") {
                 let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -204,7 +231,17 @@ async fn load_holds_reads_back(url: &str) {
         t.elapsed()
     );
 
-    // 3 busy statements for 3 s: the read starts only once they end
+    // the agent's own database user's statements are its reads, not load to yield to
+    // (a paused read shows as running): they hold nothing back
+    let (own, own_until) = load_as(url, url, 3, 3.0).await;
+    same(&plain, &level(&ds).await.unwrap());
+    assert!(
+        Instant::now() < own_until,
+        "{url}: the agent's own user's sessions held the read back"
+    );
+    own.await.unwrap();
+
+    // 3 busy statements of another user for 3 s: the read starts only once they end
     let (busy, busy_until) = load(url, 3, 3.0).await;
     let out = level(&ds).await.unwrap();
     let ended = Instant::now();

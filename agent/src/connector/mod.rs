@@ -15,7 +15,6 @@ pub mod sqlite;
 pub mod sqlx_conn;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tally_common::canonical::canonical_from_text;
@@ -223,26 +222,8 @@ pub struct Connector {
     engine: Arc<dyn EngineConnector>,
     slots: Arc<Semaphore>,
     acquire_timeout: Duration,
-    /// This agent's statements in flight on the URL (the load probe leaves them out).
-    in_flight: Arc<AtomicUsize>,
     /// The URL's load monitor, for datasets with `throttle.max_load`.
     monitor: Arc<crate::throttle::LoadMonitor>,
-}
-
-/// Counts one statement in flight for as long as it lives.
-struct InFlight(Arc<AtomicUsize>);
-
-impl InFlight {
-    fn new(n: &Arc<AtomicUsize>) -> InFlight {
-        n.fetch_add(1, Ordering::SeqCst);
-        InFlight(Arc::clone(n))
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// A connection and its slot, for one call or one request. A lease that was not
@@ -323,7 +304,6 @@ impl Connector {
             engine: Arc::from(engine),
             slots: Arc::new(Semaphore::new(limits.max_connections as usize)),
             acquire_timeout: limits.acquire_timeout(),
-            in_flight: Arc::new(AtomicUsize::new(0)),
             monitor: Arc::default(),
         })
     }
@@ -334,7 +314,6 @@ impl Connector {
         (!statements.is_empty()).then(|| crate::throttle::Probe {
             engine: Arc::clone(&self.engine),
             statements,
-            own: Arc::clone(&self.in_flight),
         })
     }
 
@@ -466,7 +445,6 @@ impl Connector {
             Some(t) => Some(self.pacer(t, dataset).await?),
             None => None,
         };
-        let _counted = InFlight::new(&self.in_flight);
         l.conn
             .scan(dataset, sql, cols, key_len, &reread, &mut |row| {
                 f(row)?;
@@ -603,13 +581,11 @@ impl Session {
     }
 
     pub async fn count(&mut self, sql: &Sql) -> Result<u64> {
-        let _counted = InFlight::new(&self.connector.in_flight);
         self.lease.conn.count(&self.dataset, sql).await
     }
 
     /// Runs a bucketed aggregate rendered by [`crate::dialect::aggregate`].
     pub async fn aggregate(&mut self, sql: &Sql, key_classes: &[TypeClass]) -> Result<Vec<AggRow>> {
-        let _counted = InFlight::new(&self.connector.in_flight);
         self.lease.conn.aggregate(&self.dataset, sql, key_classes).await
     }
 

@@ -85,12 +85,18 @@ impl Dialect for MySql {
         "mysql"
     }
 
-    /// `Threads_running` but the probe's own thread: MariaDB (and MySQL 5.7) from
-    /// information_schema, MySQL 8 from performance_schema.
+    /// `Threads_running` less the running threads of the agent's own database user (its
+    /// reads, of this agent or another, and the probe itself; a user always sees its own
+    /// threads): MariaDB (and MySQL 5.7) from information_schema, MySQL 8 from
+    /// performance_schema.
     fn load_probe_sql(&self) -> &'static [&'static str] {
         &[
-            "SELECT CAST(VARIABLE_VALUE - 1 AS CHAR) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_RUNNING'",
-            "SELECT CAST(VARIABLE_VALUE - 1 AS CHAR) FROM performance_schema.global_status WHERE VARIABLE_NAME = 'Threads_running'",
+            "SELECT CAST(GREATEST(g.VARIABLE_VALUE - (SELECT COUNT(*) FROM information_schema.PROCESSLIST p \
+             WHERE p.USER = SUBSTRING_INDEX(USER(), '@', 1) AND p.COMMAND <> 'Sleep'), 0) AS CHAR) \
+             FROM information_schema.GLOBAL_STATUS g WHERE g.VARIABLE_NAME = 'THREADS_RUNNING'",
+            "SELECT CAST(GREATEST(g.VARIABLE_VALUE - (SELECT COUNT(*) FROM information_schema.PROCESSLIST p \
+             WHERE p.USER = SUBSTRING_INDEX(USER(), '@', 1) AND p.COMMAND <> 'Sleep'), 0) AS CHAR) \
+             FROM performance_schema.global_status g WHERE g.VARIABLE_NAME = 'Threads_running'",
         ]
     }
 

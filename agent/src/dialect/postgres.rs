@@ -136,13 +136,14 @@ impl Dialect for Postgres {
         format!("${n}")
     }
 
-    /// Active client backends but the probe's own; -1 where the probe's user cannot
-    /// see other users' sessions (their state reads as NULL without pg_read_all_stats,
-    /// which would count a busy server as idle).
+    /// Active client backends of other database users (the agent's own user's sessions
+    /// are its reads, of this agent or another: they are not the load to yield to);
+    /// -1 where the probe's user cannot see other users' sessions (their state reads as
+    /// NULL without pg_read_all_stats, which would count a busy server as idle).
     fn load_probe_sql(&self) -> &'static [&'static str] {
         &["SELECT CASE WHEN pg_has_role('pg_read_all_stats', 'USAGE') THEN \
            (SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend' \
-           AND pid <> pg_backend_pid())::text ELSE '-1' END"]
+           AND usename IS DISTINCT FROM current_user)::text ELSE '-1' END"]
     }
 
     fn key_histogram_sql(&self, table: &[String], key: &ColumnInfo) -> Option<String> {
