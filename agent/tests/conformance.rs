@@ -505,7 +505,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         ),
     ];
     // a hash drill's deeper level: parents that differ only in their hash ranges (out
-    // of order, with a gap), read by one scan in the agent
+    // of order, with gaps between and after them), read by one scan in the agent
     let hash_part = |lo: u64, hi: u64, n: u32| {
         (
             Segment {
@@ -522,7 +522,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         vec![
             hash_part(2 * q, 3 * q, 8),
             hash_part(0, q, 4),
-            hash_part(q, 2 * q, 2),
+            hash_part(3 * q + q / 2, 3 * q + 3 * q / 4, 2),
         ],
     ));
     let period = |g: Granularity| Split::Period {
