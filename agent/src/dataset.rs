@@ -692,16 +692,10 @@ impl Dataset {
         let Some((first, _)) = parents.first() else {
             return Ok(None);
         };
-        let same_rows = |seg: &Segment| {
-            seg.lower == first.lower
-                && seg.upper == first.upper
-                && seg.period == first.period
-                && seg.window == first.window
-        };
         if parents.len() < 2
-            || !parents
-                .iter()
-                .all(|(seg, split)| matches!(split, Split::Hash(_)) && seg.hash.is_some() && same_rows(seg))
+            || !parents.iter().all(|(seg, split)| {
+                matches!(split, Split::Hash(_)) && seg.hash.is_some() && seg.scans_like(first)
+            })
         {
             return Ok(None);
         }

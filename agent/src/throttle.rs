@@ -423,32 +423,23 @@ impl<'a> Pacer<'a> {
             let (at, load) = rx.borrow().clone();
             // a load the monitor has not read lately is not known to be low: wait for it
             let stale = at.elapsed() > self.throttle.config.probe_interval() * 3 + PROBE_TIMEOUT;
-            let busy = |n: i64| n > i64::from(max);
-            match load {
+            let hold = match load {
                 Load::Failed(why) => return Err(self.probe_failed(why)),
-                Load::Others(n) if stale || busy(n) => {
-                    let since = *self.pausing_since.get_or_insert_with(|| {
-                        tracing::info!(dataset = %self.dataset, load = n, max_load = max, "database busy: the read pauses");
-                        Instant::now()
-                    });
-                    if self.paused + since.elapsed() > self.throttle.config.max_pause() {
-                        return Err(self.too_busy(&load));
-                    }
-                    wait = wait.max(self.throttle.config.probe_interval() / 4);
+                Load::Unknown => true,
+                Load::Others(n) => stale || n > i64::from(max),
+            };
+            if hold {
+                let since = *self.pausing_since.get_or_insert_with(|| {
+                    tracing::info!(dataset = %self.dataset, ?load, max_load = max, "database busy: the read pauses");
+                    Instant::now()
+                });
+                if self.paused + since.elapsed() > self.throttle.config.max_pause() {
+                    return Err(self.too_busy(&load));
                 }
-                Load::Unknown => {
-                    let since = *self.pausing_since.get_or_insert_with(Instant::now);
-                    if self.paused + since.elapsed() > self.throttle.config.max_pause() {
-                        return Err(self.too_busy(&load));
-                    }
-                    wait = wait.max(self.throttle.config.probe_interval() / 4);
-                }
-                Load::Others(_) => {
-                    if let Some(since) = self.pausing_since.take() {
-                        self.paused += since.elapsed();
-                        tracing::info!(dataset = %self.dataset, paused_ms = since.elapsed().as_millis() as u64, "database load back under max_load: the read goes on");
-                    }
-                }
+                wait = wait.max(self.throttle.config.probe_interval() / 4);
+            } else if let Some(since) = self.pausing_since.take() {
+                self.paused += since.elapsed();
+                tracing::info!(dataset = %self.dataset, paused_ms = since.elapsed().as_millis() as u64, "database load back under max_load: the read goes on");
             }
         }
         Ok(if wait > Duration::from_millis(1) {

@@ -121,6 +121,15 @@ impl Segment {
         self.lower.is_some() || self.upper.is_some()
     }
 
+    /// Whether a read of `other` scans the same rows as a read of this segment: the same
+    /// key bounds, period and window; only the hash range, filtered row by row, may differ.
+    pub fn scans_like(&self, other: &Segment) -> bool {
+        self.lower == other.lower
+            && self.upper == other.upper
+            && self.period == other.period
+            && self.window == other.window
+    }
+
     /// Whether a row with this key and bucket hash belongs to the segment (its period,
     /// if any, is checked by the caller, which knows the row's time).
     pub fn contains(&self, key: &KeyTuple, bucket_hash: u64) -> bool {

@@ -77,10 +77,6 @@ pub fn first_level_factor(rows: u64, threshold: u64, factor: u32) -> u32 {
 pub fn rows_batches(leaves: &[Leaf], budget: u64) -> Vec<(Segment, Vec<usize>)> {
     let rows = |l: &Leaf| l.source.count().max(l.target.count());
     let plain = |s: &Segment| s.hash.is_none() && s.period.is_none();
-    // the same rows but for the hash range: same key bounds, period and window
-    let same_scan = |a: &Segment, b: &Segment| {
-        a.lower == b.lower && a.upper == b.upper && a.period == b.period && a.window == b.window
-    };
     // hash leaves in hash order (a deeper level's leaves come after level 1's, and
     // would split its contiguous runs); key-range leaves keep theirs
     let mut order: Vec<usize> = (0..leaves.len()).collect();
@@ -103,7 +99,7 @@ pub fn rows_batches(leaves: &[Leaf], budget: u64) -> Vec<(Segment, Vec<usize>)> 
             }
             if let (Some((lo, hi)), Some((next_lo, next_hi))) = (seg.hash, leaf.segment.hash)
                 && hi == next_lo
-                && same_scan(seg, &leaf.segment)
+                && seg.scans_like(&leaf.segment)
                 && *total + n <= budget
             {
                 seg.hash = Some((lo, next_hi));
