@@ -2,7 +2,10 @@
 //! (canonical text from SQL against the engine's cheap text) and one full-table level
 //! of 64 even cuts (hashed in SQL against hashed in the agent, sealed and unsealed), on a table shaped like
 //! the benchmark's (bench/README.md):
-//!   cargo run --release -p tally-agent --example scanbench -- URL TABLE
+//!   cargo run --release -p tally-agent --example scanbench -- URL TABLE [REPS]
+//! Each line gives the wall time and the CPU time this process spent (the agent's
+//! share: reading, decoding, hashing). With REPS, only the sealed in-process level is
+//! timed, REPS times.
 use std::time::Instant;
 
 use tally_agent::config::{Hashing, Source};
@@ -14,10 +17,23 @@ use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::segment::{ColumnSpec, KeyPart, Segment, Split};
 use tally_common::types::TypeClass;
 
-#[tokio::main]
+/// CPU seconds (user and system) this process has used, from /proc/self/stat.
+fn cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // fields 14 and 15 (utime, stime) in clock ticks; `after` starts at field 3
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+}
+
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let a: Vec<String> = std::env::args().collect();
     let (url, table) = (&a[1], &a[2]);
+    let reps: Option<usize> = a.get(3).and_then(|r| r.parse().ok());
     let ds = Dataset::new(
         "t".into(),
         tally_common::config_file::parse_yaml(
@@ -43,12 +59,16 @@ async fn main() {
     let cuts: Vec<Vec<KeyPart>> = (1..64).map(|i| vec![KeyPart::Int(i * 3_000_000 / 64)]).collect();
     let parents = vec![(Segment::whole(), Split::Cuts(cuts))];
     let key = b.key_infos();
-    for shape in [
-        FetchShape::Canonical,
-        FetchShape::Text,
-        FetchShape::Canonical,
-        FetchShape::Text,
-    ] {
+    let shapes = match reps {
+        Some(_) => vec![],
+        None => vec![
+            FetchShape::Canonical,
+            FetchShape::Text,
+            FetchShape::Canonical,
+            FetchShape::Text,
+        ],
+    };
+    for shape in shapes {
         let sql = dialect::fetch_rows(
             ds.connector.dialect(),
             &ds.source,
@@ -58,7 +78,7 @@ async fn main() {
             shape,
             false,
         );
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu());
         let mut n = 0;
         ds.connector
             .scan("t", &sql, shape, &b.cols, 1, &mut |_r| {
@@ -67,7 +87,11 @@ async fn main() {
             })
             .await
             .unwrap();
-        println!("scan {shape:?} {:.3}s rows {n}", t.elapsed().as_secs_f64());
+        println!(
+            "scan {shape:?} {:.3}s cpu {:.2}s rows {n}",
+            t.elapsed().as_secs_f64(),
+            cpu() - c
+        );
     }
     let mut ds = ds;
     // sealed (the default) against unsealed, with a fixed test key
@@ -79,25 +103,33 @@ async fn main() {
         Hasher::unsealed(HashMethod::Sha256_64),
         Hasher::sealed(HashMethod::SealedSha256_64, &keys),
     ];
-    for hashing in [
-        Hashing::Pushdown,
-        Hashing::InProcess,
-        Hashing::Pushdown,
-        Hashing::InProcess,
-    ] {
-        for h in &hashers {
+    let runs = match reps {
+        Some(n) => vec![(Hashing::InProcess, &hashers[1..]); n],
+        None => [
+            Hashing::Pushdown,
+            Hashing::InProcess,
+            Hashing::Pushdown,
+            Hashing::InProcess,
+        ]
+        .into_iter()
+        .map(|h| (h, &hashers[..]))
+        .collect(),
+    };
+    for (hashing, hashers) in runs {
+        for h in hashers {
             ds.config.hashing = hashing;
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu());
             let out = ds
                 .aggregate(&mut ds.session().await.unwrap(), &b, h, &parents, false)
                 .await
                 .unwrap();
             let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
             println!(
-                "{:?} {} {:.3}s rows {} sum {sum:x}",
+                "{:?} {} {:.3}s cpu {:.2}s rows {} sum {sum:x}",
                 out.path,
                 h.method(),
                 t.elapsed().as_secs_f64(),
+                cpu() - c,
                 out.rows_scanned
             );
         }

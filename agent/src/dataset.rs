@@ -412,7 +412,7 @@ impl Dataset {
         let mut map: std::collections::BTreeMap<String, AnyAggregate> = Default::default();
         let n = self
             .scan_segment(s, b, h, seg, false, false, &mut |row, _| {
-                let label = period_label(row.fields[i].as_deref(), period.granularity).unwrap_or_default();
+                let label = period_label(row.field(i), period.granularity).unwrap_or_default();
                 map.entry(label)
                     .or_insert_with(|| AnyAggregate::empty(method, xor))
                     .add_checksum(h.row(row.row_string().as_bytes()));
@@ -506,7 +506,7 @@ impl Dataset {
         seg: &Segment,
         ordered: bool,
         key_hashes: bool,
-        f: &mut (dyn FnMut(CanonRow, u64) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow, u64) -> Result<()> + Send),
     ) -> Result<u64> {
         let d = self.connector.dialect_for(&b.info);
         let key = b.key_infos();
@@ -539,7 +539,7 @@ impl Dataset {
             &b.cols,
             key_len,
             self.throttle.as_ref(),
-            &mut |row: CanonRow| {
+            &mut |row: &CanonRow| {
                 seen += 1;
                 // the engine filtered the key range; filter again with the comparator
                 // that assigns children, so a row the two disagree on is in neither
@@ -548,12 +548,12 @@ impl Dataset {
                     return Ok(());
                 }
                 if let Some((i, p)) = period
-                    && period_label(row.fields[i].as_deref(), p.granularity).unwrap_or_default() != p.label
+                    && period_label(row.field(i), p.granularity).unwrap_or_default() != p.label
                 {
                     return Ok(());
                 }
                 if let Some((i, w)) = &window
-                    && !w.keeps(row.fields[*i].as_deref())
+                    && !w.keeps(row.field(*i))
                 {
                     return Ok(());
                 }
@@ -813,7 +813,7 @@ impl Dataset {
             if wanted.contains(&kh) && !taken.contains(&kh) {
                 if out.len() < limit {
                     taken.insert(kh);
-                    out.push((kh, row));
+                    out.push((kh, row.clone()));
                 } else {
                     truncated = true;
                 }

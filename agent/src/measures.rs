@@ -150,8 +150,8 @@ pub async fn compute(
                 .groups
                 .iter()
                 .map(|(i, g)| match g {
-                    None => row.fields[*i].clone(),
-                    Some(g) => period_of(row.fields[*i].as_deref(), *g),
+                    None => row.field(*i).map(str::to_string),
+                    Some(g) => period_of(row.field(*i), *g),
                 })
                 .collect();
             if depth > 1 && !parents.contains(&labels[..depth - 1]) {
@@ -171,12 +171,11 @@ pub async fn compute(
             };
             entry.0 += 1;
             for ((i, _), m) in plan.measures.iter().zip(entry.1.iter_mut()) {
-                m.add(row.fields[*i].as_deref())
-                    .map_err(|e| AgentError::Canonical {
-                        dataset: ds.name.clone(),
-                        column: b.cols[*i].info.name.clone(),
-                        message: format!("measure: {e}"),
-                    })?;
+                m.add(row.field(*i)).map_err(|e| AgentError::Canonical {
+                    dataset: ds.name.clone(),
+                    column: b.cols[*i].info.name.clone(),
+                    message: format!("measure: {e}"),
+                })?;
             }
             Ok(())
         })

@@ -756,18 +756,20 @@ impl AgentService {
                 .collect();
             let rows: Vec<RevealedRow> = rows
                 .into_iter()
-                .map(|(key_hash, row)| RevealedRow {
-                    key_hash,
-                    key: row.key,
-                    values: if level == PrivacyLevel::Detailed {
-                        row.fields
-                            .into_iter()
+                .map(|(key_hash, row)| {
+                    let values = if level == PrivacyLevel::Detailed {
+                        row.fields()
                             .zip(&masked)
-                            .map(|(v, m)| if *m { None } else { v })
+                            .map(|(v, m)| if *m { None } else { v.map(str::to_string) })
                             .collect()
                     } else {
                         Vec::new()
-                    },
+                    };
+                    RevealedRow {
+                        key_hash,
+                        key: row.key,
+                        values,
+                    }
                 })
                 .collect();
             Ok(RevealResponse {

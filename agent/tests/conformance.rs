@@ -118,13 +118,13 @@ async fn agent_row(l: &Database, table: &str, cols: &[BoundColumn]) -> String {
     let mut rows = Vec::new();
     l.connector
         .scan("t", &sql, shape, cols, 0, &mut |r| {
-            rows.push(r);
+            rows.push(r.clone());
             Ok(())
         })
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
-    rows[0].row_string()
+    rows[0].row_string().to_string()
 }
 
 /// An expression over the single row of `table`, as text, computed by the engine.

@@ -1612,11 +1612,8 @@ async fn fetch(
     let mut rows = Vec::new();
     l.connector
         .scan("t", &sql, shape, cols, 1, &mut |r| {
-            let id = r.fields[0]
-                .as_deref()
-                .and_then(|t| t.parse().ok())
-                .expect("an integer id");
-            rows.push((id, r.fields[1].clone()));
+            let id = r.field(0).and_then(|t| t.parse().ok()).expect("an integer id");
+            rows.push((id, r.field(1).map(str::to_string)));
             Ok(())
         })
         .await?;

@@ -10,7 +10,7 @@ use duckdb::{AccessMode, Config, Connection};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
+use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
@@ -258,8 +258,9 @@ impl DuckDbConnector {
             }
             conn
         });
+        let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(fields) = rx.recv().await {
-            obey(f(canonical_row(dataset, fields?, cols, key_len, reread)?)?).await;
+            obey(f(b.row_of(fields?)?)?).await;
         }
         let c = worker.await.map_err(|_| AgentError::Query {
             dataset: dataset.to_string(),

@@ -34,21 +34,76 @@ use crate::schema::{BoundColumn, DatasetInfo, canonical_error};
 /// the pool's own acquire timeout only ever times a connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One row in canonical form: its key and the canonical text of every requested
-/// column (key columns first), `None` for NULL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One row in canonical form: its key, and the canonical row string (every requested
+/// column's `LEN:text`, or `~` for NULL, key columns first) with each field's end in it,
+/// so the row string and the key string (its prefix) are read without building them.
+/// A fetch builds every row in one reused `CanonRow` ([`RowBuilder`]) and lends it to
+/// its sink: a sink that keeps a row clones it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CanonRow {
     pub key: KeyTuple,
-    pub fields: Vec<Option<String>>,
+    line: String,
+    ends: Vec<usize>,
 }
 
 impl CanonRow {
-    pub fn row_string(&self) -> String {
-        tally_common::canonical::row_string(self.fields.iter().map(Option::as_deref))
+    /// A row of owned canonical fields (tests, and readers that hand rows over whole).
+    pub fn new(key: KeyTuple, fields: &[Option<String>]) -> CanonRow {
+        let mut row = CanonRow {
+            key,
+            ..CanonRow::default()
+        };
+        for f in fields {
+            row.push_field(f.as_deref());
+        }
+        row
     }
 
-    pub fn key_string(&self, key_len: usize) -> String {
-        tally_common::canonical::row_string(self.fields[..key_len].iter().map(Option::as_deref))
+    fn clear(&mut self) {
+        self.line.clear();
+        self.ends.clear();
+    }
+
+    /// Appends one field's canonical text.
+    fn push_field(&mut self, canonical: Option<&str>) {
+        tally_common::canonical::push_field(&mut self.line, canonical);
+        self.ends.push(self.line.len());
+    }
+
+    /// The number of fields.
+    pub fn width(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The canonical text of field `i`, `None` for NULL.
+    pub fn field(&self, i: usize) -> Option<&str> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let enc = &self.line[start..self.ends[i]];
+        // `~` or `LEN:text`: the length's digits hold no ':'
+        enc.split_once(':').map(|(_, text)| text)
+    }
+
+    /// Every field's canonical text in order.
+    pub fn fields(&self) -> impl ExactSizeIterator<Item = Option<&str>> + '_ {
+        (0..self.width()).map(|i| self.field(i))
+    }
+
+    /// Owned copies of the fields.
+    pub fn to_fields(&self) -> Vec<Option<String>> {
+        self.fields().map(|f| f.map(str::to_string)).collect()
+    }
+
+    /// The row string of every field ([`tally_common::canonical::row_string`]).
+    pub fn row_string(&self) -> &str {
+        &self.line
+    }
+
+    /// The row string of the first `key_len` fields (the key columns).
+    pub fn key_string(&self, key_len: usize) -> &str {
+        match key_len {
+            0 => "",
+            n => &self.line[..self.ends[n - 1]],
+        }
     }
 }
 
@@ -62,7 +117,7 @@ pub enum Flow {
 }
 
 /// Where a row fetch hands its rows.
-pub type RowSink<'a> = dyn FnMut(CanonRow) -> Result<Flow> + Send + 'a;
+pub type RowSink<'a> = dyn FnMut(&CanonRow) -> Result<Flow> + Send + 'a;
 
 /// Does what a sink asked: every engine's read loop awaits it after each row.
 pub async fn obey(flow: Flow) {
@@ -438,7 +493,7 @@ impl Connector {
         cols: &[BoundColumn],
         key_len: usize,
         throttle: Option<&crate::throttle::Throttle>,
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
         let mut pacer = match throttle {
@@ -475,7 +530,7 @@ impl Connector {
         shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let mut l = self.lease(dataset, false).await?;
         let r = self
@@ -564,7 +619,7 @@ impl Session {
         cols: &[BoundColumn],
         key_len: usize,
         throttle: Option<&crate::throttle::Throttle>,
-        f: &mut (dyn FnMut(CanonRow) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         self.connector
             .scan_on(
@@ -614,45 +669,115 @@ pub fn reread(d: &dyn Dialect, shape: FetchShape, cols: &[BoundColumn]) -> Vec<b
         .collect()
 }
 
-/// A row from the texts of a canonical- or text-shape fetch: fields marked in `reread`
-/// hold the engine's own text and are rendered to canonical form here.
-pub fn canonical_row(
-    dataset: &str,
-    mut fields: Vec<Option<String>>,
-    cols: &[BoundColumn],
+/// Builds each row of a fetch in one reused [`CanonRow`]: a reader starts a row, pushes
+/// its fields as the driver gives them (those marked in `reread` hold the engine's own
+/// text and are rendered to canonical form here), and lends the finished row to its sink.
+pub struct RowBuilder<'a> {
+    dataset: &'a str,
+    cols: &'a [BoundColumn],
     key_len: usize,
-    reread: &[bool],
-) -> Result<CanonRow> {
-    for ((field, c), again) in fields.iter_mut().zip(cols).zip(reread) {
-        if *again && field.is_some() {
-            *field = canonical_from_text(&c.spec.format, field.as_deref())
-                .map_err(|e| canonical_error(dataset, &c.info.name, e))?;
-        }
-    }
-    let key = key_from_canonical(&fields, cols, key_len)?;
-    Ok(CanonRow { key, fields })
+    reread: &'a [bool],
+    row: CanonRow,
 }
 
-/// Key parts from canonical key texts (canonical-shape fetches).
-pub fn key_from_canonical(
-    fields: &[Option<String>],
-    cols: &[BoundColumn],
-    key_len: usize,
-) -> Result<KeyTuple> {
-    fields[..key_len]
-        .iter()
-        .zip(cols)
-        .map(|(v, c)| match (c.info.class, v) {
-            (_, None) => Err(AgentError::InvalidArgument(format!(
-                "key column {} holds NULL",
-                c.info.name
-            ))),
-            (TypeClass::Integer, Some(t)) => t.parse::<i64>().map(KeyPart::Int).map_err(|_| {
+impl<'a> RowBuilder<'a> {
+    pub fn new(dataset: &'a str, cols: &'a [BoundColumn], key_len: usize, reread: &'a [bool]) -> Self {
+        RowBuilder {
+            dataset,
+            cols,
+            key_len,
+            reread,
+            row: CanonRow::default(),
+        }
+    }
+
+    /// Starts the next row.
+    pub fn start(&mut self) {
+        self.row.clear();
+    }
+
+    /// Appends the next field as read. A field past the requested columns is an error
+    /// ([`RowBuilder::finish`] checks there were not fewer).
+    pub fn push(&mut self, value: Option<&str>) -> Result<()> {
+        let i = self.row.width();
+        let Some(c) = self.cols.get(i) else {
+            return Err(self.shape_error());
+        };
+        if value.is_some() && self.reread.get(i).copied().unwrap_or(false) {
+            let v = canonical_from_text(&c.spec.format, value)
+                .map_err(|e| canonical_error(self.dataset, &c.info.name, e))?;
+            self.row.push_field(v.as_deref());
+        } else {
+            self.row.push_field(value);
+        }
+        Ok(())
+    }
+
+    /// Appends a field already in canonical form (readers that render values themselves).
+    pub fn push_canonical(&mut self, value: Option<&str>) -> Result<()> {
+        if self.row.width() >= self.cols.len() {
+            return Err(self.shape_error());
+        }
+        self.row.push_field(value);
+        Ok(())
+    }
+
+    /// The finished row, its key parsed from the key fields.
+    pub fn finish(&mut self) -> Result<&CanonRow> {
+        if self.row.width() != self.cols.len() {
+            return Err(self.shape_error());
+        }
+        let mut key = std::mem::take(&mut self.row.key);
+        key.clear();
+        let parsed = key_into(&self.row, self.cols, self.key_len, &mut key);
+        self.row.key = key;
+        parsed?;
+        Ok(&self.row)
+    }
+
+    /// A row of owned fields, as [`RowBuilder::push`] would build it field by field.
+    pub fn row_of(&mut self, fields: Vec<Option<String>>) -> Result<&CanonRow> {
+        self.start();
+        for f in &fields {
+            self.push(f.as_deref())?;
+        }
+        self.finish()
+    }
+
+    /// A row of owned fields already in canonical form.
+    pub fn canonical_row_of(&mut self, fields: &[Option<String>]) -> Result<&CanonRow> {
+        self.start();
+        for f in fields {
+            self.push_canonical(f.as_deref())?;
+        }
+        self.finish()
+    }
+
+    fn shape_error(&self) -> AgentError {
+        AgentError::Query {
+            dataset: self.dataset.to_string(),
+            kind: "unexpected row shape",
+        }
+    }
+}
+
+/// Key parts from a row's canonical key texts.
+fn key_into(row: &CanonRow, cols: &[BoundColumn], key_len: usize, key: &mut KeyTuple) -> Result<()> {
+    for (i, c) in cols.iter().enumerate().take(key_len) {
+        key.push(match (c.info.class, row.field(i)) {
+            (_, None) => {
+                return Err(AgentError::InvalidArgument(format!(
+                    "key column {} holds NULL",
+                    c.info.name
+                )));
+            }
+            (TypeClass::Integer, Some(t)) => KeyPart::Int(t.parse::<i64>().map_err(|_| {
                 AgentError::InvalidArgument(format!("key column {} is not a 64-bit integer", c.info.name))
-            }),
-            (_, Some(t)) => Ok(KeyPart::Text(t.clone())),
-        })
-        .collect()
+            })?),
+            (_, Some(t)) => KeyPart::Text(t.to_string()),
+        });
+    }
+    Ok(())
 }
 
 /// One result row of [`crate::dialect::aggregate`] (p, b, n, s, x, first key parts…), read
@@ -696,5 +821,94 @@ pub fn parse_sum(dataset: &str, s: Option<String>) -> Result<u64> {
             dataset: dataset.to_string(),
             kind: "unparseable checksum sum",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::canonical::{FieldFormat, row_string};
+    use tally_common::segment::ColumnSpec;
+
+    fn col(name: &str, class: TypeClass, scale: u32) -> BoundColumn {
+        BoundColumn {
+            info: crate::schema::TypeEntry::of(class).scale(Some(scale)).column(
+                name.into(),
+                String::new(),
+                true,
+            ),
+            spec: ColumnSpec {
+                name: name.into(),
+                format: FieldFormat::new(class).with_scale(scale),
+            },
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn a_reused_row_reads_back_each_row_as_built_alone() {
+        let cols = [
+            col("id", TypeClass::Integer, 0),
+            col("k", TypeClass::Text, 0),
+            col("amount", TypeClass::Decimal, 2),
+            col("note", TypeClass::Text, 0),
+        ];
+        // the decimal arrives as the engine's own text and is rendered here
+        let reread = [false, false, true, false];
+        let mut b = RowBuilder::new("t", &cols, 2, &reread);
+        let rows: [[Option<&str>; 4]; 3] = [
+            [Some("7"), Some("a:b"), Some("1.5"), None],
+            // a text that looks like an encoding, an empty text (not NULL), a longer row
+            [Some("-12"), Some("~"), None, Some("")],
+            [Some("3"), Some("12:x"), Some("10"), Some("Zoë ~ 3:abc")],
+        ];
+        let want = [
+            [Some("7"), Some("a:b"), Some("1.50"), None],
+            [Some("-12"), Some("~"), None, Some("")],
+            [Some("3"), Some("12:x"), Some("10.00"), Some("Zoë ~ 3:abc")],
+        ];
+        for (r, w) in rows.iter().zip(&want) {
+            b.start();
+            for v in r {
+                b.push(*v).unwrap();
+            }
+            let row = b.finish().unwrap();
+            assert_eq!(row.fields().collect::<Vec<_>>(), w.to_vec());
+            assert_eq!(row.row_string(), row_string(w.iter().copied()));
+            assert_eq!(row.key_string(2), row_string(w[..2].iter().copied()));
+            assert_eq!(row.key_string(0), "");
+            let key = vec![
+                KeyPart::Int(w[0].unwrap().parse().unwrap()),
+                KeyPart::Text(w[1].unwrap().to_string()),
+            ];
+            assert_eq!(row.key, key);
+            assert_eq!(*row, CanonRow::new(key, &row.to_fields()));
+        }
+    }
+
+    #[test]
+    fn a_row_of_the_wrong_width_or_a_bad_key_is_refused() {
+        let cols = [col("id", TypeClass::Integer, 0), col("v", TypeClass::Text, 0)];
+        let mut b = RowBuilder::new("t", &cols, 1, &[]);
+        b.start();
+        b.push(Some("1")).unwrap();
+        assert!(b.finish().is_err(), "a short row");
+        b.start();
+        for v in [Some("1"), Some("a")] {
+            b.push(v).unwrap();
+        }
+        assert!(b.push(Some("b")).is_err(), "a long row");
+        assert!(
+            b.canonical_row_of(&[None, Some("a".into())]).is_err(),
+            "a NULL key"
+        );
+        assert!(
+            b.canonical_row_of(&[Some("x".into()), Some("a".into())]).is_err(),
+            "an integer key that is not one"
+        );
+        assert_eq!(
+            b.canonical_row_of(&[Some("2".into()), None]).unwrap().key,
+            vec![KeyPart::Int(2)]
+        );
     }
 }

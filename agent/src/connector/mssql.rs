@@ -21,7 +21,7 @@ use tiberius::{AuthMethod, Client, ColumnData, Config, EncryptionLevel, Query};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::{AggRow, CanonRow, EngineConn, EngineConnector, RowSink, agg_row, key_from_canonical, obey};
+use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::mssql::{self as dialect, MsSql};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -471,19 +471,14 @@ impl EngineConn for Conn {
             .await
             .map_err(|e| db_err(dataset, e))?
             .into_row_stream();
+        let mut b = RowBuilder::new(dataset, cols, key_len, &[]);
         while let Some(row) = rows.try_next().await.map_err(|e| db_err(dataset, e))? {
             let mut fields = Vec::with_capacity(cols.len());
             for ((_, d), col) in row.cells().zip(cols) {
                 fields.push(cell(col, d).map_err(|e| canonical_error(dataset, &col.info.name, e))?);
             }
-            if fields.len() != cols.len() {
-                return Err(AgentError::Query {
-                    dataset: dataset.to_string(),
-                    kind: "unexpected row shape",
-                });
-            }
-            let key = key_from_canonical(&fields, cols, key_len)?;
-            obey(f(CanonRow { key, fields })?).await;
+            // the builder refuses a row of other than the requested width
+            obey(f(b.canonical_row_of(&fields)?)?).await;
         }
         Ok(())
     }

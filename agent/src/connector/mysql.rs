@@ -10,7 +10,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SqlxConn};
-use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
+use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
@@ -79,6 +79,18 @@ fn get_text(row: &MySqlRow, i: usize) -> std::result::Result<Option<String>, sql
         Err(_) => {
             let b: Option<Vec<u8>> = row.try_get(i)?;
             b.map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e))))
+                .transpose()
+        }
+    }
+}
+
+/// [`get_text`] borrowed from the row (the fetch path: no allocation per value).
+fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::Error> {
+    match row.try_get::<Option<&str>, _>(i) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            let b: Option<&[u8]> = row.try_get(i)?;
+            b.map(|b| std::str::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e))))
                 .transpose()
         }
     }
@@ -233,16 +245,17 @@ impl MySqlConnector {
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&mut *conn);
+        let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(row) = rows
             .try_next()
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?
         {
-            let fields = (0..cols.len())
-                .map(|i| get_text(&row, i))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| AgentError::from_db(dataset, e))?;
-            obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
+            b.start();
+            for i in 0..cols.len() {
+                b.push(get_str(&row, i).map_err(|e| AgentError::from_db(dataset, e))?)?;
+            }
+            obey(f(b.finish()?)?).await;
         }
         Ok(())
     }

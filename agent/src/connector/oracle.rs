@@ -19,7 +19,7 @@ use tally_common::canonical::{CanonicalError, Value, canonical_from_text, canoni
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, CanonRow, EngineConn, EngineConnector, RowSink, agg_row, key_from_canonical, obey};
+use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::oracle::{self as dialect, Oracle};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -556,16 +556,11 @@ impl EngineConn for Conn {
         // the receiver is the consumer's: when it stops (an error of `f`), dropping it
         // ends the reader's sends, so the join below cannot wait on a full channel
         let consume = async move {
+            let mut b = RowBuilder::new(dataset, cols, key_len, &[]);
             while let Some(fields) = rx.recv().await {
                 let fields = fields?;
-                if fields.len() != cols.len() {
-                    return Err(AgentError::Query {
-                        dataset: dataset.to_string(),
-                        kind: "unexpected row shape",
-                    });
-                }
-                let key = key_from_canonical(&fields, cols, key_len)?;
-                obey(f(CanonRow { key, fields })?).await;
+                // the builder refuses a row of other than the requested width
+                obey(f(b.canonical_row_of(&fields)?)?).await;
             }
             Ok(())
         };

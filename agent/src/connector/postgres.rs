@@ -9,7 +9,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SqlxConn};
-use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowSink, agg_row, canonical_row, obey};
+use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, relation};
 use crate::error::{AgentError, Result};
@@ -231,16 +231,20 @@ impl PgConnector {
         }
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&mut *conn);
+        let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(row) = rows
             .try_next()
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?
         {
-            let fields = (0..cols.len())
-                .map(|i| row.try_get::<Option<String>, _>(i))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| AgentError::from_db(dataset, e))?;
-            obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
+            b.start();
+            for i in 0..cols.len() {
+                let v = row
+                    .try_get::<Option<&str>, _>(i)
+                    .map_err(|e| AgentError::from_db(dataset, e))?;
+                b.push(v)?;
+            }
+            obey(f(b.finish()?)?).await;
         }
         Ok(())
     }
@@ -267,12 +271,21 @@ impl PgConnector {
             .await
             .map_err(db)?;
         let mut pending: Vec<u8> = Vec::new();
+        let mut scratch = Vec::new();
+        let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(chunk) = stream.try_next().await.map_err(db)? {
             pending.extend_from_slice(&chunk);
             let mut start = 0;
             while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
-                let fields = copy_fields(dataset, &pending[start..start + n], cols.len())?;
-                obey(f(canonical_row(dataset, fields, cols, key_len, reread)?)?).await;
+                b.start();
+                copy_fields(
+                    dataset,
+                    &pending[start..start + n],
+                    cols.len(),
+                    &mut scratch,
+                    &mut |v| b.push(v),
+                )?;
+                obey(f(b.finish()?)?).await;
                 start += n + 1;
             }
             pending.drain(..start);
@@ -336,24 +349,35 @@ fn copy_error(dataset: &str) -> AgentError {
     }
 }
 
-/// The fields of one line of COPY text format: tab-separated, `\N` for NULL, and
-/// backslash escapes for backslash and control characters.
-fn copy_fields(dataset: &str, line: &[u8], n: usize) -> Result<Vec<Option<String>>> {
-    let mut out = Vec::with_capacity(n);
+/// Hands each field of one line of COPY text format to `push`: tab-separated, `\N` for
+/// NULL, and backslash escapes for backslash and control characters (unescaped through
+/// `scratch`). A line of other than `n` fields is an error.
+fn copy_fields(
+    dataset: &str,
+    line: &[u8],
+    n: usize,
+    scratch: &mut Vec<u8>,
+    push: &mut dyn FnMut(Option<&str>) -> Result<()>,
+) -> Result<()> {
+    let mut seen = 0;
     for raw in line.split(|&b| b == b'\t') {
+        seen += 1;
+        if seen > n {
+            return Err(copy_error(dataset));
+        }
         if raw == b"\\N" {
-            out.push(None);
+            push(None)?;
             continue;
         }
         let bytes = if raw.contains(&b'\\') {
-            let mut v = Vec::with_capacity(raw.len());
+            scratch.clear();
             let mut it = raw.iter().copied();
             while let Some(b) = it.next() {
                 if b != b'\\' {
-                    v.push(b);
+                    scratch.push(b);
                     continue;
                 }
-                v.push(match it.next().ok_or_else(|| copy_error(dataset))? {
+                scratch.push(match it.next().ok_or_else(|| copy_error(dataset))? {
                     b'b' => 0x08,
                     b'f' => 0x0c,
                     b'n' => b'\n',
@@ -364,16 +388,16 @@ fn copy_fields(dataset: &str, line: &[u8], n: usize) -> Result<Vec<Option<String
                     other => other,
                 });
             }
-            v
+            &scratch[..]
         } else {
-            raw.to_vec()
+            raw
         };
-        out.push(Some(String::from_utf8(bytes).map_err(|_| copy_error(dataset))?));
+        push(Some(std::str::from_utf8(bytes).map_err(|_| copy_error(dataset))?))?;
     }
-    if out.len() != n {
+    if seen != n {
         return Err(copy_error(dataset));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -384,7 +408,15 @@ mod tests {
     fn copy_text_fields_unescape_and_keep_null_apart_from_its_text() {
         // a NULL, the two-character text \N, a tab, a newline, a backslash, UTF-8
         let line = b"\\N\t\\\\N\ta\\tb\tx\\ny\tc:\\\\d\tZo\xc3\xab";
-        let got = copy_fields("t", line, 6).unwrap();
+        let fields = |line: &[u8], n| {
+            let mut out: Vec<Option<String>> = Vec::new();
+            copy_fields("t", line, n, &mut Vec::new(), &mut |f| {
+                out.push(f.map(str::to_string));
+                Ok(())
+            })
+            .map(|()| out)
+        };
+        let got = fields(line, 6).unwrap();
         let want: Vec<Option<String>> = vec![
             None,
             Some("\\N".into()),
@@ -394,10 +426,8 @@ mod tests {
             Some("Zoë".into()),
         ];
         assert_eq!(got, want);
-        assert!(copy_fields("t", b"1\t2", 3).is_err(), "a short row is an error");
-        assert!(
-            copy_fields("t", b"a\\", 1).is_err(),
-            "a dangling escape is an error"
-        );
+        assert!(fields(b"1\t2", 3).is_err(), "a short row is an error");
+        assert!(fields(b"1\t2\t3", 2).is_err(), "a long row is an error");
+        assert!(fields(b"a\\", 1).is_err(), "a dangling escape is an error");
     }
 }

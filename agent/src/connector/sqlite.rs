@@ -202,7 +202,7 @@ impl SqliteConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?
         {
-            obey(f(decode_row(dataset, &row, cols, key_len)?)?).await;
+            obey(f(&decode_row(dataset, &row, cols, key_len)?)?).await;
         }
         Ok(())
     }
@@ -312,5 +312,5 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
         }
         fields.push(text);
     }
-    Ok(CanonRow { key, fields })
+    Ok(CanonRow::new(key, &fields))
 }
