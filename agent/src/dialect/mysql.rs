@@ -245,6 +245,10 @@ impl Dialect for MySql {
             (TypeClass::Text | TypeClass::Json, TypeClass::Json) => {
                 return Some(format!("CONVERT({x} USING utf8mb4)"));
             }
+            // the column itself: the server sends text in the session's
+            // character_set_results (utf8mb4), so a CONVERT only costs server CPU
+            // (measured: docs/performance.md); the agent checks the bytes are UTF-8
+            (TypeClass::Text, TypeClass::Text) => return Some(x),
             (TypeClass::Float, TypeClass::Float | TypeClass::Decimal) => {
                 return Some(match col.info.native {
                     Native::Float32 => format!("CAST(CAST({x} AS DOUBLE) AS CHAR)"),
