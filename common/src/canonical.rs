@@ -148,6 +148,32 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
     }))
 }
 
+/// [`canonical_from_text`] without a copy where the canonical text is the given text or
+/// a slice of it (the hot cases of a row read: texts, and decimals already at their
+/// scale).
+pub fn canonical_from_text_borrowed<'a>(
+    fmt: &FieldFormat,
+    value: Option<&'a str>,
+) -> Result<Option<std::borrow::Cow<'a, str>>, CanonicalError> {
+    use std::borrow::Cow;
+    let Some(v) = value else { return Ok(None) };
+    match fmt.class {
+        TypeClass::Text => {
+            let t = if fmt.fixed_char {
+                v.trim_end_matches(' ')
+            } else {
+                v
+            };
+            if t.is_empty() && fmt.empty_is_null {
+                return Ok(None);
+            }
+            Ok(Some(Cow::Borrowed(t)))
+        }
+        TypeClass::Decimal if !fmt.exact && is_canonical_fixed(v, fmt.scale) => Ok(Some(Cow::Borrowed(v))),
+        _ => Ok(canonical_from_text(fmt, value)?.map(Cow::Owned)),
+    }
+}
+
 /// Renders a value given as text the way a user (or a driver's text protocol) writes it:
 /// `"1250.5"`, `"2024-03-15 14:30:00.123456"`, `"2024-03-15T16:30:00.1+02:00"`, hex for binary.
 pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Option<String>, CanonicalError> {
@@ -751,6 +777,38 @@ pub fn row_string<'a>(fields: impl IntoIterator<Item = Option<&'a str>>) -> Stri
 
 #[cfg(test)]
 mod tests {
+
+    proptest::proptest! {
+        // the borrowed form is only ever a shortcut: same text, same errors
+        #[test]
+        fn borrowed_rendering_equals_the_owned_one(
+            v in proptest::prop_oneof![
+                "[ 0-9.eE+-]{0,12}",
+                "-?[0-9]{1,6}\\.[0-9]{0,4}",
+                "[a-zë ~:]{0,8}",
+                proptest::strategy::Just("NaN".to_string()),
+            ],
+            scale in 0u32..4,
+            fixed in proptest::bool::ANY,
+            empty_null in proptest::bool::ANY,
+            exact in proptest::bool::ANY,
+        ) {
+            let mut formats = vec![
+                FieldFormat::new(TypeClass::Text).fixed_char(fixed).empty_is_null(empty_null),
+                FieldFormat::new(TypeClass::Decimal).with_scale(scale),
+            ];
+            if exact {
+                formats.push(FieldFormat::new(TypeClass::Decimal).exact(true));
+            }
+            for f in &formats {
+                let owned = canonical_from_text(f, Some(&v)).map_err(|e| e.to_string());
+                let borrowed = canonical_from_text_borrowed(f, Some(&v))
+                    .map(|c| c.map(|c| c.into_owned()))
+                    .map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(owned, borrowed, "{:?} of {:?}", f, v);
+            }
+        }
+    }
 
     #[test]
     fn empty_strings_are_null_only_where_the_dataset_says_so() {

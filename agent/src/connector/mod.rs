@@ -17,7 +17,7 @@ pub mod sqlx_conn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::canonical::canonical_from_text;
+use tally_common::canonical::canonical_from_text_borrowed;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
@@ -704,7 +704,7 @@ impl<'a> RowBuilder<'a> {
             return Err(self.shape_error());
         };
         if value.is_some() && self.reread.get(i).copied().unwrap_or(false) {
-            let v = canonical_from_text(&c.spec.format, value)
+            let v = canonical_from_text_borrowed(&c.spec.format, value)
                 .map_err(|e| canonical_error(self.dataset, &c.info.name, e))?;
             self.row.push_field(v.as_deref());
         } else {
