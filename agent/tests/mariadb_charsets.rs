@@ -3,7 +3,8 @@
 //! pushed-down path) converts with `CONVERT(... USING utf8mb4)`. On a real MariaDB, text
 //! columns in latin1, utf8mb3 and utf8mb4, CHAR with trailing spaces and an ENUM,
 //! holding text beyond ASCII, aggregate identically on both paths; one changed
-//! character changes both (the control).
+//! character changes both (the control). A connection whose results are not sent in
+//! utf8mb4 (a proxy that dropped `SET NAMES`) is refused, not read.
 
 use std::path::Path;
 
@@ -17,19 +18,23 @@ use tally_common::segment::{ColumnSpec, Segment, Split};
 use tally_common::types::TypeClass;
 use tally_e2e::db;
 
-async fn aggregate(url: &str, table: &str, in_process: bool) -> AggregateOut {
-    let hashing = if in_process { "in_process" } else { "pushdown" };
+fn dataset(url: &str, table: &str, hashing: &str) -> Dataset {
     let config: DatasetConfig = parse_yaml(
         Path::new("agent.yaml"),
         &format!("{{ url: '{url}', table: {table}, key: [id], hashing: {hashing} }}"),
     )
     .unwrap();
-    let ds = Dataset::new(
+    Dataset::new(
         table.into(),
         config,
         Source::Table(vec![table.into()]),
         Connector::open(url).unwrap(),
-    );
+    )
+}
+
+async fn aggregate(url: &str, table: &str, in_process: bool) -> AggregateOut {
+    let hashing = if in_process { "in_process" } else { "pushdown" };
+    let ds = dataset(url, table, hashing);
     let spec = |name: &str, f: FieldFormat| ColumnSpec {
         name: name.into(),
         format: f,
@@ -80,4 +85,29 @@ async fn mariadb_texts_in_any_character_set_read_as_canonical_sql_renders_them()
     // the control: one character apart, on both paths
     assert_ne!(aggregate(&url, "b", false).await.buckets, pushed.buckets);
     assert_ne!(aggregate(&url, "b", true).await.buckets, read.buckets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_not_sending_utf8mb4_is_refused() {
+    let my = db::mariadb();
+    let url = my.create_database("charset_refused");
+    my.exec(
+        Some("charset_refused"),
+        &format!("CREATE TABLE a {TABLE}; INSERT INTO a VALUES (1, 'Zoë', NULL, NULL, NULL, NULL);"),
+    );
+    let ds = dataset(&url, "a", "in_process");
+    let mut s = ds.session().await.unwrap();
+    ds.describe(&mut s).await.expect("utf8mb4 as the agent set it");
+    // as a proxy that does not keep the connection's SET NAMES would leave it (the
+    // statement runs; it returns no row, which query_text reports)
+    let _ = s.query_text("SET character_set_results = latin1").await;
+    let err = ds
+        .describe(&mut s)
+        .await
+        .expect_err("latin1 results are refused")
+        .to_string();
+    assert!(
+        err.contains("character_set_results is latin1, not utf8mb4"),
+        "{err}"
+    );
 }

@@ -132,10 +132,24 @@ impl MySqlConnector {
         source: &Source,
     ) -> Result<DatasetInfo> {
         let db = |e| AgentError::from_db(dataset, e);
-        let version: String = sqlx::query_scalar("SELECT VERSION()")
+        let row = sqlx::query("SELECT VERSION(), @@character_set_results")
             .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
+        let version = get_text(&row, 0).map_err(db)?.unwrap_or_default();
+        // row fetches read text columns as the server sends them (dialect/mysql.rs
+        // text_expr): only in utf8mb4 is that the text itself. A proxy that dropped the
+        // connection's SET NAMES would hand over latin1 bytes, some of them valid UTF-8
+        // of another text: refuse rather than read them
+        let results = get_text(&row, 1).map_err(db)?;
+        if results.as_deref() != Some("utf8mb4") {
+            return Err(AgentError::Config(format!(
+                "dataset {dataset}: the connection's character_set_results is {}, not utf8mb4 \
+                 (the agent sets it on connect; a proxy between the agent and the server must \
+                 keep SET NAMES utf8mb4)",
+                results.as_deref().unwrap_or("NULL")
+            )));
+        }
         let mut columns = Vec::new();
         let mut row_estimate = 0;
         match source {
