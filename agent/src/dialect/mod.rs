@@ -80,6 +80,13 @@ pub trait Dialect: Sync {
     fn text_expr(&self, _col: &BoundColumn) -> Option<String> {
         None
     }
+    /// [`Dialect::text_expr`] in a fetch whose rows the engine writes out as its own
+    /// text anyway (PostgreSQL's `COPY ... TO STDOUT`, [`fetch_rows_inline`]): where
+    /// that text is the same, the bare column, which spares the engine a cast per
+    /// value. `Some` exactly where `text_expr` is (the agent re-reads those fields).
+    fn copy_text_expr(&self, col: &BoundColumn) -> Option<String> {
+        self.text_expr(col)
+    }
     /// `<octet length>:<text>` or `~`, from a canonical text expression.
     fn field_expr(&self, canonical: &str) -> String;
     /// Concatenation of field expressions into the row string.
@@ -472,7 +479,8 @@ pub fn fetch_rows(
 }
 
 /// [`fetch_rows`] with its key bounds written as literals (no binds), for statements
-/// that take no parameters, such as PostgreSQL's `COPY (query) TO STDOUT`.
+/// that take no parameters and write their rows as the engine's text, such as
+/// PostgreSQL's `COPY (query) TO STDOUT` ([`Dialect::copy_text_expr`]).
 pub fn fetch_rows_inline(
     d: &dyn Dialect,
     source: &Source,
@@ -509,10 +517,13 @@ fn fetch_rows_with(
                 FetchShape::Canonical => canonical(d, c)
                     .or_else(|| d.text_expr(c))
                     .unwrap_or_else(|| d.quote(&c.info.name)),
-                FetchShape::Text => d
-                    .text_expr(c)
-                    .or_else(|| canonical(d, c))
-                    .unwrap_or_else(|| d.quote(&c.info.name)),
+                FetchShape::Text => if b.inline {
+                    d.copy_text_expr(c)
+                } else {
+                    d.text_expr(c)
+                }
+                .or_else(|| canonical(d, c))
+                .unwrap_or_else(|| d.quote(&c.info.name)),
             };
             format!("{e} AS {}", d.quote(&format!("tally_f{i}")))
         })

@@ -334,6 +334,23 @@ impl Dialect for Postgres {
         }
     }
 
+    fn copy_text_expr(&self, col: &BoundColumn) -> Option<String> {
+        // COPY writes each value with its type's output function, which is what the
+        // `::text` cast calls (same session settings): the cast only costs the backend
+        // (measured: docs/performance.md). Floats keep theirs (a real is widened first).
+        let text = self.text_expr(col)?;
+        let bare = col.info.class == col.spec.format.class
+            && matches!(
+                col.spec.format.class,
+                TypeClass::Decimal
+                    | TypeClass::Date
+                    | TypeClass::Timestamp
+                    | TypeClass::TimestampTz
+                    | TypeClass::Time
+            );
+        Some(if bare { self.quote(&col.info.name) } else { text })
+    }
+
     fn field_expr(&self, canonical: &str) -> String {
         format!("COALESCE(octet_length({canonical})::text || ':' || {canonical}, '~')")
     }

@@ -26,7 +26,7 @@ SELECT "region"::text AS "tally_f0", "id"::text AS "tally_f1", "amount"::text AS
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
 -- fetch rows (Text, ordered, literal bounds)
-SELECT "region"::text AS "tally_f0", "id"::text AS "tally_f1", "amount"::text AS "tally_f2", "ratio"::float8::text AS "tally_f3", CASE WHEN "ok" THEN '1' WHEN NOT "ok" THEN '0' END AS "tally_f4", rtrim("code"::text, ' ') AS "tally_f5", "day"::text AS "tally_f6", "at"::text AS "tally_f7", "at_utc"::text AS "tally_f8", "t"::text AS "tally_f9", "u"::text AS "tally_f10", encode("b", 'hex') AS "tally_f11" FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") >= (convert_from(decode('4555', 'hex'), 'UTF8'), 10) AND ("region" COLLATE "C", "id") < (convert_from(decode('5553', 'hex'), 'UTF8'), 0) ORDER BY "region" COLLATE "C", "id"
+SELECT "region"::text AS "tally_f0", "id"::text AS "tally_f1", "amount" AS "tally_f2", "ratio"::float8::text AS "tally_f3", CASE WHEN "ok" THEN '1' WHEN NOT "ok" THEN '0' END AS "tally_f4", rtrim("code"::text, ' ') AS "tally_f5", "day" AS "tally_f6", "at" AS "tally_f7", "at_utc" AS "tally_f8", "t" AS "tally_f9", "u"::text AS "tally_f10", encode("b", 'hex') AS "tally_f11" FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") >= (convert_from(decode('4555', 'hex'), 'UTF8'), 10) AND ("region" COLLATE "C", "id") < (convert_from(decode('5553', 'hex'), 'UTF8'), 0) ORDER BY "region" COLLATE "C", "id"
 
 -- count
 SELECT COUNT(*) FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") >= ($1::text, $2::bigint) AND ("region" COLLATE "C", "id") < ($3::text, $4::bigint)
