@@ -148,6 +148,17 @@ pub fn canonical_value(fmt: &FieldFormat, value: &Value<'_>) -> Result<Option<St
     }))
 }
 
+/// A text's canonical form, a slice of it: a fixed-width `CHAR`'s trailing spaces cut,
+/// and `None` for an empty text where the dataset compares it as NULL.
+fn canonical_text<'a>(fmt: &FieldFormat, v: &'a str) -> Option<&'a str> {
+    let t = if fmt.fixed_char {
+        v.trim_end_matches(' ')
+    } else {
+        v
+    };
+    (!(t.is_empty() && fmt.empty_is_null)).then_some(t)
+}
+
 /// [`canonical_from_text`] without a copy where the canonical text is the given text or
 /// a slice of it (the hot cases of a row read: texts, and decimals already at their
 /// scale).
@@ -158,17 +169,7 @@ pub fn canonical_from_text_borrowed<'a>(
     use std::borrow::Cow;
     let Some(v) = value else { return Ok(None) };
     match fmt.class {
-        TypeClass::Text => {
-            let t = if fmt.fixed_char {
-                v.trim_end_matches(' ')
-            } else {
-                v
-            };
-            if t.is_empty() && fmt.empty_is_null {
-                return Ok(None);
-            }
-            Ok(Some(Cow::Borrowed(t)))
-        }
+        TypeClass::Text => Ok(canonical_text(fmt, v).map(Cow::Borrowed)),
         TypeClass::Decimal if !fmt.exact && is_canonical_fixed(v, fmt.scale) => Ok(Some(Cow::Borrowed(v))),
         _ => Ok(canonical_from_text(fmt, value)?.map(Cow::Owned)),
     }
@@ -198,17 +199,7 @@ pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Opt
             _ => canonical_integer(v)
                 .map_err(|_| invalid("boolean", v, "expected true, false or an integer"))?,
         },
-        TypeClass::Text => {
-            let t = if fmt.fixed_char {
-                v.trim_end_matches(' ')
-            } else {
-                v
-            };
-            if t.is_empty() && fmt.empty_is_null {
-                return Ok(None);
-            }
-            t.to_string()
-        }
+        TypeClass::Text => return Ok(canonical_text(fmt, v).map(str::to_string)),
         TypeClass::Date => canonical_date(v)?,
         TypeClass::Timestamp => canonical_timestamp(v, fmt.scale, false)?,
         TypeClass::TimestampTz => canonical_timestamp(v, fmt.scale, true)?,
