@@ -171,6 +171,7 @@ pub fn canonical_from_text_borrowed<'a>(
     match fmt.class {
         TypeClass::Text => Ok(canonical_text(fmt, v).map(Cow::Borrowed)),
         TypeClass::Decimal if !fmt.exact && is_canonical_fixed(v, fmt.scale) => Ok(Some(Cow::Borrowed(v))),
+        TypeClass::Integer if is_canonical_integer(v) => Ok(Some(Cow::Borrowed(v))),
         _ => Ok(canonical_from_text(fmt, value)?.map(Cow::Owned)),
     }
 }
@@ -295,6 +296,17 @@ fn canonical_integer(v: &str) -> Result<String, CanonicalError> {
         .parse::<i128>()
         .map(|i| i.to_string())
         .map_err(|_| invalid("integer", v, "not an integer"))
+}
+
+/// Whether `s` already is what [`canonical_integer`] renders: an optional `-` and up to
+/// 20 digits (far inside `i128`) without a leading zero, or a single `0`.
+fn is_canonical_integer(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s).as_bytes();
+    match digits {
+        [b'0'] => digits.len() == s.len(),
+        [first, ..] => *first != b'0' && digits.len() <= 20 && digits.iter().all(u8::is_ascii_digit),
+        [] => false,
+    }
 }
 
 /// A float is rendered from its shortest round-trip decimal (ties between two shortest
@@ -776,6 +788,7 @@ mod tests {
             v in proptest::prop_oneof![
                 "[ 0-9.eE+-]{0,12}",
                 "-?[0-9]{1,6}\\.[0-9]{0,4}",
+                "[+-]?[0-9]{1,24}",
                 "[a-zë ~:]{0,8}",
                 proptest::strategy::Just("NaN".to_string()),
             ],
@@ -787,6 +800,7 @@ mod tests {
             let mut formats = vec![
                 FieldFormat::new(TypeClass::Text).fixed_char(fixed).empty_is_null(empty_null),
                 FieldFormat::new(TypeClass::Decimal).with_scale(scale),
+                FieldFormat::new(TypeClass::Integer),
             ];
             if exact {
                 formats.push(FieldFormat::new(TypeClass::Decimal).exact(true));

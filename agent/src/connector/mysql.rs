@@ -96,6 +96,138 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
     }
 }
 
+/// How a fetch reads one field, from the type the server sends it as. Row fetches are
+/// prepared statements, so their rows come in the binary protocol: integers as 1, 2, 4
+/// or 8 little-endian bytes, `DATE` and `DATETIME` as a length byte and their fields,
+/// `DECIMAL` as the server's text, texts as their bytes. The dialect selects integer,
+/// decimal, date and datetime columns bare for this (`text_expr`): the agent renders
+/// them to the text `CAST(x AS CHAR)` would give, and [`RowBuilder`] makes that
+/// canonical like every engine text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Text,
+    Int {
+        width: usize,
+        unsigned: bool,
+    },
+    Decimal,
+    Date,
+    /// `fsp`: the column's fractional-second digits, where its declaration says.
+    DateTime {
+        fsp: Option<u32>,
+    },
+}
+
+impl Wire {
+    /// From sqlx's name of the result column's type (`BIGINT UNSIGNED`, `DATETIME`, …).
+    fn of(type_name: &str, col: Option<&BoundColumn>) -> Wire {
+        let (base, unsigned) = match type_name.strip_suffix(" UNSIGNED") {
+            Some(base) => (base, true),
+            None => (type_name, false),
+        };
+        match base {
+            "TINYINT" => Wire::Int { width: 1, unsigned },
+            "SMALLINT" => Wire::Int { width: 2, unsigned },
+            // MEDIUMINT travels in 4 bytes
+            "MEDIUMINT" | "INT" => Wire::Int { width: 4, unsigned },
+            "BIGINT" => Wire::Int { width: 8, unsigned },
+            "DECIMAL" => Wire::Decimal,
+            "DATE" => Wire::Date,
+            "DATETIME" => Wire::DateTime {
+                fsp: col.and_then(|c| c.info.scale),
+            },
+            // TINYINT(1) is named BOOLEAN and loses its UNSIGNED flag in the name: it
+            // is never selected bare, and read as text it fails the decode, not silently
+            _ => Wire::Text,
+        }
+    }
+
+    /// Appends the value's text, as `CAST(x AS CHAR)` writes it, to `out`.
+    fn render(self, raw: &[u8], out: &mut String) -> std::result::Result<(), String> {
+        match self {
+            Wire::Int { width, unsigned } => {
+                if raw.len() != width {
+                    return Err(format!("an integer of {} bytes, expected {width}", raw.len()));
+                }
+                let mut le = [0u8; 8];
+                le[..width].copy_from_slice(raw);
+                let v = u64::from_le_bytes(le);
+                if unsigned {
+                    push_digits(out, v, 1);
+                } else {
+                    // sign-extend from the value's width
+                    let shift = 64 - 8 * width as u32;
+                    let v = ((v << shift) as i64) >> shift;
+                    if v < 0 {
+                        out.push('-');
+                    }
+                    push_digits(out, v.unsigned_abs(), 1);
+                }
+            }
+            Wire::Date | Wire::DateTime { .. } => {
+                // [length] year(2) month day [hour minute second [microseconds(4)]];
+                // length 0 is the zero date, 4 a midnight
+                let (&len, fields) = raw.split_first().ok_or("an empty date")?;
+                let len = len as usize;
+                if !matches!(len, 0 | 4 | 7 | 11) || fields.len() != len {
+                    return Err(format!("a date of {} bytes with length byte {len}", fields.len()));
+                }
+                let byte = |i: usize| fields.get(i).copied().unwrap_or(0) as u64;
+                let year = byte(0) | byte(1) << 8;
+                push_digits(out, year, 4);
+                for (sep, v) in [('-', byte(2)), ('-', byte(3))] {
+                    out.push(sep);
+                    push_digits(out, v, 2);
+                }
+                if let Wire::DateTime { fsp } = self {
+                    for (sep, v) in [(' ', byte(4)), (':', byte(5)), (':', byte(6))] {
+                        out.push(sep);
+                        push_digits(out, v, 2);
+                    }
+                    let micros = byte(7) | byte(8) << 8 | byte(9) << 16 | byte(10) << 24;
+                    match fsp {
+                        // the column's own digits, as the cast writes them
+                        Some(p @ 1..=6) if micros % 10u64.pow(6 - p) == 0 => {
+                            out.push('.');
+                            push_digits(out, micros / 10u64.pow(6 - p), p as usize);
+                        }
+                        _ if micros == 0 => {}
+                        // a value finer than the declaration says: every digit it has
+                        _ => {
+                            out.push('.');
+                            push_digits(out, micros, 6);
+                        }
+                    }
+                }
+            }
+            Wire::Text | Wire::Decimal => return Err("not a binary value".into()),
+        }
+        Ok(())
+    }
+}
+
+/// A field's bytes as the row holds them, `None` only for SQL NULL. sqlx reports a
+/// MySQL zero date (`0000-00-00`) as NULL; it is a value, which canonical SQL renders
+/// as such, and reading it as NULL would make a zero date and a NULL compare equal.
+fn raw_value(row: &MySqlRow, i: usize) -> std::result::Result<Option<&[u8]>, sqlx::Error> {
+    let value = row.try_get_raw(i)?;
+    // a NULL has no bytes at all (as_bytes fails); a zero date has its length byte 0
+    Ok(<&[u8] as sqlx::Decode<'_, sqlx::MySql>>::decode(value).ok())
+}
+
+/// `v` in decimal, zero-padded to at least `width` digits.
+fn push_digits(out: &mut String, mut v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    while v > 0 {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    let start = i.min(buf.len() - width.clamp(1, buf.len()));
+    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
+}
+
 fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
     row.try_get::<Option<i64>, _>(i)
         .ok()
@@ -257,17 +389,42 @@ impl MySqlConnector {
         reread: &[bool],
         f: &mut RowSink<'_>,
     ) -> Result<()> {
+        let db = |e| AgentError::from_db(dataset, e);
+        // a prepared statement (sqlx::query always prepares): rows arrive in the binary
+        // protocol, which is what `Wire` reads
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = q.fetch(&mut *conn);
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
-        while let Some(row) = rows
-            .try_next()
-            .await
-            .map_err(|e| AgentError::from_db(dataset, e))?
-        {
+        let mut wires: Vec<Wire> = Vec::new();
+        let mut text = String::with_capacity(32);
+        while let Some(row) = rows.try_next().await.map_err(db)? {
+            if wires.is_empty() {
+                wires = row
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| Wire::of(c.type_info().name(), cols.get(i)))
+                    .collect();
+            }
             b.start();
             for i in 0..cols.len() {
-                b.push(get_str(&row, i).map_err(|e| AgentError::from_db(dataset, e))?)?;
+                match wires.get(i).copied().unwrap_or(Wire::Text) {
+                    Wire::Text => b.push(get_str(&row, i).map_err(db)?)?,
+                    // the server's own text of the decimal (checked UTF-8 by the decode)
+                    Wire::Decimal => b.push(row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?)?,
+                    wire => match raw_value(&row, i).map_err(db)? {
+                        None => b.push(None)?,
+                        Some(raw) => {
+                            text.clear();
+                            wire.render(raw, &mut text).map_err(|reason| {
+                                db(sqlx::Error::Decode(
+                                    format!("column {}: {reason}", cols[i].info.name).into(),
+                                ))
+                            })?;
+                            b.push(Some(&text))?;
+                        }
+                    },
+                }
             }
             obey(f(b.finish()?)?).await;
         }
@@ -319,5 +476,94 @@ impl MySqlConnector {
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
         get_text(&row, 0).map_err(|e| AgentError::from_db(dataset, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wire;
+
+    fn text(wire: Wire, raw: &[u8]) -> Result<String, String> {
+        let mut out = String::new();
+        wire.render(raw, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn integers_of_every_width_and_sign_render_as_the_cast_writes_them() {
+        let int = |width, unsigned| Wire::Int { width, unsigned };
+        assert_eq!(text(int(1, false), &[0x80]).unwrap(), "-128");
+        assert_eq!(text(int(1, true), &[0xff]).unwrap(), "255");
+        assert_eq!(text(int(2, false), &(-2i16).to_le_bytes()).unwrap(), "-2");
+        assert_eq!(
+            text(int(4, false), &(-8_388_608i32).to_le_bytes()).unwrap(),
+            "-8388608"
+        );
+        assert_eq!(text(int(4, true), &u32::MAX.to_le_bytes()).unwrap(), "4294967295");
+        assert_eq!(
+            text(int(8, false), &i64::MIN.to_le_bytes()).unwrap(),
+            "-9223372036854775808"
+        );
+        assert_eq!(
+            text(int(8, false), &i64::MAX.to_le_bytes()).unwrap(),
+            "9223372036854775807"
+        );
+        assert_eq!(
+            text(int(8, true), &u64::MAX.to_le_bytes()).unwrap(),
+            "18446744073709551615"
+        );
+        assert_eq!(text(int(8, false), &0i64.to_le_bytes()).unwrap(), "0");
+        // a value of another width than its type's is refused, not reinterpreted
+        assert!(text(int(8, false), &[1, 0, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn dates_and_datetimes_render_as_the_cast_writes_them() {
+        let dt = |fsp| Wire::DateTime { fsp };
+        let full = [11, 0xe8, 0x07, 3, 15, 14, 30, 5, 0x40, 0xe2, 0x01, 0x00]; // 123456 µs
+        assert_eq!(text(dt(Some(6)), &full).unwrap(), "2024-03-15 14:30:05.123456");
+        assert_eq!(text(dt(None), &full).unwrap(), "2024-03-15 14:30:05.123456");
+        // finer than declared: every digit kept, never cut
+        assert_eq!(text(dt(Some(3)), &full).unwrap(), "2024-03-15 14:30:05.123456");
+        let milli = [11, 0xe8, 0x07, 3, 15, 14, 30, 5, 0x20, 0xa1, 0x07, 0x00]; // 500000 µs
+        assert_eq!(text(dt(Some(3)), &milli).unwrap(), "2024-03-15 14:30:05.500");
+        assert_eq!(text(dt(Some(1)), &milli).unwrap(), "2024-03-15 14:30:05.5");
+        // no microseconds on the wire: the declared digits as zeros, as the cast writes
+        let secs = [7, 0xe8, 0x07, 3, 15, 14, 30, 5];
+        assert_eq!(text(dt(Some(6)), &secs).unwrap(), "2024-03-15 14:30:05.000000");
+        assert_eq!(text(dt(Some(0)), &secs).unwrap(), "2024-03-15 14:30:05");
+        assert_eq!(text(dt(None), &secs).unwrap(), "2024-03-15 14:30:05");
+        assert_eq!(
+            text(dt(Some(0)), &[4, 0xe8, 0x07, 1, 9]).unwrap(),
+            "2024-01-09 00:00:00"
+        );
+        assert_eq!(text(dt(Some(2)), &[0]).unwrap(), "0000-00-00 00:00:00.00");
+        assert_eq!(text(Wire::Date, &[4, 0x01, 0x00, 12, 31]).unwrap(), "0001-12-31");
+        assert_eq!(text(Wire::Date, &[0]).unwrap(), "0000-00-00");
+        assert!(text(Wire::Date, &[5, 1, 2, 3, 4, 5]).is_err());
+        assert!(text(Wire::Date, &[4, 1, 2]).is_err());
+        assert!(text(Wire::Date, &[]).is_err());
+    }
+
+    #[test]
+    fn the_wire_follows_the_result_columns_type() {
+        assert_eq!(
+            Wire::of("BIGINT UNSIGNED", None),
+            Wire::Int {
+                width: 8,
+                unsigned: true
+            }
+        );
+        assert_eq!(
+            Wire::of("MEDIUMINT", None),
+            Wire::Int {
+                width: 4,
+                unsigned: false
+            }
+        );
+        assert_eq!(Wire::of("DECIMAL", None), Wire::Decimal);
+        assert_eq!(Wire::of("DATETIME", None), Wire::DateTime { fsp: None });
+        for text in ["VARCHAR", "TEXT", "BOOLEAN", "YEAR", "TIMESTAMP", "TIME", "BLOB"] {
+            assert_eq!(Wire::of(text, None), Wire::Text, "{text}");
+        }
     }
 }

@@ -20,11 +20,11 @@ use crate::watermark::{Builtin, WatermarkRead};
 pub fn classify(data_type: &str, column_type: &str, json_checked: bool) -> TypeEntry {
     use TypeClass::*;
     let d = Declared::parse(column_type);
-    let zerofill = d.rest.split_whitespace().any(|w| w == "zerofill");
+    let zero_filled = zerofill(column_type);
     let time_scale = Some(d.arg(0).unwrap_or(0));
     match data_type.to_ascii_lowercase().as_str() {
         "tinyint" if d.arg(0) == Some(1) => TypeEntry::of(Boolean),
-        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" if zerofill => {
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" if zero_filled => {
             TypeEntry::of(Integer).native(Native::ZeroFill)
         }
         "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" => TypeEntry::of(Integer),
@@ -53,6 +53,13 @@ pub fn classify(data_type: &str, column_type: &str, json_checked: bool) -> TypeE
         // geometry, vectors, …
         _ => TypeEntry::OTHER,
     }
+}
+
+fn zerofill(declared: &str) -> bool {
+    Declared::parse(declared)
+        .rest
+        .split_whitespace()
+        .any(|w| w == "zerofill")
 }
 
 /// Doubles at or above this magnitude are rendered from their exponent form: a
@@ -259,6 +266,19 @@ impl Dialect for MySql {
             _ => {}
         }
         match class {
+            // the column itself, read as the binary protocol sends it: integers as
+            // integers, DATE and DATETIME as their fields, decimals as the server's
+            // text; the agent renders them (connector/mysql.rs `Wire`), sparing the
+            // server a cast per value (measured: docs/performance.md). A ZEROFILL
+            // decimal keeps the cast (its padded text is the server's to write)
+            TypeClass::Integer | TypeClass::Date | TypeClass::Timestamp
+                if col.info.native == Native::Plain =>
+            {
+                Some(x)
+            }
+            TypeClass::Decimal if col.info.native == Native::Plain && !zerofill(&col.info.declared_type) => {
+                Some(x)
+            }
             TypeClass::Decimal | TypeClass::Date | TypeClass::Timestamp => Some(format!("CAST({x} AS CHAR)")),
             TypeClass::TimestampTz => Some(format!("CONCAT(CAST({x} AS CHAR), 'Z')")),
             _ => None,

@@ -22,7 +22,7 @@ SELECT CONVERT(`region` USING utf8mb4) AS `tally_f0`, CAST(`id` AS CHAR) AS `tal
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
 -- fetch rows (Text, ordered)
-SELECT `region` AS `tally_f0`, CAST(`id` AS CHAR) AS `tally_f1`, CAST(`amount` AS CHAR) AS `tally_f2`, CAST(`ratio` AS CHAR) AS `tally_f3`, CAST(`ok` AS CHAR) AS `tally_f4`, `code` AS `tally_f5`, CAST(`day` AS CHAR) AS `tally_f6`, CAST(`at` AS CHAR) AS `tally_f7`, CONCAT(CAST(`at_utc` AS CHAR), 'Z') AS `tally_f8`, CONCAT(TIME_FORMAT(`t`, '%H:%i:%s')) AS `tally_f9`, LOWER(CAST(`u` AS CHAR)) AS `tally_f10`, LOWER(HEX(`b`)) AS `tally_f11` FROM `shop`.`orders` WHERE (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) >= (CAST(CONVERT(? USING utf8mb4) AS BINARY), ?) AND (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) < (CAST(CONVERT(? USING utf8mb4) AS BINARY), ?) ORDER BY CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`
+SELECT `region` AS `tally_f0`, `id` AS `tally_f1`, `amount` AS `tally_f2`, CAST(`ratio` AS CHAR) AS `tally_f3`, CAST(`ok` AS CHAR) AS `tally_f4`, `code` AS `tally_f5`, `day` AS `tally_f6`, `at` AS `tally_f7`, CONCAT(CAST(`at_utc` AS CHAR), 'Z') AS `tally_f8`, CONCAT(TIME_FORMAT(`t`, '%H:%i:%s')) AS `tally_f9`, LOWER(CAST(`u` AS CHAR)) AS `tally_f10`, LOWER(HEX(`b`)) AS `tally_f11` FROM `shop`.`orders` WHERE (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) >= (CAST(CONVERT(? USING utf8mb4) AS BINARY), ?) AND (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) < (CAST(CONVERT(? USING utf8mb4) AS BINARY), ?) ORDER BY CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`
 -- binds: [Text("EU"), Int(10), Text("US"), Int(0)]
 
 -- count
