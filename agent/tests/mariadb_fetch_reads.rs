@@ -173,7 +173,9 @@ async fn mariadb_integers_decimals_and_datetimes_read_natively_as_canonical_sql_
              CREATE TABLE c {NATIVE}; INSERT INTO c SELECT * FROM a; \
              UPDATE c SET bu = bu - 1 WHERE id = 9223372036854775807; \
              CREATE TABLE d {NATIVE}; INSERT INTO d SELECT * FROM a; \
-             UPDATE d SET dd = NULL WHERE id = 9223372036854775807;"
+             UPDATE d SET dd = NULL WHERE id = 9223372036854775807; \
+             CREATE TABLE e {NATIVE}; INSERT INTO e SELECT * FROM a; \
+             UPDATE e SET t3 = NULL WHERE id = 9223372036854775807;"
         ),
     );
     let pushed = aggregate_of(&url, "a", false, native_columns()).await;
@@ -183,9 +185,9 @@ async fn mariadb_integers_decimals_and_datetimes_read_natively_as_canonical_sql_
         "the two paths disagree on a native value"
     );
     assert_eq!(pushed.buckets[0].agg.count(), 4);
-    // the controls: one microsecond, one unit apart, a zero date against a NULL (sqlx
-    // reads a zero date as NULL), on both paths
-    for control in ["b", "c", "d"] {
+    // the controls: one microsecond, one unit apart, a zero date and a zero datetime
+    // against a NULL (sqlx reads a zero date as NULL), on both paths
+    for control in ["b", "c", "d", "e"] {
         assert_ne!(
             aggregate_of(&url, control, false, native_columns()).await.buckets,
             pushed.buckets,
@@ -198,4 +200,3 @@ async fn mariadb_integers_decimals_and_datetimes_read_natively_as_canonical_sql_
         );
     }
 }
-

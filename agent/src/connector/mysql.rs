@@ -98,8 +98,9 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
 
 /// How a fetch reads one field, from the type the server sends it as. Row fetches are
 /// prepared statements, so their rows come in the binary protocol: integers as 1, 2, 4
-/// or 8 little-endian bytes, `DATE` and `DATETIME` as a length byte and their fields,
-/// `DECIMAL` as the server's text, texts as their bytes. The dialect selects integer,
+/// or 8 little-endian bytes (decoded by sqlx, which checks the format), `DATE` and
+/// `DATETIME` as a length byte and their fields, `DECIMAL` as the server's text, texts
+/// as their bytes. The dialect selects integer,
 /// decimal, date and datetime columns bare for this (`text_expr`): the agent renders
 /// them to the text `CAST(x AS CHAR)` would give, and [`RowBuilder`] makes that
 /// canonical like every engine text.
@@ -107,7 +108,6 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
 enum Wire {
     Text,
     Int {
-        width: usize,
         unsigned: bool,
     },
     Decimal,
@@ -126,50 +126,36 @@ impl Wire {
             None => (type_name, false),
         };
         match base {
-            "TINYINT" => Wire::Int { width: 1, unsigned },
-            "SMALLINT" => Wire::Int { width: 2, unsigned },
-            // MEDIUMINT travels in 4 bytes
-            "MEDIUMINT" | "INT" => Wire::Int { width: 4, unsigned },
-            "BIGINT" => Wire::Int { width: 8, unsigned },
+            "TINYINT" | "SMALLINT" | "MEDIUMINT" | "INT" | "BIGINT" => Wire::Int { unsigned },
+            // TINYINT(1), named BOOLEAN without its UNSIGNED flag: the declaration has it
+            // (MariaDB calls it Boolean and never selects it bare; MySQL 8 may declare
+            // a TINYINT(1) UNSIGNED as `tinyint unsigned`)
+            "BOOLEAN" => Wire::Int {
+                unsigned: col.is_some_and(|c| c.info.declared_type.to_ascii_lowercase().contains("unsigned")),
+            },
             "DECIMAL" => Wire::Decimal,
             "DATE" => Wire::Date,
             "DATETIME" => Wire::DateTime {
                 fsp: col.and_then(|c| c.info.scale),
             },
-            // TINYINT(1) is named BOOLEAN and loses its UNSIGNED flag in the name: it
-            // is never selected bare, and read as text it fails the decode, not silently
             _ => Wire::Text,
         }
     }
 
-    /// Appends the value's text, as `CAST(x AS CHAR)` writes it, to `out`.
+    /// Appends a date's or datetime's text, as `CAST(x AS CHAR)` writes it, to `out`.
     fn render(self, raw: &[u8], out: &mut String) -> std::result::Result<(), String> {
         match self {
-            Wire::Int { width, unsigned } => {
-                if raw.len() != width {
-                    return Err(format!("an integer of {} bytes, expected {width}", raw.len()));
-                }
-                let mut le = [0u8; 8];
-                le[..width].copy_from_slice(raw);
-                let v = u64::from_le_bytes(le);
-                if unsigned {
-                    push_digits(out, v, 1);
-                } else {
-                    // sign-extend from the value's width
-                    let shift = 64 - 8 * width as u32;
-                    let v = ((v << shift) as i64) >> shift;
-                    if v < 0 {
-                        out.push('-');
-                    }
-                    push_digits(out, v.unsigned_abs(), 1);
-                }
-            }
             Wire::Date | Wire::DateTime { .. } => {
                 // [length] year(2) month day [hour minute second [microseconds(4)]];
                 // length 0 is the zero date, 4 a midnight
                 let (&len, fields) = raw.split_first().ok_or("an empty date")?;
                 let len = len as usize;
-                if !matches!(len, 0 | 4 | 7 | 11) || fields.len() != len {
+                let lengths: &[usize] = if self == Wire::Date {
+                    &[0, 4]
+                } else {
+                    &[0, 4, 7, 11]
+                };
+                if !lengths.contains(&len) || fields.len() != len {
                     return Err(format!("a date of {} bytes with length byte {len}", fields.len()));
                 }
                 let byte = |i: usize| fields.get(i).copied().unwrap_or(0) as u64;
@@ -200,7 +186,7 @@ impl Wire {
                     }
                 }
             }
-            Wire::Text | Wire::Decimal => return Err("not a binary value".into()),
+            Wire::Text | Wire::Decimal | Wire::Int { .. } => return Err("not a date".into()),
         }
         Ok(())
     }
@@ -213,6 +199,14 @@ fn raw_value(row: &MySqlRow, i: usize) -> std::result::Result<Option<&[u8]>, sql
     let value = row.try_get_raw(i)?;
     // a NULL has no bytes at all (as_bytes fails); a zero date has its length byte 0
     Ok(<&[u8] as sqlx::Decode<'_, sqlx::MySql>>::decode(value).ok())
+}
+
+/// `v` in decimal, with its sign.
+fn push_signed(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    push_digits(out, v.unsigned_abs(), 1);
 }
 
 /// `v` in decimal, zero-padded to at least `width` digits.
@@ -407,9 +401,30 @@ impl MySqlConnector {
                     .collect();
             }
             b.start();
-            for i in 0..cols.len() {
+            for (i, col) in cols.iter().enumerate() {
                 match wires.get(i).copied().unwrap_or(Wire::Text) {
                     Wire::Text => b.push(get_str(&row, i).map_err(db)?)?,
+                    // sqlx's decode reads the value in its own format and width
+                    Wire::Int { unsigned: true } => {
+                        match row.try_get_unchecked::<Option<u64>, _>(i).map_err(db)? {
+                            None => b.push(None)?,
+                            Some(v) => {
+                                text.clear();
+                                push_digits(&mut text, v, 1);
+                                b.push(Some(&text))?;
+                            }
+                        }
+                    }
+                    Wire::Int { unsigned: false } => {
+                        match row.try_get_unchecked::<Option<i64>, _>(i).map_err(db)? {
+                            None => b.push(None)?,
+                            Some(v) => {
+                                text.clear();
+                                push_signed(&mut text, v);
+                                b.push(Some(&text))?;
+                            }
+                        }
+                    }
                     // the server's own text of the decimal (checked UTF-8 by the decode)
                     Wire::Decimal => b.push(row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?)?,
                     wire => match raw_value(&row, i).map_err(db)? {
@@ -418,7 +433,7 @@ impl MySqlConnector {
                             text.clear();
                             wire.render(raw, &mut text).map_err(|reason| {
                                 db(sqlx::Error::Decode(
-                                    format!("column {}: {reason}", cols[i].info.name).into(),
+                                    format!("column {}: {reason}", col.info.name).into(),
                                 ))
                             })?;
                             b.push(Some(&text))?;
@@ -489,31 +504,19 @@ mod tests {
     }
 
     #[test]
-    fn integers_of_every_width_and_sign_render_as_the_cast_writes_them() {
-        let int = |width, unsigned| Wire::Int { width, unsigned };
-        assert_eq!(text(int(1, false), &[0x80]).unwrap(), "-128");
-        assert_eq!(text(int(1, true), &[0xff]).unwrap(), "255");
-        assert_eq!(text(int(2, false), &(-2i16).to_le_bytes()).unwrap(), "-2");
-        assert_eq!(
-            text(int(4, false), &(-8_388_608i32).to_le_bytes()).unwrap(),
-            "-8388608"
-        );
-        assert_eq!(text(int(4, true), &u32::MAX.to_le_bytes()).unwrap(), "4294967295");
-        assert_eq!(
-            text(int(8, false), &i64::MIN.to_le_bytes()).unwrap(),
-            "-9223372036854775808"
-        );
-        assert_eq!(
-            text(int(8, false), &i64::MAX.to_le_bytes()).unwrap(),
-            "9223372036854775807"
-        );
-        assert_eq!(
-            text(int(8, true), &u64::MAX.to_le_bytes()).unwrap(),
-            "18446744073709551615"
-        );
-        assert_eq!(text(int(8, false), &0i64.to_le_bytes()).unwrap(), "0");
-        // a value of another width than its type's is refused, not reinterpreted
-        assert!(text(int(8, false), &[1, 0, 0, 0]).is_err());
+    fn integers_render_as_the_cast_writes_them() {
+        let signed = |v| {
+            let mut out = String::new();
+            super::push_signed(&mut out, v);
+            out
+        };
+        assert_eq!(signed(i64::MIN), "-9223372036854775808");
+        assert_eq!(signed(i64::MAX), "9223372036854775807");
+        assert_eq!(signed(-128), "-128");
+        assert_eq!(signed(0), "0");
+        let mut out = String::new();
+        super::push_digits(&mut out, u64::MAX, 1);
+        assert_eq!(out, "18446744073709551615");
     }
 
     #[test]
@@ -541,28 +544,20 @@ mod tests {
         assert_eq!(text(Wire::Date, &[0]).unwrap(), "0000-00-00");
         assert!(text(Wire::Date, &[5, 1, 2, 3, 4, 5]).is_err());
         assert!(text(Wire::Date, &[4, 1, 2]).is_err());
+        // a DATE never carries a time
+        assert!(text(Wire::Date, &[7, 0xe8, 0x07, 3, 15, 14, 30, 5]).is_err());
+        assert!(text(Wire::Int { unsigned: false }, &[1]).is_err());
         assert!(text(Wire::Date, &[]).is_err());
     }
 
     #[test]
     fn the_wire_follows_the_result_columns_type() {
-        assert_eq!(
-            Wire::of("BIGINT UNSIGNED", None),
-            Wire::Int {
-                width: 8,
-                unsigned: true
-            }
-        );
-        assert_eq!(
-            Wire::of("MEDIUMINT", None),
-            Wire::Int {
-                width: 4,
-                unsigned: false
-            }
-        );
+        assert_eq!(Wire::of("BIGINT UNSIGNED", None), Wire::Int { unsigned: true });
+        assert_eq!(Wire::of("MEDIUMINT", None), Wire::Int { unsigned: false });
+        assert_eq!(Wire::of("BOOLEAN", None), Wire::Int { unsigned: false });
         assert_eq!(Wire::of("DECIMAL", None), Wire::Decimal);
         assert_eq!(Wire::of("DATETIME", None), Wire::DateTime { fsp: None });
-        for text in ["VARCHAR", "TEXT", "BOOLEAN", "YEAR", "TIMESTAMP", "TIME", "BLOB"] {
+        for text in ["VARCHAR", "TEXT", "YEAR", "TIMESTAMP", "TIME", "BLOB"] {
             assert_eq!(Wire::of(text, None), Wire::Text, "{text}");
         }
     }
