@@ -100,10 +100,9 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
 /// prepared statements, so their rows come in the binary protocol: integers as 1, 2, 4
 /// or 8 little-endian bytes (decoded by sqlx, which checks the format), `DATE` and
 /// `DATETIME` as a length byte and their fields, `DECIMAL` as the server's text, texts
-/// as their bytes. The dialect selects integer,
-/// decimal, date and datetime columns bare for this (`text_expr`): the agent renders
-/// them to the text `CAST(x AS CHAR)` would give, and [`RowBuilder`] makes that
-/// canonical like every engine text.
+/// as their bytes. The dialect selects integer, decimal, date and datetime columns
+/// bare for this (`text_expr`): the agent renders them to the text `CAST(x AS CHAR)`
+/// would give, and [`RowBuilder`] makes that canonical like every engine text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wire {
     Text,
