@@ -401,33 +401,24 @@ impl MySqlConnector {
             }
             b.start();
             for (i, col) in cols.iter().enumerate() {
-                match wires.get(i).copied().unwrap_or(Wire::Text) {
-                    Wire::Text => b.push(get_str(&row, i).map_err(db)?)?,
-                    // sqlx's decode reads the value in its own format and width
-                    Wire::Int { unsigned: true } => {
-                        match row.try_get_unchecked::<Option<u64>, _>(i).map_err(db)? {
-                            None => b.push(None)?,
-                            Some(v) => {
-                                text.clear();
-                                push_digits(&mut text, v, 1);
-                                b.push(Some(&text))?;
-                            }
-                        }
-                    }
-                    Wire::Int { unsigned: false } => {
-                        match row.try_get_unchecked::<Option<i64>, _>(i).map_err(db)? {
-                            None => b.push(None)?,
-                            Some(v) => {
-                                text.clear();
-                                push_signed(&mut text, v);
-                                b.push(Some(&text))?;
-                            }
-                        }
-                    }
+                let value = match wires.get(i).copied().unwrap_or(Wire::Text) {
+                    Wire::Text => get_str(&row, i).map_err(db)?,
                     // the server's own text of the decimal (checked UTF-8 by the decode)
-                    Wire::Decimal => b.push(row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?)?,
+                    Wire::Decimal => row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?,
+                    // sqlx's decode reads the value in its own format and width
+                    Wire::Int { unsigned } => {
+                        text.clear();
+                        let present = if unsigned {
+                            let v = row.try_get_unchecked::<Option<u64>, _>(i).map_err(db)?;
+                            v.map(|v| push_digits(&mut text, v, 1))
+                        } else {
+                            let v = row.try_get_unchecked::<Option<i64>, _>(i).map_err(db)?;
+                            v.map(|v| push_signed(&mut text, v))
+                        };
+                        present.map(|()| text.as_str())
+                    }
                     wire => match raw_value(&row, i).map_err(db)? {
-                        None => b.push(None)?,
+                        None => None,
                         Some(raw) => {
                             text.clear();
                             wire.render(raw, &mut text).map_err(|reason| {
@@ -435,10 +426,11 @@ impl MySqlConnector {
                                     format!("column {}: {reason}", col.info.name).into(),
                                 ))
                             })?;
-                            b.push(Some(&text))?;
+                            Some(text.as_str())
                         }
                     },
-                }
+                };
+                b.push(value)?;
             }
             obey(f(b.finish()?)?).await;
         }

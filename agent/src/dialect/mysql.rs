@@ -271,12 +271,9 @@ impl Dialect for MySql {
             // text; the agent renders them (connector/mysql.rs `Wire`), sparing the
             // server a cast per value (measured: docs/performance.md). A ZEROFILL
             // decimal keeps the cast (its padded text is the server's to write)
-            TypeClass::Integer | TypeClass::Date | TypeClass::Timestamp
-                if col.info.native == Native::Plain =>
+            TypeClass::Integer | TypeClass::Decimal | TypeClass::Date | TypeClass::Timestamp
+                if col.info.native == Native::Plain && !zerofill(&col.info.declared_type) =>
             {
-                Some(x)
-            }
-            TypeClass::Decimal if col.info.native == Native::Plain && !zerofill(&col.info.declared_type) => {
                 Some(x)
             }
             TypeClass::Decimal | TypeClass::Date | TypeClass::Timestamp => Some(format!("CAST({x} AS CHAR)")),
