@@ -638,6 +638,10 @@ impl Dataset {
                         _ => vec![seg.clone()],
                     };
                     let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
+                    let cuts = match split {
+                        Split::Cuts(c) => Some(CutFinder::new(c)),
+                        _ => None,
+                    };
                     scanned += self
                         .scan_segment(
                             s,
@@ -647,9 +651,9 @@ impl Dataset {
                             false,
                             matches!(split, Split::Hash(_)),
                             &mut |row, kh| {
-                                let child = match split {
-                                    Split::Hash(n) => seg.hash_child_of(*n, bucket_hash(kh)),
-                                    Split::Cuts(c) => c.partition_point(|cut| cut <= &row.key),
+                                let child = match (split, &cuts) {
+                                    (Split::Hash(n), _) => seg.hash_child_of(*n, bucket_hash(kh)),
+                                    (_, Some(cuts)) => cuts.child(&row.key),
                                     _ => 0,
                                 };
                                 aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
@@ -882,6 +886,33 @@ fn int_range(cuts: &[KeyTuple], key: &[&ColumnInfo]) -> Option<ChildRule> {
     })
 }
 
+/// Which child of a cut split a key falls in: the number of cuts at or below it. Cuts
+/// of one integer key part are compared as integers (once per row read in the agent).
+struct CutFinder<'a> {
+    cuts: &'a [KeyTuple],
+    ints: Option<Vec<i64>>,
+}
+
+impl<'a> CutFinder<'a> {
+    fn new(cuts: &'a [KeyTuple]) -> Self {
+        let ints = cuts
+            .iter()
+            .map(|c| match c.as_slice() {
+                [KeyPart::Int(i)] => Some(*i),
+                _ => None,
+            })
+            .collect();
+        CutFinder { cuts, ints }
+    }
+
+    fn child(&self, key: &KeyTuple) -> usize {
+        match (&self.ints, key.as_slice()) {
+            (Some(ints), [KeyPart::Int(k)]) => ints.partition_point(|cut| cut <= k),
+            _ => self.cuts.partition_point(|cut| cut <= key),
+        }
+    }
+}
+
 /// The 0-based NTILE bucket of the `i`-th of `total` ordered rows in `n` buckets, as
 /// SQL's NTILE numbers them: the first `total % n` buckets hold one row more. Rows past
 /// `total` (written since it was counted) stay in the last bucket.
@@ -899,7 +930,27 @@ fn ntile(i: u64, total: u64, n: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::ntile;
+    use super::{CutFinder, ntile};
+    use tally_common::segment::{KeyPart, KeyTuple};
+
+    #[test]
+    fn integer_cuts_find_the_child_the_general_comparison_does() {
+        let ints = [-5i64, 0, 7, 7, 1 << 40];
+        let cuts: Vec<KeyTuple> = ints.iter().map(|i| vec![KeyPart::Int(*i)]).collect();
+        let finder = CutFinder::new(&cuts);
+        assert!(finder.ints.is_some());
+        for k in [i64::MIN, -6, -5, -4, 0, 6, 7, 8, 1 << 40, i64::MAX] {
+            let key = vec![KeyPart::Int(k)];
+            assert_eq!(finder.child(&key), cuts.partition_point(|cut| cut <= &key), "{k}");
+        }
+        assert_eq!(finder.child(&vec![KeyPart::Int(7)]), 4);
+        // text keys, composite keys and mixed cuts keep the general comparison
+        let text: Vec<KeyTuple> = vec![vec![KeyPart::Text("m".into())]];
+        assert!(CutFinder::new(&text).ints.is_none());
+        assert_eq!(CutFinder::new(&text).child(&vec![KeyPart::Text("z".into())]), 1);
+        let pair = vec![KeyPart::Int(7), KeyPart::Int(1)];
+        assert_eq!(finder.child(&pair), cuts.partition_point(|cut| cut <= &pair));
+    }
 
     #[test]
     fn ntile_matches_sql() {

@@ -686,21 +686,94 @@ fn general_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<String,
 }
 
 /// `n` as at least `width` decimal digits (zero-padded), without allocating (hot: a
-/// timestamp pushes five of these per row).
-fn push_digits(out: &mut String, n: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut i = buf.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// timestamp pushes five of these per row, MySQL's binary integers one per field).
+pub fn push_digits(out: &mut String, n: u64, width: usize) {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(n);
+    for _ in digits.len()..width {
+        out.push('0');
     }
-    let start = i.min(buf.len().saturating_sub(width));
-    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
+    out.push_str(digits);
+}
+
+/// `v` in decimal with its sign: the canonical form of an integer.
+pub fn push_integer(out: &mut String, v: i64) {
+    out.push_str(itoa::Buffer::new().format(v));
+}
+
+/// A date and clock reading as a binary protocol carries them (MySQL's `DATE` and
+/// `DATETIME`: a year, month, day, hour, minute, second and microseconds, each a number).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DateTimeFields {
+    pub year: u16,
+    pub month: u8,
+    pub day: u8,
+    pub hour: u8,
+    pub minute: u8,
+    pub second: u8,
+    pub micros: u32,
+}
+
+impl DateTimeFields {
+    /// A calendar day of years 0001–9999: the dates rendered here. Zero dates, zero
+    /// months or days and anything out of range are not, and go through their text.
+    fn is_plain_date(&self) -> bool {
+        (1..=9999).contains(&self.year)
+            && (1..=12).contains(&self.month)
+            && self.day >= 1
+            && self.day <= civil::days_in_month(i64::from(self.year), self.month)
+    }
+
+    /// Appends the canonical `date` of these fields, as [`canonical_from_text`] renders
+    /// their text `YYYY-MM-DD`; `false`, with nothing written, where the date is not a
+    /// plain one (the caller renders the text instead).
+    pub fn push_canonical_date(&self, out: &mut String) -> bool {
+        if !self.is_plain_date() {
+            return false;
+        }
+        let date = CivilDate::Day {
+            year: i64::from(self.year),
+            month: self.month,
+            day: self.day,
+        };
+        date.push(out);
+        true
+    }
+
+    /// Appends the canonical `timestamp` (without zone) of these fields at `precision`
+    /// fractional digits, as [`canonical_from_text`] renders their text
+    /// `YYYY-MM-DD HH:MM:SS[.ffffff]`; `false`, with nothing written, where the date is
+    /// not a plain one or the clock not a time of day (the caller renders the text).
+    pub fn push_canonical_timestamp(&self, out: &mut String, precision: u32) -> bool {
+        if !self.is_plain_date()
+            || self.hour > 23
+            || self.minute > 59
+            || self.second > 59
+            || self.micros > 999_999
+        {
+            return false;
+        }
+        self.push_canonical_date(out);
+        out.push('T');
+        push_clock(
+            out,
+            false,
+            i64::from(self.hour) * 3600 + i64::from(self.minute) * 60 + i64::from(self.second),
+        );
+        // the six microsecond digits, cut or zero-padded to the precision
+        let mut digits = [b'0'; 6];
+        let mut m = self.micros;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        push_fraction(
+            out,
+            std::str::from_utf8(&digits).expect("ASCII digits"),
+            precision,
+        );
+        true
+    }
 }
 
 /// `[-]HH:MM:SS` (hours past 24 for durations).
@@ -780,6 +853,7 @@ pub fn row_string<'a>(fields: impl IntoIterator<Item = Option<&'a str>>) -> Stri
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy;
 
     proptest::proptest! {
         // the borrowed form is only ever a shortcut: same text, same errors
@@ -812,6 +886,77 @@ mod tests {
                     .map_err(|e| e.to_string());
                 proptest::prop_assert_eq!(owned, borrowed, "{:?} of {:?}", f, v);
             }
+        }
+    }
+
+    proptest::proptest! {
+        // binary date and datetime fields rendered directly are what their text renders
+        // to, at every precision and however many fraction digits the text shows; the
+        // fields that are no plain date or time of day are left to the text
+        #[test]
+        fn datetime_fields_render_as_their_text_does(
+            year in proptest::prop_oneof![0u16..=3, 1u16..=9999, 9998u16..=10001, proptest::num::u16::ANY],
+            month in 0u8..=13,
+            day in 0u8..=32,
+            hour in 0u8..=25,
+            minute in 0u8..=60,
+            second in 0u8..=60,
+            micros in proptest::prop_oneof![
+                proptest::strategy::Just(0u32),
+                0u32..=999_999,
+                (0u32..=999).prop_map(|m| m * 1000),
+                999_999u32..=1_000_001,
+            ],
+            precision in 0u32..=10,
+            shown in 0u32..=6,
+        ) {
+            use proptest::{prop_assert, prop_assert_eq};
+            let f = DateTimeFields { year, month, day, hour, minute, second, micros };
+            let date_text = format!("{year:04}-{month:02}-{day:02}");
+            let plain_date = (1..=9999).contains(&year)
+                && (1..=12).contains(&month)
+                && day >= 1
+                && day <= civil::days_in_month(i64::from(year), month);
+            let mut out = String::new();
+            prop_assert_eq!(f.push_canonical_date(&mut out), plain_date);
+            if plain_date {
+                let via_text = canonical_from_text(&FieldFormat::new(TypeClass::Date), Some(&date_text));
+                prop_assert_eq!(Some(out.clone()), via_text.unwrap());
+            } else {
+                prop_assert!(out.is_empty());
+            }
+            let clock = format!("{date_text} {hour:02}:{minute:02}:{second:02}");
+            let mut texts = vec![format!("{clock}.{micros:06}")];
+            if micros == 0 {
+                texts.push(clock.clone());
+            }
+            if shown > 0 && micros % 10u32.pow(6 - shown) == 0 && micros < 1_000_000 {
+                let digits = format!("{micros:06}");
+                texts.push(format!("{clock}.{}", &digits[..shown as usize]));
+            }
+            let plain = plain_date && hour <= 23 && minute <= 59 && second <= 59 && micros <= 999_999;
+            let fmt = FieldFormat::new(TypeClass::Timestamp).with_scale(precision);
+            let mut out = String::new();
+            prop_assert_eq!(f.push_canonical_timestamp(&mut out, precision), plain);
+            if plain {
+                for t in &texts {
+                    let via_text = canonical_from_text(&fmt, Some(t)).map_err(|e| e.to_string());
+                    prop_assert_eq!(Ok(Some(out.clone())), via_text, "{:?}", t);
+                }
+            } else {
+                prop_assert!(out.is_empty());
+            }
+        }
+
+        #[test]
+        fn integers_push_as_canonical_text(v in proptest::num::i64::ANY, width in 0usize..=22) {
+            let mut out = String::new();
+            push_integer(&mut out, v);
+            proptest::prop_assert_eq!(&out, &v.to_string());
+            proptest::prop_assert!(is_canonical_integer(&out));
+            let mut padded = String::new();
+            push_digits(&mut padded, v.unsigned_abs(), width);
+            proptest::prop_assert_eq!(padded, format!("{:0width$}", v.unsigned_abs()));
         }
     }
 

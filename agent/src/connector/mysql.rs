@@ -6,6 +6,7 @@ use std::str::FromStr;
 use futures::TryStreamExt;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
+use tally_common::canonical::{DateTimeFields, FieldFormat, push_digits, push_integer};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
@@ -102,7 +103,9 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
 /// `DATETIME` as a length byte and their fields, `DECIMAL` as the server's text, texts
 /// as their bytes. The dialect selects integer, decimal, date and datetime columns
 /// bare for this (`text_expr`): the agent renders them to the text `CAST(x AS CHAR)`
-/// would give, and [`RowBuilder`] makes that canonical like every engine text.
+/// would give, and [`RowBuilder`] makes that canonical like every engine text; a plain
+/// date or datetime (years 1–9999, a time of day) goes straight to the canonical form
+/// that text has ([`DateTimeFields`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wire {
     Text,
@@ -141,53 +144,69 @@ impl Wire {
         }
     }
 
+    /// The fields of a date's or datetime's binary value: `[length] year(2) month day
+    /// [hour minute second [microseconds(4)]]`; length 0 is the zero date, 4 a midnight.
+    fn fields(self, raw: &[u8]) -> std::result::Result<DateTimeFields, String> {
+        let lengths: &[usize] = match self {
+            Wire::Date => &[0, 4],
+            Wire::DateTime { .. } => &[0, 4, 7, 11],
+            Wire::Text | Wire::Decimal | Wire::Int { .. } => return Err("not a date".into()),
+        };
+        let (&len, fields) = raw.split_first().ok_or("an empty date")?;
+        let len = len as usize;
+        if !lengths.contains(&len) || fields.len() != len {
+            return Err(format!("a date of {} bytes with length byte {len}", fields.len()));
+        }
+        let byte = |i: usize| fields.get(i).copied().unwrap_or(0);
+        Ok(DateTimeFields {
+            year: u16::from_le_bytes([byte(0), byte(1)]),
+            month: byte(2),
+            day: byte(3),
+            hour: byte(4),
+            minute: byte(5),
+            second: byte(6),
+            micros: u32::from_le_bytes([byte(7), byte(8), byte(9), byte(10)]),
+        })
+    }
+
     /// Appends a date's or datetime's text, as `CAST(x AS CHAR)` writes it, to `out`.
-    fn render(self, raw: &[u8], out: &mut String) -> std::result::Result<(), String> {
-        match self {
-            Wire::Date | Wire::DateTime { .. } => {
-                // [length] year(2) month day [hour minute second [microseconds(4)]];
-                // length 0 is the zero date, 4 a midnight
-                let (&len, fields) = raw.split_first().ok_or("an empty date")?;
-                let len = len as usize;
-                let lengths: &[usize] = if self == Wire::Date {
-                    &[0, 4]
-                } else {
-                    &[0, 4, 7, 11]
-                };
-                if !lengths.contains(&len) || fields.len() != len {
-                    return Err(format!("a date of {} bytes with length byte {len}", fields.len()));
+    fn render(self, f: &DateTimeFields, out: &mut String) {
+        push_digits(out, u64::from(f.year), 4);
+        for (sep, v) in [('-', f.month), ('-', f.day)] {
+            out.push(sep);
+            push_digits(out, u64::from(v), 2);
+        }
+        if let Wire::DateTime { fsp } = self {
+            for (sep, v) in [(' ', f.hour), (':', f.minute), (':', f.second)] {
+                out.push(sep);
+                push_digits(out, u64::from(v), 2);
+            }
+            let micros = u64::from(f.micros);
+            match fsp {
+                // the column's own digits, as the cast writes them
+                Some(p @ 1..=6) if micros % 10u64.pow(6 - p) == 0 => {
+                    out.push('.');
+                    push_digits(out, micros / 10u64.pow(6 - p), p as usize);
                 }
-                let byte = |i: usize| fields.get(i).copied().unwrap_or(0) as u64;
-                let year = byte(0) | byte(1) << 8;
-                push_digits(out, year, 4);
-                for (sep, v) in [('-', byte(2)), ('-', byte(3))] {
-                    out.push(sep);
-                    push_digits(out, v, 2);
-                }
-                if let Wire::DateTime { fsp } = self {
-                    for (sep, v) in [(' ', byte(4)), (':', byte(5)), (':', byte(6))] {
-                        out.push(sep);
-                        push_digits(out, v, 2);
-                    }
-                    let micros = byte(7) | byte(8) << 8 | byte(9) << 16 | byte(10) << 24;
-                    match fsp {
-                        // the column's own digits, as the cast writes them
-                        Some(p @ 1..=6) if micros % 10u64.pow(6 - p) == 0 => {
-                            out.push('.');
-                            push_digits(out, micros / 10u64.pow(6 - p), p as usize);
-                        }
-                        _ if micros == 0 => {}
-                        // a value finer than the declaration says: every digit it has
-                        _ => {
-                            out.push('.');
-                            push_digits(out, micros, 6);
-                        }
-                    }
+                _ if micros == 0 => {}
+                // a value finer than the declaration says: every digit it has
+                _ => {
+                    out.push('.');
+                    push_digits(out, micros, 6);
                 }
             }
-            Wire::Text | Wire::Decimal | Wire::Int { .. } => return Err("not a date".into()),
         }
-        Ok(())
+    }
+
+    /// Appends the canonical form of a date's or datetime's fields where they are a
+    /// plain date and time of day and the column is compared as a date or timestamp;
+    /// `false` otherwise (the caller renders the text and makes that canonical).
+    fn push_canonical(self, f: &DateTimeFields, format: &FieldFormat, out: &mut String) -> bool {
+        match (self, format.class) {
+            (Wire::Date, TypeClass::Date) => f.push_canonical_date(out),
+            (Wire::DateTime { .. }, TypeClass::Timestamp) => f.push_canonical_timestamp(out, format.scale),
+            _ => false,
+        }
     }
 }
 
@@ -198,27 +217,6 @@ fn raw_value(row: &MySqlRow, i: usize) -> std::result::Result<Option<&[u8]>, sql
     let value = row.try_get_raw(i)?;
     // a NULL has no bytes at all (as_bytes fails); a zero date has its length byte 0
     Ok(<&[u8] as sqlx::Decode<'_, sqlx::MySql>>::decode(value).ok())
-}
-
-/// `v` in decimal, with its sign.
-fn push_signed(out: &mut String, v: i64) {
-    if v < 0 {
-        out.push('-');
-    }
-    push_digits(out, v.unsigned_abs(), 1);
-}
-
-/// `v` in decimal, zero-padded to at least `width` digits.
-fn push_digits(out: &mut String, mut v: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut i = buf.len();
-    while v > 0 {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-    let start = i.min(buf.len() - width.clamp(1, buf.len()));
-    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
 }
 
 fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
@@ -401,10 +399,11 @@ impl MySqlConnector {
             }
             b.start();
             for (i, col) in cols.iter().enumerate() {
-                let value = match wires.get(i).copied().unwrap_or(Wire::Text) {
-                    Wire::Text => get_str(&row, i).map_err(db)?,
+                // `canonical`: the value was rendered in canonical form here already
+                let (value, canonical) = match wires.get(i).copied().unwrap_or(Wire::Text) {
+                    Wire::Text => (get_str(&row, i).map_err(db)?, false),
                     // the server's own text of the decimal (checked UTF-8 by the decode)
-                    Wire::Decimal => row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?,
+                    Wire::Decimal => (row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?, false),
                     // sqlx's decode reads the value in its own format and width
                     Wire::Int { unsigned } => {
                         text.clear();
@@ -413,24 +412,35 @@ impl MySqlConnector {
                             v.map(|v| push_digits(&mut text, v, 1))
                         } else {
                             let v = row.try_get_unchecked::<Option<i64>, _>(i).map_err(db)?;
-                            v.map(|v| push_signed(&mut text, v))
+                            v.map(|v| push_integer(&mut text, v))
                         };
-                        present.map(|()| text.as_str())
+                        (present.map(|()| text.as_str()), false)
                     }
                     wire => match raw_value(&row, i).map_err(db)? {
-                        None => None,
+                        None => (None, false),
                         Some(raw) => {
-                            text.clear();
-                            wire.render(raw, &mut text).map_err(|reason| {
+                            let fields = wire.fields(raw).map_err(|reason| {
                                 db(sqlx::Error::Decode(
                                     format!("column {}: {reason}", col.info.name).into(),
                                 ))
                             })?;
-                            Some(text.as_str())
+                            text.clear();
+                            // a plain date or datetime straight to its canonical form;
+                            // the rest as the cast's text, made canonical like any text
+                            let direct = reread.get(i).copied().unwrap_or(false)
+                                && wire.push_canonical(&fields, &col.spec.format, &mut text);
+                            if !direct {
+                                wire.render(&fields, &mut text);
+                            }
+                            (Some(text.as_str()), direct)
                         }
                     },
                 };
-                b.push(value)?;
+                if canonical {
+                    b.push_canonical(value)?;
+                } else {
+                    b.push(value)?;
+                }
             }
             obey(f(b.finish()?)?).await;
         }
@@ -491,14 +501,15 @@ mod tests {
 
     fn text(wire: Wire, raw: &[u8]) -> Result<String, String> {
         let mut out = String::new();
-        wire.render(raw, &mut out).map(|()| out)
+        wire.render(&wire.fields(raw)?, &mut out);
+        Ok(out)
     }
 
     #[test]
     fn integers_render_as_the_cast_writes_them() {
         let signed = |v| {
             let mut out = String::new();
-            super::push_signed(&mut out, v);
+            super::push_integer(&mut out, v);
             out
         };
         assert_eq!(signed(i64::MIN), "-9223372036854775808");
@@ -539,6 +550,81 @@ mod tests {
         assert!(text(Wire::Date, &[7, 0xe8, 0x07, 3, 15, 14, 30, 5]).is_err());
         assert!(text(Wire::Int { unsigned: false }, &[1]).is_err());
         assert!(text(Wire::Date, &[]).is_err());
+    }
+
+    #[test]
+    fn plain_dates_and_datetimes_go_straight_to_their_canonical_form() {
+        use tally_common::canonical::{FieldFormat, canonical_from_text};
+        use tally_common::types::TypeClass;
+        let direct = |wire: Wire, raw: &[u8], format: &FieldFormat| {
+            let mut out = String::new();
+            wire.push_canonical(&wire.fields(raw).unwrap(), format, &mut out)
+                .then_some(out)
+        };
+        let ts = |p| FieldFormat::new(TypeClass::Timestamp).with_scale(p);
+        let milli = [11, 0xe8, 0x07, 3, 15, 14, 30, 5, 0x20, 0xa1, 0x07, 0x00]; // 500000 µs
+        for (wire, p) in [
+            (Wire::DateTime { fsp: Some(3) }, 6),
+            (Wire::DateTime { fsp: None }, 1),
+        ] {
+            let via_text = canonical_from_text(&ts(p), Some(&text(wire, &milli).unwrap())).unwrap();
+            assert_eq!(direct(wire, &milli, &ts(p)), via_text);
+        }
+        assert_eq!(
+            direct(Wire::DateTime { fsp: Some(3) }, &milli, &ts(6)).as_deref(),
+            Some("2024-03-15T14:30:05.500000")
+        );
+        let date = [4, 0xe8, 0x07, 2, 29];
+        assert_eq!(
+            direct(Wire::Date, &date, &FieldFormat::new(TypeClass::Date)).as_deref(),
+            Some("2024-02-29")
+        );
+        // zero dates, and columns compared as another class, take the text path
+        assert_eq!(direct(Wire::Date, &[0], &FieldFormat::new(TypeClass::Date)), None);
+        assert_eq!(direct(Wire::DateTime { fsp: Some(6) }, &[0], &ts(6)), None);
+        assert_eq!(direct(Wire::Date, &date, &ts(0)), None);
+        let tz = FieldFormat::new(TypeClass::TimestampTz);
+        assert_eq!(direct(Wire::DateTime { fsp: None }, &milli, &tz), None);
+    }
+
+    proptest::proptest! {
+        // the direct rendering of any binary date or datetime is the canonical form of
+        // the text the cast writes for it, for every declared fsp and compared precision
+        #[test]
+        fn direct_canonical_dates_equal_the_casts_text_made_canonical(
+            year in proptest::prop_oneof![0u16..=2, 1u16..=9999, 9999u16..=10000],
+            month in 0u8..=13,
+            day in 0u8..=32,
+            clock in (0u8..=24, 0u8..=60, 0u8..=60),
+            micros in proptest::prop_oneof![0u32..=999_999, proptest::strategy::Just(500_000u32), 999_999u32..=1_000_001],
+            len in proptest::sample::select(vec![0u8, 4, 7, 11]),
+            fsp in proptest::option::of(0u32..=7),
+            scale in 0u32..=10,
+            as_date in proptest::bool::ANY,
+        ) {
+            use tally_common::canonical::{FieldFormat, canonical_from_text};
+            use tally_common::types::TypeClass;
+            let (wire, class, len) = if as_date {
+                (Wire::Date, TypeClass::Date, len.min(4))
+            } else {
+                (Wire::DateTime { fsp }, TypeClass::Timestamp, len)
+            };
+            let [y0, y1] = year.to_le_bytes();
+            let mut raw = vec![len, y0, y1, month, day, clock.0, clock.1, clock.2];
+            raw.extend(micros.to_le_bytes());
+            raw.truncate(usize::from(len) + 1);
+            let format = FieldFormat::new(class).with_scale(scale);
+            let fields = wire.fields(&raw).unwrap();
+            let mut direct = String::new();
+            if wire.push_canonical(&fields, &format, &mut direct) {
+                let mut cast = String::new();
+                wire.render(&fields, &mut cast);
+                let via_text = canonical_from_text(&format, Some(&cast)).map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(Ok(Some(direct)), via_text, "{:?}", cast);
+            } else {
+                proptest::prop_assert!(direct.is_empty());
+            }
+        }
     }
 
     #[test]
