@@ -176,6 +176,37 @@ pub fn canonical_from_text_borrowed<'a>(
     }
 }
 
+/// [`canonical_from_text_borrowed`] for a reader that reuses `scratch`: what is not
+/// borrowed from `value` is rendered there (the common timestamp shape without
+/// allocating), so a fetch allocates nothing per value in the common cases.
+pub fn canonical_from_text_in<'a>(
+    fmt: &FieldFormat,
+    value: Option<&'a str>,
+    scratch: &'a mut String,
+) -> Result<Option<&'a str>, CanonicalError> {
+    use std::borrow::Cow;
+    let Some(v) = value else { return Ok(None) };
+    scratch.clear();
+    let with_zone = match fmt.class {
+        TypeClass::Timestamp => Some(false),
+        TypeClass::TimestampTz => Some(true),
+        _ => None,
+    };
+    if let Some(with_zone) = with_zone
+        && fast_timestamp_into(v, fmt.scale, with_zone, scratch)
+    {
+        return Ok(Some(scratch.as_str()));
+    }
+    Ok(match canonical_from_text_borrowed(fmt, Some(v))? {
+        None => None,
+        Some(Cow::Borrowed(b)) => Some(b),
+        Some(Cow::Owned(o)) => {
+            *scratch = o;
+            Some(scratch.as_str())
+        }
+    })
+}
+
 /// Renders a value given as text the way a user (or a driver's text protocol) writes it:
 /// `"1250.5"`, `"2024-03-15 14:30:00.123456"`, `"2024-03-15T16:30:00.1+02:00"`, hex for binary.
 pub fn canonical_from_text(fmt: &FieldFormat, value: Option<&str>) -> Result<Option<String>, CanonicalError> {
@@ -560,6 +591,26 @@ fn parse_offset(z: &str, whole: &str, class: &'static str) -> Result<i64, Canoni
 /// hot path of every in-process read of a timestamp column. `None` for anything else,
 /// which the general path then renders (or refuses) the same way.
 fn fast_timestamp(v: &str, precision: u32, with_zone: bool) -> Option<String> {
+    let mut out = String::with_capacity(32);
+    fast_timestamp_into(v, precision, with_zone, &mut out).then_some(out)
+}
+
+/// [`fast_timestamp`] appended to `out`; `false`, with nothing written, for any other shape.
+fn fast_timestamp_into(v: &str, precision: u32, with_zone: bool, out: &mut String) -> bool {
+    fast_timestamp_parts(v, with_zone).is_some_and(|frac| {
+        out.push_str(&v[..10]);
+        out.push('T');
+        out.push_str(&v[11..19]);
+        push_fraction(out, frac, precision);
+        if with_zone {
+            out.push('Z');
+        }
+        true
+    })
+}
+
+/// The fraction digits of a timestamp text in the common shape, `None` for any other.
+fn fast_timestamp_parts(v: &str, with_zone: bool) -> Option<&str> {
     let b = v.as_bytes();
     if b.len() < 19
         || b[4] != b'-'
@@ -598,18 +649,9 @@ fn fast_timestamp(v: &str, precision: u32, with_zone: bool) -> Option<String> {
         rest = &f[n..];
     }
     match (with_zone, rest) {
-        (false, "") | (true, "Z" | "+00" | "+00:00" | "+0000") => {}
-        _ => return None,
+        (false, "") | (true, "Z" | "+00" | "+00:00" | "+0000") => Some(frac),
+        _ => None,
     }
-    let mut out = String::with_capacity(32);
-    out.push_str(&v[..10]);
-    out.push('T');
-    out.push_str(&v[11..19]);
-    push_fraction(&mut out, frac, precision);
-    if with_zone {
-        out.push('Z');
-    }
-    Some(out)
 }
 
 fn canonical_timestamp(v: &str, precision: u32, with_zone: bool) -> Result<String, CanonicalError> {
@@ -865,6 +907,8 @@ mod tests {
                 "[+-]?[0-9]{1,24}",
                 "[a-zë ~:]{0,8}",
                 proptest::strategy::Just("NaN".to_string()),
+                "[0-9]{4}-[01][0-9]-[0-3][0-9][ T][0-2][0-9]:[0-5][0-9]:[0-6][0-9](\\.[0-9]{0,10})?(Z|[+-]00(:?00)?|[+-]01:30)?",
+                "-?[0-9]{5}-0[1-9]-[12][0-9] [0-2][0-9]:00:00( BC)?",
             ],
             scale in 0u32..4,
             fixed in proptest::bool::ANY,
@@ -879,12 +923,20 @@ mod tests {
             if exact {
                 formats.push(FieldFormat::new(TypeClass::Decimal).exact(true));
             }
+            for class in [TypeClass::Timestamp, TypeClass::TimestampTz, TypeClass::Date] {
+                formats.push(FieldFormat::new(class).with_scale(scale * 3));
+            }
             for f in &formats {
                 let owned = canonical_from_text(f, Some(&v)).map_err(|e| e.to_string());
                 let borrowed = canonical_from_text_borrowed(f, Some(&v))
                     .map(|c| c.map(|c| c.into_owned()))
                     .map_err(|e| e.to_string());
-                proptest::prop_assert_eq!(owned, borrowed, "{:?} of {:?}", f, v);
+                proptest::prop_assert_eq!(&owned, &borrowed, "{:?} of {:?}", f, v);
+                let mut scratch = String::from("left over");
+                let reused = canonical_from_text_in(f, Some(&v), &mut scratch)
+                    .map(|c| c.map(str::to_string))
+                    .map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(&owned, &reused, "{:?} of {:?}", f, v);
             }
         }
     }

@@ -17,7 +17,7 @@ pub mod sqlx_conn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::canonical::canonical_from_text_borrowed;
+use tally_common::canonical::canonical_from_text_in;
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
@@ -678,6 +678,8 @@ pub struct RowBuilder<'a> {
     key_len: usize,
     reread: &'a [bool],
     row: CanonRow,
+    /// Where a re-read value's canonical form is rendered, reused from value to value.
+    scratch: String,
 }
 
 impl<'a> RowBuilder<'a> {
@@ -688,6 +690,7 @@ impl<'a> RowBuilder<'a> {
             key_len,
             reread,
             row: CanonRow::default(),
+            scratch: String::new(),
         }
     }
 
@@ -704,9 +707,9 @@ impl<'a> RowBuilder<'a> {
             return Err(self.shape_error());
         };
         if value.is_some() && self.reread.get(i).copied().unwrap_or(false) {
-            let v = canonical_from_text_borrowed(&c.spec.format, value)
+            let v = canonical_from_text_in(&c.spec.format, value, &mut self.scratch)
                 .map_err(|e| canonical_error(self.dataset, &c.info.name, e))?;
-            self.row.push_field(v.as_deref());
+            self.row.push_field(v);
         } else {
             self.row.push_field(value);
         }

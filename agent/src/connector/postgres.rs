@@ -359,19 +359,21 @@ fn copy_fields(
     scratch: &mut Vec<u8>,
     push: &mut dyn FnMut(Option<&str>) -> Result<()>,
 ) -> Result<()> {
+    // one UTF-8 check for the line: its fields, cut at ASCII tabs, are then UTF-8 too
+    let line = std::str::from_utf8(line).map_err(|_| copy_error(dataset))?;
     let mut seen = 0;
-    for raw in line.split(|&b| b == b'\t') {
+    for raw in line.split('\t') {
         seen += 1;
         if seen > n {
             return Err(copy_error(dataset));
         }
-        if raw == b"\\N" {
+        if raw == "\\N" {
             push(None)?;
             continue;
         }
-        let bytes = if raw.contains(&b'\\') {
+        if raw.contains('\\') {
             scratch.clear();
-            let mut it = raw.iter().copied();
+            let mut it = raw.bytes();
             while let Some(b) = it.next() {
                 if b != b'\\' {
                     scratch.push(b);
@@ -388,11 +390,12 @@ fn copy_fields(
                     other => other,
                 });
             }
-            &scratch[..]
+            push(Some(
+                std::str::from_utf8(scratch).map_err(|_| copy_error(dataset))?,
+            ))?;
         } else {
-            raw
-        };
-        push(Some(std::str::from_utf8(bytes).map_err(|_| copy_error(dataset))?))?;
+            push(Some(raw))?;
+        }
     }
     if seen != n {
         return Err(copy_error(dataset));
@@ -429,5 +432,10 @@ mod tests {
         assert!(fields(b"1\t2", 3).is_err(), "a short row is an error");
         assert!(fields(b"1\t2\t3", 2).is_err(), "a long row is an error");
         assert!(fields(b"a\\", 1).is_err(), "a dangling escape is an error");
+        assert!(
+            fields(b"1\t\xc3", 2).is_err(),
+            "bytes that are not UTF-8 are an error"
+        );
+        assert!(fields(b"1\t\\\xff", 2).is_err(), "escaped or not");
     }
 }
