@@ -1100,6 +1100,21 @@ mod tests {
         assert!(canonical_from_text(&naive, Some("2024-02-30 00:30:00")).is_err());
     }
 
+    proptest::proptest! {
+        // wherever the fast path renders a timestamp, the general parser renders it alike
+        #[test]
+        fn the_fast_timestamp_path_agrees_with_the_general_one_everywhere(
+            v in "[0-9]{4}-[01][0-9]-[0-3][0-9][ T][0-2][0-9]:[0-5][0-9]:[0-6][0-9](\\.[0-9]{0,10})?(Z|[+-]00(:?00)?|[+-]01:30)?",
+            precision in 0u32..=10,
+            with_zone in proptest::bool::ANY,
+        ) {
+            if let Some(fast) = fast_timestamp(&v, precision, with_zone) {
+                let general = general_timestamp(&v, precision, with_zone).map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(Ok(fast), general, "{:?}", v);
+            }
+        }
+    }
+
     #[test]
     fn the_fast_timestamp_path_agrees_with_the_general_one() {
         let inputs = [
