@@ -5,7 +5,8 @@
 //!   cargo run --release -p tally-agent --example scanbench -- URL TABLE [REPS]
 //! Each line gives the wall time and the CPU time this process spent (the agent's
 //! share: reading, decoding, hashing). With REPS, only the sealed in-process level is
-//! timed, REPS times.
+//! timed, REPS times. `SCANBENCH_HASH_THREAD=0` or `1` turns the level's second
+//! hashing thread off or on (default: on where the host has more than one core).
 use std::time::Instant;
 
 use tally_agent::config::{Hashing, Source};
@@ -19,7 +20,17 @@ use tally_common::types::TypeClass;
 
 /// CPU seconds (user and system) this process has used, from /proc/self/stat.
 fn cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_of("/proc/self/stat")
+}
+
+/// CPU seconds of the main thread alone (the reader; a level's second hashing thread
+/// is not in it), from /proc/self/task/PID/stat.
+fn main_thread_cpu() -> f64 {
+    cpu_of(&format!("/proc/self/task/{}/stat", std::process::id()))
+}
+
+fn cpu_of(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<f64> = after
         .split_whitespace()
@@ -94,6 +105,11 @@ async fn main() {
         );
     }
     let mut ds = ds;
+    // SCANBENCH_HASH_THREAD=0/1 overrides the default (on where the host has 2+ cores)
+    if let Ok(v) = std::env::var("SCANBENCH_HASH_THREAD") {
+        ds.hash_thread = v == "1";
+    }
+    eprintln!("hash thread: {}", ds.hash_thread);
     // sealed (the default) against unsealed, with a fixed test key
     let keys = tally_common::seal::RunKeys {
         k_row: [1; 32],
@@ -118,18 +134,19 @@ async fn main() {
     for (hashing, hashers) in runs {
         for h in hashers {
             ds.config.hashing = hashing;
-            let (t, c) = (Instant::now(), cpu());
+            let (t, c, m) = (Instant::now(), cpu(), main_thread_cpu());
             let out = ds
                 .aggregate(&mut ds.session().await.unwrap(), &b, h, &parents, false)
                 .await
                 .unwrap();
             let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
             println!(
-                "{:?} {} {:.3}s cpu {:.2}s rows {} sum {sum:x}",
+                "{:?} {} {:.3}s cpu {:.2}s (reader {:.2}s) rows {} sum {sum:x}",
                 out.path,
                 h.method(),
                 t.elapsed().as_secs_f64(),
                 cpu() - c,
+                main_thread_cpu() - m,
                 out.rows_scanned
             );
         }

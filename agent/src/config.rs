@@ -160,6 +160,11 @@ pub struct DatasetConfig {
     pub key: Vec<String>,
     #[serde(default)]
     pub hashing: Hashing,
+    /// Whether levels hashed in the agent hash row strings on a second thread while
+    /// the first reads (`hash_thread: true/false`); absent, on where the host has more
+    /// than one core. The sums are the same either way.
+    #[serde(default)]
+    pub hash_thread: Option<bool>,
     /// The zone this dataset's timestamps without time zone are in, for comparing them
     /// with timestamps with zone (in UTC): `UTC` or a fixed offset such as `+02:00`.
     #[serde(default = "default_time_zone")]
@@ -670,6 +675,29 @@ mod tests {
         assert!(e.contains("tls.allowed_clients") && e.contains("any"), "{e}");
         let e = with("everyone").unwrap_err().to_string();
         assert!(e.contains("allowed_clients"), "{e}");
+    }
+
+    #[test]
+    fn hash_thread_is_on_or_off_as_set_and_by_cores_when_absent() {
+        let with = |ds: &str| {
+            parse(&format!(
+                "{BASE}datasets:\n  o: {{ url: 'postgres://u@h/db', table: t, key: [id]{ds} }}\n"
+            ))
+        };
+        assert_eq!(
+            with(", hash_thread: false").unwrap().datasets["o"].hash_thread,
+            Some(false)
+        );
+        assert_eq!(
+            with(", hash_thread: true").unwrap().datasets["o"].hash_thread,
+            Some(true)
+        );
+        assert_eq!(with("").unwrap().datasets["o"].hash_thread, None);
+        assert!(!crate::hash_pipe::enabled(Some(false)) && crate::hash_pipe::enabled(Some(true)));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(crate::hash_pipe::enabled(None), cores > 1);
+        let e = with(", hash_thread: 2").unwrap_err().to_string();
+        assert!(e.contains("hash_thread"), "{e}");
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use crate::config::{DatasetConfig, Hashing, Source};
 use crate::connector::{CanonRow, Connector, Session};
 use crate::dialect::{self, ChildRule, FetchShape, check_bounds};
 use crate::error::{AgentError, Result};
+use crate::hash_pipe::HashPipe;
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo};
 use crate::throttle::Throttle;
 
@@ -27,6 +28,8 @@ pub struct Dataset {
     /// The dataset's `throttle:` and its shared row budget; every row read for it goes
     /// through it.
     pub throttle: Option<Throttle>,
+    /// Whether in-process levels hash on a second thread ([`crate::hash_pipe`]).
+    pub hash_thread: bool,
 }
 
 impl Dataset {
@@ -39,6 +42,7 @@ impl Dataset {
         Dataset {
             name,
             throttle: config.throttle.clone().map(Throttle::new),
+            hash_thread: crate::hash_pipe::enabled(config.hash_thread),
             config,
             source,
             connector: connector.into(),
@@ -637,7 +641,8 @@ impl Dataset {
                         Split::Cuts(c) => seg.cut_children(c),
                         _ => vec![seg.clone()],
                     };
-                    let mut aggs = vec![AnyAggregate::empty(method, xor); children.len()];
+                    // row strings hashed on a second thread where the host has one
+                    let mut pipe = HashPipe::new(h, children.len(), xor, self.hash_thread);
                     let cuts = match split {
                         Split::Cuts(c) => Some(CutFinder::new(c)),
                         _ => None,
@@ -656,12 +661,12 @@ impl Dataset {
                                     (_, Some(cuts)) => cuts.child(&row.key),
                                     _ => 0,
                                 };
-                                aggs[child].add_checksum(h.row(row.row_string().as_bytes()));
+                                pipe.add(child, row.row_string().as_bytes());
                                 Ok(())
                             },
                         )
                         .await?;
-                    (children, aggs)
+                    (children, pipe.finish()?)
                 }
             };
             for (i, (segment, agg)) in children.into_iter().zip(aggs).enumerate() {

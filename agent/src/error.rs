@@ -53,6 +53,10 @@ pub enum AgentError {
     /// sent unsigned.
     #[error("cannot sign the answer: {0}")]
     Sign(String),
+    /// A fault inside the agent (a worker thread that ended early): the call fails
+    /// rather than answer from part of its rows.
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
@@ -104,6 +108,7 @@ impl AgentError {
             AgentError::Config(_) => Code::FailedPrecondition,
             AgentError::ReleaseLog => Code::Unavailable,
             AgentError::Sign(_) => Code::Internal,
+            AgentError::Internal(_) => Code::Internal,
         }
     }
 }

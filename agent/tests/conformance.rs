@@ -554,6 +554,8 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
             Split::Quantile(4),
         )],
     ));
+    // scans longer than one batch, so the threaded variants below do hash on a thread
+    assert!(ROWS as usize > tally_agent::hash_pipe::BATCH_ROWS);
     let mut ran = Vec::new();
     for engine in engines::available() {
         let engine = &*engine;
@@ -571,13 +573,18 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
         for (split, parents) in &splits {
             for method in HashMethod::BY_STRENGTH {
                 let method_hasher = hasher(method);
-                // pushed down, the default (in-process except on DuckDB), forced in-process
-                for (hashing, in_process) in [
-                    (Hashing::Pushdown, false),
-                    (Hashing::Auto, false),
-                    (Hashing::Auto, true),
+                // pushed down, the default (in-process except on DuckDB), forced
+                // in-process, each in-process level hashed row by row and on a second
+                // thread (this table's scans are longer than one batch: hash_pipe.rs)
+                for (hashing, in_process, thread) in [
+                    (Hashing::Pushdown, false, false),
+                    (Hashing::Auto, false, false),
+                    (Hashing::Auto, true, false),
+                    (Hashing::Auto, false, true),
+                    (Hashing::Auto, true, true),
                 ] {
                     ds.config.hashing = hashing;
+                    ds.hash_thread = thread;
                     let out = ds
                         .aggregate(
                             &mut ds.session().await.unwrap(),
@@ -621,7 +628,7 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
                             } else {
                                 expected.clone()
                             },
-                            "{name} {label} ({hashing:?}, in_process={in_process}) differs from {} pushdown",
+                            "{name} {label} ({hashing:?}, in_process={in_process}, hash thread {thread}) differs from {} pushdown",
                             ran[0]
                         ),
                     }

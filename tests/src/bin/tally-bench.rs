@@ -225,6 +225,8 @@ struct TallyRun {
     queries: u64,
     rows_scanned: u64,
     coordinator_kib: u64,
+    /// The coordinator process's CPU seconds (user + system).
+    coordinator_cpu: f64,
     found: u64,
 }
 
@@ -295,6 +297,15 @@ fn tally_with(
                 .map(|v| v.parse().unwrap_or(0))
         })
         .unwrap_or(0);
+    let coordinator_cpu: f64 = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("User time (seconds): ")
+                .or_else(|| l.strip_prefix("System time (seconds): "))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .sum();
     let c = &j["difference_counts"];
     let found = c["changed"].as_u64().unwrap_or(0)
         + c["missing_in_target"].as_u64().unwrap_or(0)
@@ -306,6 +317,7 @@ fn tally_with(
         rows_scanned: j["source"]["rows_scanned"].as_u64().unwrap_or(0)
             + j["target"]["rows_scanned"].as_u64().unwrap_or(0),
         coordinator_kib: kib,
+        coordinator_cpu,
         found,
     }
 }
@@ -407,6 +419,16 @@ impl DbCpu {
         let after = self.read();
         (out, secs, (after.0 - before.0) + (after.1 - before.1))
     }
+}
+
+/// CPU seconds (user + system, all threads) the named agents' processes have spent so
+/// far; a run's share is the difference of two readings around it.
+fn agents_cpu(d: &Deployment, names: &[&str], ticks_per_sec: f64) -> f64 {
+    d.agents
+        .iter()
+        .filter(|a| names.contains(&a.name.as_str()))
+        .map(|a| proc_stat(a.guard.pid()).map_or(0, |(_, own, _)| own) as f64 / ticks_per_sec)
+        .sum()
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -580,9 +602,9 @@ fn main() {
     }
     d.coordinator_config();
     let cpu = DbCpu::new(pg, my);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let machine = format!(
-        "{} cores, PostgreSQL {}, {}",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "{cores} cores, PostgreSQL {}, {}",
         pg.exec(None, "SHOW server_version;").trim(),
         my.exec(None, "SELECT VERSION();").trim()
     );
@@ -591,8 +613,8 @@ fn main() {
         .map(|n| degenerate(&d, pg, my, &cpu, n, a.repeat))
         .unwrap_or_default();
     let mut table = String::from(
-        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | 4 at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster | DB CPU s: floor scans | DB CPU: count_only | ÷ floor scans | DB CPU: with_keys | DB CPU: SQL hashing | DB CPU: reladiff |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | 4 at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster | DB CPU s: floor scans | DB CPU: count_only | ÷ floor scans | DB CPU: with_keys | DB CPU: SQL hashing | DB CPU: reladiff | agents CPU: count_only | coordinator CPU: count_only | count_only: all CPU ÷ (cores × wall) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (&n, &layout) in a.rows.iter().flat_map(|n| a.layouts.iter().map(move |l| (n, l))) {
         load(pg, my, n, layout);
@@ -605,6 +627,9 @@ fn main() {
             // with_keys, count_only hashing in SQL, reladiff
             let (mut cpu_f, mut cpu_c, mut cpu_w, mut cpu_s, mut cpu_r) =
                 (vec![], vec![], vec![], vec![], vec![]);
+            // the count_only run's CPU outside the databases: both agents, the coordinator;
+            // and everything's CPU over the machine's capacity in that run's wall time
+            let (mut cpu_a, mut cpu_k, mut busy) = (vec![], vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
@@ -617,9 +642,14 @@ fn main() {
                 // the raw read floor: every row to the client, no hashing
                 rp.push(timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;")));
                 rm.push(timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")));
+                let a0 = agents_cpu(&d, &["pg", "my"], cpu.ticks_per_sec);
                 let (c, _, cc) = cpu.measure(|| tally(&d, "count_only", false, false));
+                let ac = agents_cpu(&d, &["pg", "my"], cpu.ticks_per_sec) - a0;
                 co.push(c.secs);
                 cpu_c.push(cc);
+                cpu_a.push(ac);
+                cpu_k.push(c.coordinator_cpu);
+                busy.push((cc + ac + c.coordinator_cpu) / (cores as f64 * c.secs));
                 cu.push(tally(&d, "count_only", false, true).secs);
                 let (sq, _, cc) = cpu.measure(|| tally(&d, "count_only", true, false));
                 cs.push(sq.secs);
@@ -650,7 +680,7 @@ fn main() {
             let cpu_r = if cpu_r.is_empty() { f64::NAN } else { median(cpu_r) };
             let (cpu_f, cpu_c) = (median(cpu_f), median(cpu_c));
             let row = format!(
-                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× | {cpu_f:.2} | {cpu_c:.2} | {:.2} | {:.2} | {:.2} | {cpu_r:.2} |\n",
+                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× | {cpu_f:.2} | {cpu_c:.2} | {:.2} | {:.2} | {:.2} | {cpu_r:.2} | {:.2} | {:.2} | {:.2} |\n",
                 layout.name(),
                 median(fp),
                 median(fm),
@@ -672,6 +702,9 @@ fn main() {
                 cpu_c / cpu_f,
                 median(cpu_w),
                 median(cpu_s),
+                median(cpu_a),
+                median(cpu_k),
+                median(busy),
             );
             eprint!("{row}");
             table.push_str(&row);
