@@ -9,6 +9,8 @@
 //! hashing thread off or on (default: on where the host has more than one core).
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use tally_agent::config::{Hashing, Source};
 use tally_agent::connector::Connector;
 use tally_agent::dataset::Dataset;
@@ -131,14 +133,30 @@ async fn main() {
         .map(|h| (h, &hashers[..]))
         .collect(),
     };
+    // SCANBENCH_SPAN=1: the agent's logging (its subscriber and filter) and each level
+    // inside a request span, as `tally-agent` serves it
+    let span = std::env::var("SCANBENCH_SPAN").is_ok_and(|v| v == "1");
+    if span {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    eprintln!("request span: {span}");
     for (hashing, hashers) in runs {
         for h in hashers {
             ds.config.hashing = hashing;
             let (t, c, m) = (Instant::now(), cpu(), main_thread_cpu());
-            let out = ds
-                .aggregate(&mut ds.session().await.unwrap(), &b, h, &parents, false)
-                .await
-                .unwrap();
+            let mut session = ds.session().await.unwrap();
+            let level = ds.aggregate(&mut session, &b, h, &parents, false);
+            let out = if span {
+                level
+                    .instrument(tracing::info_span!("aggregate", dataset = "t"))
+                    .await
+            } else {
+                level.await
+            }
+            .unwrap();
             let sum: u64 = out.buckets.iter().map(|b| b.agg.sum()).fold(0, u64::wrapping_add);
             println!(
                 "{:?} {} {:.3}s cpu {:.2}s (reader {:.2}s) rows {} sum {sum:x}",

@@ -3,14 +3,13 @@
 
 use std::str::FromStr;
 
-use futures::TryStreamExt;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::canonical::{DateTimeFields, FieldFormat, push_digits, push_integer};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::sqlx_conn::{self, SqlxConn};
+use super::sqlx_conn::{self, SpanlessRows, SqlxConn};
 use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, mysql::MySql, relation};
@@ -384,11 +383,11 @@ impl MySqlConnector {
         // a prepared statement (sqlx::query always prepares): rows arrive in the binary
         // protocol, which is what `Wire` reads
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&mut *conn);
+        let mut rows = SpanlessRows::new(|| q.fetch(&mut *conn));
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         let mut wires: Vec<Wire> = Vec::new();
         let mut text = String::with_capacity(32);
-        while let Some(row) = rows.try_next().await.map_err(db)? {
+        while let Some(row) = rows.next().await.map_err(db)? {
             if wires.is_empty() {
                 wires = row
                     .columns()

@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::sqlx_conn::{self, SqlxConn};
+use super::sqlx_conn::{self, SpanlessRows, SqlxConn};
 use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, relation};
@@ -230,13 +230,9 @@ impl PgConnector {
                 .await;
         }
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&mut *conn);
+        let mut rows = SpanlessRows::new(|| q.fetch(&mut *conn));
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
-        while let Some(row) = rows
-            .try_next()
-            .await
-            .map_err(|e| AgentError::from_db(dataset, e))?
-        {
+        while let Some(row) = rows.next().await.map_err(|e| AgentError::from_db(dataset, e))? {
             b.start();
             for i in 0..cols.len() {
                 let v = row

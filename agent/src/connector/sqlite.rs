@@ -2,14 +2,13 @@
 
 use std::str::FromStr;
 
-use futures::TryStreamExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Column, Row, Statement, TypeInfo, ValueRef};
 use tally_common::canonical::{Value, canonical_value};
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::sqlx_conn::{self, SqlxConn};
+use super::sqlx_conn::{self, SpanlessRows, SqlxConn};
 use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, RowSink, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, FetchShape, Sql, relation, sqlite::Sqlite};
@@ -196,12 +195,8 @@ impl SqliteConnector {
         f: &mut RowSink<'_>,
     ) -> Result<()> {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
-        let mut rows = q.fetch(&mut *conn);
-        while let Some(row) = rows
-            .try_next()
-            .await
-            .map_err(|e| AgentError::from_db(dataset, e))?
-        {
+        let mut rows = SpanlessRows::new(|| q.fetch(&mut *conn));
+        while let Some(row) = rows.next().await.map_err(|e| AgentError::from_db(dataset, e))? {
             obey(f(&decode_row(dataset, &row, cols, key_len)?)?).await;
         }
         Ok(())
