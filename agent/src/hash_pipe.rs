@@ -247,6 +247,36 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_short_rows_fills_at_its_row_limit() {
+        let h = Hasher::unsealed(HashMethod::Sha256_64);
+        for n in [BATCH_ROWS - 1, BATCH_ROWS] {
+            let rows: Vec<(usize, Vec<u8>)> = (0..n).map(|i| (i % 13, vec![i as u8; 5])).collect();
+            let mut p = HashPipe::new(&h, 13, true, true);
+            for (c, r) in &rows {
+                p.add(*c, r);
+            }
+            let (sums, by_thread) = p.finish_counted().unwrap();
+            assert_eq!(sums, inline_sums(&h, &rows));
+            // the row limit, not the bytes (5 × 1024 < 64 KiB), hands the batch over
+            let want = if n == BATCH_ROWS { BATCH_ROWS as u64 } else { 0 };
+            assert_eq!(by_thread, want, "{n} rows");
+        }
+    }
+
+    #[test]
+    fn a_hashing_thread_that_fails_fails_the_scan() {
+        // one full batch, all of it for a child that does not exist: it goes to the
+        // thread (the queue is empty), which panics on it
+        let h = Hasher::unsealed(HashMethod::Sha256_64);
+        let mut p = HashPipe::new(&h, 13, true, true);
+        for i in 0..BATCH_ROWS {
+            p.add(13, &[i as u8]);
+        }
+        let e = p.finish().unwrap_err();
+        assert!(matches!(e, AgentError::Internal(_)), "{e}");
+    }
+
+    #[test]
     fn a_row_in_the_wrong_child_changes_the_sums() {
         // the test above would pass if children were ignored; this one would not
         let h = Hasher::unsealed(HashMethod::Sha256_64);

@@ -138,18 +138,32 @@ pub(crate) use sqlx_engine_conn;
 /// first poll, and enters and leaves that span on every poll: for a row fetch, twice
 /// per row. Under the agent's request span and log filter that cost a MariaDB scan
 /// about 13 % of its CPU (scanbench with `SCANBENCH_SPAN=1`, docs/performance.md).
-/// The stream is therefore made, and its first row taken, with no dispatcher, so both
+/// The stream is therefore made, and its first row taken, under [`quiet`], so both
 /// wrappers hold no span; the agent's own events (errors, throttle pauses) are logged
-/// outside those two calls, under the request's span as before.
+/// outside those two calls, under the request's span as before. What sqlx itself logs
+/// inside them is not written: the statement line (and slow-statement warning) of a
+/// fetch that ends before its first row.
 pub struct SpanlessRows<S> {
     rows: S,
     started: bool,
 }
 
+/// A dispatcher that records nothing, registered once. It must be a registered
+/// dispatcher, not `Dispatch::none()`: with a single registered dispatcher, tracing
+/// decides whether a log line is wanted by asking the current thread's dispatcher the
+/// first time the line fires, and caches the answer for the process, so a line first
+/// reached under `Dispatch::none()` would stay off for good (tokio-rs/tracing#2874).
+/// With this one registered as well, that decision is taken over all dispatchers.
+fn quiet() -> &'static tracing::Dispatch {
+    static QUIET: std::sync::LazyLock<tracing::Dispatch> =
+        std::sync::LazyLock::new(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    &QUIET
+}
+
 impl<S: futures::TryStream + Unpin> SpanlessRows<S> {
     pub fn new(make: impl FnOnce() -> S) -> Self {
         SpanlessRows {
-            rows: tracing::dispatcher::with_default(&tracing::Dispatch::none(), make),
+            rows: tracing::dispatcher::with_default(quiet(), make),
             started: false,
         }
     }
@@ -161,9 +175,66 @@ impl<S: futures::TryStream + Unpin> SpanlessRows<S> {
             return self.rows.try_next().await;
         }
         self.started = true;
-        self.rows
-            .try_next()
-            .with_subscriber(tracing::Dispatch::none())
-            .await
+        self.rows.try_next().with_subscriber(quiet().clone()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+    use tracing::Subscriber;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata};
+
+    use super::SpanlessRows;
+
+    /// Counts the events it is given, and says it wants every callsite.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl Subscriber for Counting {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[tokio::test]
+    async fn every_row_arrives_once_and_a_line_first_reached_inside_still_logs_after() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let _global = tracing::dispatcher::set_default(&tracing::Dispatch::new(Counting(seen.clone())));
+        // one log line, first reached inside the quiet scope (while the stream is made
+        // and polled for its first row), then again outside it
+        let line = || tracing::warn!(target: "spanless_test", "a line");
+        let mut rows = SpanlessRows::new(|| {
+            line();
+            futures::stream::iter((0..5).map(Ok::<i32, ()>))
+                .inspect(move |_| line())
+                .boxed()
+        });
+        let mut got = Vec::new();
+        while let Some(r) = rows.next().await.unwrap() {
+            got.push(r);
+        }
+        assert_eq!(got, vec![0, 1, 2, 3, 4], "no row skipped or repeated");
+        // made and first row: 2 lines unwritten; rows 1..4: 4 lines written
+        assert_eq!(seen.load(Ordering::SeqCst), 4);
+        line();
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            5,
+            "the line was not switched off for good"
+        );
     }
 }
