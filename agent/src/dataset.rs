@@ -643,7 +643,7 @@ impl Dataset {
                     };
                     // row strings hashed on a second thread where the host has one
                     let mut pipe = HashPipe::new(h, children.len(), xor, self.hash_thread);
-                    let cuts = match split {
+                    let mut cuts = match split {
                         Split::Cuts(c) => Some(CutFinder::new(c)),
                         _ => None,
                     };
@@ -656,7 +656,7 @@ impl Dataset {
                             false,
                             matches!(split, Split::Hash(_)),
                             &mut |row, kh| {
-                                let child = match (split, &cuts) {
+                                let child = match (split, &mut cuts) {
                                     (Split::Hash(n), _) => seg.hash_child_of(*n, bucket_hash(kh)),
                                     (_, Some(cuts)) => cuts.child(&row.key),
                                     _ => 0,
@@ -896,6 +896,9 @@ fn int_range(cuts: &[KeyTuple], key: &[&ColumnInfo]) -> Option<ChildRule> {
 struct CutFinder<'a> {
     cuts: &'a [KeyTuple],
     ints: Option<Vec<i64>>,
+    /// The last integer key's child: rows mostly arrive in key order, so the next row
+    /// is most often in it or the one after.
+    last: usize,
 }
 
 impl<'a> CutFinder<'a> {
@@ -907,12 +910,25 @@ impl<'a> CutFinder<'a> {
                 _ => None,
             })
             .collect();
-        CutFinder { cuts, ints }
+        CutFinder { cuts, ints, last: 0 }
     }
 
-    fn child(&self, key: &KeyTuple) -> usize {
+    fn child(&mut self, key: &KeyTuple) -> usize {
         match (&self.ints, key.as_slice()) {
-            (Some(ints), [KeyPart::Int(k)]) => ints.partition_point(|cut| cut <= k),
+            (Some(ints), [KeyPart::Int(k)]) => {
+                // child c holds k when the cut below it is at or below k and its own
+                // cut above k: exactly the c the search finds, cuts being sorted
+                let holds = |c: usize| (c == 0 || ints[c - 1] <= *k) && (c == ints.len() || *k < ints[c]);
+                let c = if holds(self.last) {
+                    self.last
+                } else if self.last < ints.len() && holds(self.last + 1) {
+                    self.last + 1
+                } else {
+                    ints.partition_point(|cut| cut <= k)
+                };
+                self.last = c;
+                c
+            }
             _ => self.cuts.partition_point(|cut| cut <= key),
         }
     }
@@ -942,9 +958,13 @@ mod tests {
     fn integer_cuts_find_the_child_the_general_comparison_does() {
         let ints = [-5i64, 0, 7, 7, 1 << 40];
         let cuts: Vec<KeyTuple> = ints.iter().map(|i| vec![KeyPart::Int(*i)]).collect();
-        let finder = CutFinder::new(&cuts);
+        let mut finder = CutFinder::new(&cuts);
         assert!(finder.ints.is_some());
-        for k in [i64::MIN, -6, -5, -4, 0, 6, 7, 8, 1 << 40, i64::MAX] {
+        let keys = [i64::MIN, -6, -5, -4, 0, 6, 7, 8, 1 << 40, i64::MAX];
+        // in key order (the remembered child and the next one answer), backwards and
+        // in jumps (the search answers), each key twice in a row
+        let order = keys.iter().chain(keys.iter().rev()).chain(keys.iter().step_by(3));
+        for k in order.flat_map(|k| [*k, *k]) {
             let key = vec![KeyPart::Int(k)];
             assert_eq!(finder.child(&key), cuts.partition_point(|cut| cut <= &key), "{k}");
         }

@@ -109,7 +109,8 @@ impl HashPipe {
             self.worker = self.spawn();
         }
         let Some(w) = &self.worker else {
-            // no thread could be started: hash here
+            // no thread could be started: hash here, this batch and every row after it
+            self.threaded = false;
             self.batch.hash_into(&self.hasher, &mut self.aggs);
             self.batch.clear();
             return;

@@ -865,19 +865,17 @@ pub fn push_field(row: &mut String, canonical: Option<&str>) {
     match canonical {
         None => row.push('~'),
         Some(text) => {
-            // the decimal length without the formatting machinery (hot: once per field)
-            let mut digits = [0u8; 20];
-            let mut n = text.len();
-            let mut i = digits.len();
-            loop {
-                i -= 1;
-                digits[i] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
+            // the decimal length (hot: once per field, and nearly always one or two digits)
+            let n = text.len();
+            let digit = |d: usize| char::from(b'0' + (d % 10) as u8);
+            if n < 10 {
+                row.push(digit(n));
+            } else if n < 100 {
+                row.push(digit(n / 10));
+                row.push(digit(n));
+            } else {
+                row.push_str(itoa::Buffer::new().format(n));
             }
-            row.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
             row.push(':');
             row.push_str(text);
         }
@@ -896,6 +894,22 @@ pub fn row_string<'a>(fields: impl IntoIterator<Item = Option<&'a str>>) -> Stri
 #[cfg(test)]
 mod tests {
     use proptest::strategy::Strategy;
+
+    /// The length prefix has its own short paths for one and two digits: every length
+    /// across them and beyond is written as its decimal digits.
+    #[test]
+    fn a_field_is_its_octet_length_colon_and_text() {
+        for n in (0..=1000).chain([9_999, 10_000, 123_456]) {
+            let text = "é".repeat(n / 2) + &"x".repeat(n % 2);
+            assert_eq!(text.len(), n);
+            let mut row = String::from("~");
+            super::push_field(&mut row, Some(&text));
+            assert_eq!(row, format!("~{n}:{text}"));
+        }
+        let mut row = String::new();
+        super::push_field(&mut row, None);
+        assert_eq!(row, "~");
+    }
 
     proptest::proptest! {
         // the borrowed form is only ever a shortcut: same text, same errors

@@ -80,7 +80,8 @@ impl CanonRow {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         let enc = &self.line[start..self.ends[i]];
         // `~` or `LEN:text`: the length's digits hold no ':'
-        enc.split_once(':').map(|(_, text)| text)
+        let colon = enc.bytes().position(|b| b == b':')?;
+        Some(&enc[colon + 1..])
     }
 
     /// Every field's canonical text in order.

@@ -108,6 +108,10 @@ fn get_str(row: &MySqlRow, i: usize) -> std::result::Result<Option<&str>, sqlx::
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wire {
     Text,
+    /// A text whose bytes sqlx reads as text or bytes (checked once, on the first row):
+    /// read as the row holds them and checked UTF-8 here, as sqlx's decode would,
+    /// without its type check per value.
+    Utf8,
     Int {
         unsigned: bool,
     },
@@ -149,7 +153,7 @@ impl Wire {
         let lengths: &[usize] = match self {
             Wire::Date => &[0, 4],
             Wire::DateTime { .. } => &[0, 4, 7, 11],
-            Wire::Text | Wire::Decimal | Wire::Int { .. } => return Err("not a date".into()),
+            Wire::Text | Wire::Utf8 | Wire::Decimal | Wire::Int { .. } => return Err("not a date".into()),
         };
         let (&len, fields) = raw.split_first().ok_or("an empty date")?;
         let len = len as usize;
@@ -393,7 +397,18 @@ impl MySqlConnector {
                     .columns()
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| Wire::of(c.type_info().name(), cols.get(i)))
+                    .map(|(i, c)| {
+                        let ty = c.type_info();
+                        match Wire::of(ty.name(), cols.get(i)) {
+                            Wire::Text
+                                if <&str as sqlx::Type<sqlx::MySql>>::compatible(ty)
+                                    || <&[u8] as sqlx::Type<sqlx::MySql>>::compatible(ty) =>
+                            {
+                                Wire::Utf8
+                            }
+                            wire => wire,
+                        }
+                    })
                     .collect();
             }
             b.start();
@@ -401,6 +416,13 @@ impl MySqlConnector {
                 // `canonical`: the value was rendered in canonical form here already
                 let (value, canonical) = match wires.get(i).copied().unwrap_or(Wire::Text) {
                     Wire::Text => (get_str(&row, i).map_err(db)?, false),
+                    Wire::Utf8 => match raw_value(&row, i).map_err(db)? {
+                        None => (None, false),
+                        Some(raw) => (
+                            Some(std::str::from_utf8(raw).map_err(|e| db(sqlx::Error::Decode(Box::new(e))))?),
+                            false,
+                        ),
+                    },
                     // the server's own text of the decimal (checked UTF-8 by the decode)
                     Wire::Decimal => (row.try_get_unchecked::<Option<&str>, _>(i).map_err(db)?, false),
                     // sqlx's decode reads the value in its own format and width

@@ -2,7 +2,6 @@
 
 use std::str::FromStr;
 
-use futures::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, Statement, TypeInfo};
 use tally_common::segment::KeyPart;
@@ -262,21 +261,21 @@ impl PgConnector {
         f: &mut RowSink<'_>,
     ) -> Result<()> {
         let db = |e| AgentError::from_db(dataset, e);
-        let mut stream = conn
-            .copy_out_raw(&format!("COPY ({select}) TO STDOUT"))
+        // made under no tracing span: the stream yields one message per row
+        let mut rows = SpanlessRows::made_by(conn.copy_out_raw(&format!("COPY ({select}) TO STDOUT")))
             .await
             .map_err(db)?;
-        let mut pending: Vec<u8> = Vec::new();
+        let mut lines = CopyLines::default();
         let mut scratch = Vec::new();
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
-        while let Some(chunk) = stream.try_next().await.map_err(db)? {
-            pending.extend_from_slice(&chunk);
+        while let Some(chunk) = rows.next().await.map_err(db)? {
+            let data = lines.data(&chunk);
             let mut start = 0;
-            while let Some(n) = pending[start..].iter().position(|&b| b == b'\n') {
+            while let Some(n) = memchr::memchr(b'\n', &data[start..]) {
                 b.start();
                 copy_fields(
                     dataset,
-                    &pending[start..start + n],
+                    &data[start..start + n],
                     cols.len(),
                     &mut scratch,
                     &mut |v| b.push(v),
@@ -284,9 +283,9 @@ impl PgConnector {
                 obey(f(b.finish()?)?).await;
                 start += n + 1;
             }
-            pending.drain(..start);
+            lines.keep(&chunk, start);
         }
-        if pending.is_empty() {
+        if lines.pending.is_empty() {
             Ok(())
         } else {
             Err(copy_error(dataset))
@@ -338,6 +337,39 @@ impl PgConnector {
     }
 }
 
+/// COPY output cut into lines across its messages. PostgreSQL sends one line per
+/// message, but the protocol does not promise it: a message's unfinished last line is
+/// kept until the rest arrives. Where nothing is kept (always, in practice) a message
+/// is split where it lies, not copied.
+#[derive(Default)]
+struct CopyLines {
+    pending: Vec<u8>,
+    carried: bool,
+}
+
+impl CopyLines {
+    /// The bytes to cut into lines: the message, after what the last one left.
+    fn data<'a>(&'a mut self, chunk: &'a [u8]) -> &'a [u8] {
+        self.carried = !self.pending.is_empty();
+        if self.carried {
+            self.pending.extend_from_slice(chunk);
+            &self.pending
+        } else {
+            chunk
+        }
+    }
+
+    /// Keeps what follows the first `used` bytes of the last [`CopyLines::data`] (its
+    /// complete lines) for the next message.
+    fn keep(&mut self, chunk: &[u8], used: usize) {
+        if self.carried {
+            self.pending.drain(..used);
+        } else {
+            self.pending.extend_from_slice(&chunk[used..]);
+        }
+    }
+}
+
 fn copy_error(dataset: &str) -> AgentError {
     AgentError::Query {
         dataset: dataset.to_string(),
@@ -358,41 +390,53 @@ fn copy_fields(
     // one UTF-8 check for the line: its fields, cut at ASCII tabs, are then UTF-8 too
     let line = std::str::from_utf8(line).map_err(|_| copy_error(dataset))?;
     let mut seen = 0;
-    for raw in line.split('\t') {
+    let mut field = |raw: &str, escaped: bool| -> Result<()> {
         seen += 1;
         if seen > n {
             return Err(copy_error(dataset));
         }
         if raw == "\\N" {
-            push(None)?;
-            continue;
+            return push(None);
         }
-        if raw.contains('\\') {
-            scratch.clear();
-            let mut it = raw.bytes();
-            while let Some(b) = it.next() {
-                if b != b'\\' {
-                    scratch.push(b);
-                    continue;
-                }
-                scratch.push(match it.next().ok_or_else(|| copy_error(dataset))? {
-                    b'b' => 0x08,
-                    b'f' => 0x0c,
-                    b'n' => b'\n',
-                    b'r' => b'\r',
-                    b't' => b'\t',
-                    b'v' => 0x0b,
-                    // COPY writes only the escapes above; any other escaped byte is itself
-                    other => other,
-                });
+        if !escaped {
+            return push(Some(raw));
+        }
+        scratch.clear();
+        let mut it = raw.bytes();
+        while let Some(b) = it.next() {
+            if b != b'\\' {
+                scratch.push(b);
+                continue;
             }
-            push(Some(
-                std::str::from_utf8(scratch).map_err(|_| copy_error(dataset))?,
-            ))?;
-        } else {
-            push(Some(raw))?;
+            scratch.push(match it.next().ok_or_else(|| copy_error(dataset))? {
+                b'b' => 0x08,
+                b'f' => 0x0c,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                b'v' => 0x0b,
+                // COPY writes only the escapes above; any other escaped byte is itself
+                other => other,
+            });
+        }
+        push(Some(
+            std::str::from_utf8(scratch).map_err(|_| copy_error(dataset))?,
+        ))
+    };
+    // one pass over the bytes: a field ends at a tab (COPY writes a tab in a value as
+    // `\t`) or the line's end, and is unescaped only if it holds a backslash (fields
+    // are short: a plain loop is faster here than a vectorised search per field)
+    let bytes = line.as_bytes();
+    let (mut start, mut escaped) = (0, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\\' {
+            escaped = true;
+        } else if b == b'\t' {
+            field(&line[start..i], escaped)?;
+            (start, escaped) = (i + 1, false);
         }
     }
+    field(&line[start..], escaped)?;
     if seen != n {
         return Err(copy_error(dataset));
     }
@@ -401,7 +445,7 @@ fn copy_fields(
 
 #[cfg(test)]
 mod tests {
-    use super::copy_fields;
+    use super::{CopyLines, copy_fields};
 
     #[test]
     fn copy_text_fields_unescape_and_keep_null_apart_from_its_text() {
@@ -433,5 +477,50 @@ mod tests {
             "bytes that are not UTF-8 are an error"
         );
         assert!(fields(b"1\t\\\xff", 2).is_err(), "escaped or not");
+        // empty fields at either end and between, an escaped field before plain ones
+        let texts = |v: &[&str]| v.iter().map(|t| Some(t.to_string())).collect::<Vec<_>>();
+        assert_eq!(fields(b"", 1).unwrap(), texts(&[""]));
+        assert_eq!(fields(b"\t", 2).unwrap(), texts(&["", ""]));
+        assert_eq!(fields(b"a\t\tb\t", 4).unwrap(), texts(&["a", "", "b", ""]));
+        assert_eq!(
+            fields(b"x\\ty\tz\t\\\\\tw", 4).unwrap(),
+            texts(&["x\ty", "z", "\\", "w"])
+        );
+        assert!(fields(b"a\t\tb\t", 3).is_err(), "a trailing tab is a field");
+    }
+
+    /// COPY output split across messages anywhere, even inside a UTF-8 character or
+    /// between a line and its newline, gives the same lines as in one message.
+    #[test]
+    fn copy_lines_join_lines_split_across_messages() {
+        let out = "1\tZo\u{eb}\n22\t\\N\n\n333\tx\\ty\n".as_bytes();
+        let lines = |chunks: &[&[u8]]| {
+            let mut lines = CopyLines::default();
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            for chunk in chunks {
+                let data = lines.data(chunk);
+                let mut start = 0;
+                while let Some(n) = memchr::memchr(b'\n', &data[start..]) {
+                    got.push(data[start..start + n].to_vec());
+                    start += n + 1;
+                }
+                lines.keep(chunk, start);
+            }
+            (got, lines.pending)
+        };
+        let (whole, rest) = lines(&[out]);
+        assert_eq!(whole.len(), 4);
+        assert!(rest.is_empty());
+        for a in 0..=out.len() {
+            for b in a..=out.len() {
+                let (got, rest) = lines(&[&out[..a], &out[a..b], &out[b..]]);
+                assert_eq!(got, whole, "split at {a} and {b}");
+                assert!(rest.is_empty());
+            }
+        }
+        // an unfinished last line is left over (scan_copy reports it malformed)
+        let (got, rest) = lines(&[b"1\tx\n2\t", b"y"]);
+        assert_eq!(got, vec![b"1\tx".to_vec()]);
+        assert_eq!(rest, b"2\ty".to_vec());
     }
 }

@@ -422,12 +422,17 @@ impl DbCpu {
 }
 
 /// CPU seconds (user + system, all threads) the named agents' processes have spent so
-/// far; a run's share is the difference of two readings around it.
+/// far; a run's share is the difference of two readings around it. An agent that is no
+/// longer running fails the bench (its CPU would be missing from the run's).
 fn agents_cpu(d: &Deployment, names: &[&str], ticks_per_sec: f64) -> f64 {
     d.agents
         .iter()
         .filter(|a| names.contains(&a.name.as_str()))
-        .map(|a| proc_stat(a.guard.pid()).map_or(0, |(_, own, _)| own) as f64 / ticks_per_sec)
+        .map(|a| {
+            let (_, own, _) = proc_stat(a.guard.pid())
+                .unwrap_or_else(|| panic!("agent {} (pid {}) is not running", a.name, a.guard.pid()));
+            own as f64 / ticks_per_sec
+        })
         .sum()
 }
 
