@@ -15,7 +15,9 @@ if [ ! -x "$VENV/bin/reladiff" ]; then
   "$VENV/bin/pip" install --quiet "reladiff[postgresql,mysql]==0.6.0"
 fi
 cargo build --release --locked --workspace --bins
+# each side's level alone, through the agent's own code
+cargo build --release --locked -p tally-agent --example scanbench
 mkdir -p bench/out
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--rows 1000000)
-"$CARGO_TARGET_DIR/release/tally-bench" "${args[@]}" --reladiff "$VENV/bin/reladiff" --markdown bench/out/latest.md
+"$CARGO_TARGET_DIR/release/tally-bench" "${args[@]}" --reladiff "$VENV/bin/reladiff" --scanbench "$CARGO_TARGET_DIR/release/examples/scanbench" --markdown bench/out/latest.md

@@ -66,6 +66,8 @@ struct Args {
     markdown: Option<String>,
     /// Rows of the degenerate case (every row differs), or none.
     degenerate: Option<u64>,
+    /// The agent's scanbench example: one side's level read alone, without the other.
+    scanbench: Option<String>,
 }
 
 fn args() -> Args {
@@ -77,6 +79,7 @@ fn args() -> Args {
         reladiff: None,
         markdown: None,
         degenerate: None,
+        scanbench: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -93,6 +96,7 @@ fn args() -> Args {
             "--reladiff" => a.reladiff = Some(v),
             "--markdown" => a.markdown = Some(v),
             "--degenerate" => a.degenerate = Some(v.parse().expect("--degenerate ROWS")),
+            "--scanbench" => a.scanbench = Some(v),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -448,6 +452,31 @@ fn vm_hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// One side's sealed in-process level over the whole table, read and hashed by the
+/// agent's own code (scanbench: no gRPC, no coordinator, no other side), under the
+/// agent's log subscriber and request span: its wall seconds. What a run costs where
+/// each agent has its database's host to itself, set against that side's raw read.
+fn alone(bin: &str, url: &str) -> f64 {
+    let out = Command::new(bin)
+        .args([url, "t", "1"])
+        .env("SCANBENCH_SPAN", "1")
+        .output()
+        .expect("scanbench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "scanbench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `InProcess sealed_sha256_64 0.645s cpu 0.73s (reader 0.62s) rows … sum …`
+    text.lines()
+        .find_map(|l| l.strip_prefix("InProcess "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|t| t.strip_suffix('s'))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no level time in scanbench's output: {text}"))
+}
+
 fn reladiff(bin: &str, pg: &Server, my: &Server) -> (f64, u64) {
     let t = Instant::now();
     let out = Command::new(bin)
@@ -618,8 +647,8 @@ fn main() {
         .map(|n| degenerate(&d, pg, my, &cpu, n, a.repeat))
         .unwrap_or_default();
     let mut table = String::from(
-        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | 4 at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster | DB CPU s: floor scans | DB CPU: count_only | ÷ floor scans | DB CPU: with_keys | DB CPU: SQL hashing | DB CPU: reladiff | agents CPU: count_only | coordinator CPU: count_only | count_only: all CPU ÷ (cores × wall) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| rows | keys | K | floor PG s | floor MariaDB s | read PG s | read MariaDB s | count_only s | ÷ floor | count_only unsealed s | 2 count_only runs at once s | 4 at once s | count_only, SQL hashing s | with_keys s | ÷ floor | with_keys unsealed s | queries/side | rows scanned | found | coordinator peak MiB | reladiff s | reladiff found | ours faster | DB CPU s: floor scans | DB CPU: count_only | ÷ floor scans | DB CPU: with_keys | DB CPU: SQL hashing | DB CPU: reladiff | agents CPU: count_only | coordinator CPU: count_only | count_only: all CPU ÷ (cores × wall) | alone: PG level s | alone: MariaDB level s | slower alone ÷ slower read |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (&n, &layout) in a.rows.iter().flat_map(|n| a.layouts.iter().map(move |l| (n, l))) {
         load(pg, my, n, layout);
@@ -635,6 +664,8 @@ fn main() {
             // the count_only run's CPU outside the databases: both agents, the coordinator;
             // and everything's CPU over the machine's capacity in that run's wall time
             let (mut cpu_a, mut cpu_k, mut busy) = (vec![], vec![], vec![]);
+            // each side's level alone (scanbench), where asked
+            let (mut alone_p, mut alone_m) = (vec![], vec![]);
             let mut last = None;
             let mut rd_found = 0;
             // interleaved: each repetition runs every measurement once
@@ -647,6 +678,10 @@ fn main() {
                 // the raw read floor: every row to the client, no hashing
                 rp.push(timed(|| pg.exec_discard(Some("bench"), "COPY t TO STDOUT;")));
                 rm.push(timed(|| my.exec_discard(Some("bench"), "SELECT * FROM t;")));
+                if let Some(bin) = &a.scanbench {
+                    alone_p.push(alone(bin, &pg.url("bench")));
+                    alone_m.push(alone(bin, &my.url("bench")));
+                }
                 let a0 = agents_cpu(&d, &["pg", "my"], cpu.ticks_per_sec);
                 let (c, _, cc) = cpu.measure(|| tally(&d, "count_only", false, false));
                 let ac = agents_cpu(&d, &["pg", "my"], cpu.ticks_per_sec) - a0;
@@ -684,8 +719,14 @@ fn main() {
             let rd_s = if rd.is_empty() { f64::NAN } else { median(rd) };
             let cpu_r = if cpu_r.is_empty() { f64::NAN } else { median(cpu_r) };
             let (cpu_f, cpu_c) = (median(cpu_f), median(cpu_c));
+            let (alone_p, alone_m) = if alone_p.is_empty() {
+                (f64::NAN, f64::NAN)
+            } else {
+                (median(alone_p), median(alone_m))
+            };
+            let alone_ratio = alone_p.max(alone_m) / median(rp.clone()).max(median(rm.clone()));
             let row = format!(
-                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× | {cpu_f:.2} | {cpu_c:.2} | {:.2} | {:.2} | {:.2} | {cpu_r:.2} | {:.2} | {:.2} | {:.2} |\n",
+                "| {n} | {} | {k} | {:.2} | {:.2} | {:.2} | {:.2} | {co:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {wk:.2} | {:.2} | {:.2} | {} | {} | {} (of {}) | {:.1} | {rd_s:.2} | {rd_found} | {:.1}× | {cpu_f:.2} | {cpu_c:.2} | {:.2} | {:.2} | {:.2} | {cpu_r:.2} | {:.2} | {:.2} | {:.2} | {alone_p:.2} | {alone_m:.2} | {alone_ratio:.2} |\n",
                 layout.name(),
                 median(fp),
                 median(fm),
