@@ -269,21 +269,12 @@ impl PgConnector {
         let mut scratch = Vec::new();
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(chunk) = rows.next().await.map_err(db)? {
-            let data = lines.data(&chunk);
-            let mut start = 0;
-            while let Some(n) = memchr::memchr(b'\n', &data[start..]) {
+            lines.feed(chunk);
+            while let Some(line) = lines.next_line() {
                 b.start();
-                copy_fields(
-                    dataset,
-                    &data[start..start + n],
-                    cols.len(),
-                    &mut scratch,
-                    &mut |v| b.push(v),
-                )?;
+                copy_fields(dataset, line, cols.len(), &mut scratch, &mut |v| b.push(v))?;
                 obey(f(b.finish()?)?).await;
-                start += n + 1;
             }
-            lines.keep(&chunk, start);
         }
         if lines.pending.is_empty() {
             Ok(())
@@ -340,32 +331,60 @@ impl PgConnector {
 /// COPY output cut into lines across its messages. PostgreSQL sends one line per
 /// message, but the protocol does not promise it: a message's unfinished last line is
 /// kept until the rest arrives. Where nothing is kept (always, in practice) a message
-/// is split where it lies, not copied.
+/// is cut where it lies, not copied.
 #[derive(Default)]
-struct CopyLines {
+struct CopyLines<B> {
+    /// What earlier messages left unfinished (and, when `carried`, the message after it).
     pending: Vec<u8>,
+    /// The message being cut, when nothing was pending before it.
+    chunk: B,
     carried: bool,
+    /// Where the next line starts in the bytes being cut.
+    pos: usize,
 }
 
-impl CopyLines {
-    /// The bytes to cut into lines: the message, after what the last one left.
-    fn data<'a>(&'a mut self, chunk: &'a [u8]) -> &'a [u8] {
+impl<B: AsRef<[u8]> + Default> CopyLines<B> {
+    /// Takes the next message, after every line of the last one was taken.
+    fn feed(&mut self, chunk: B) {
         self.carried = !self.pending.is_empty();
         if self.carried {
-            self.pending.extend_from_slice(chunk);
-            &self.pending
+            self.pending.extend_from_slice(chunk.as_ref());
+            self.chunk = B::default();
         } else {
-            chunk
+            self.chunk = chunk;
         }
+        self.pos = 0;
     }
 
-    /// Keeps what follows the first `used` bytes of the last [`CopyLines::data`] (its
-    /// complete lines) for the next message.
-    fn keep(&mut self, chunk: &[u8], used: usize) {
-        if self.carried {
-            self.pending.drain(..used);
+    /// The next complete line (without its newline); at the message's end, `None`,
+    /// keeping its unfinished last line for the next message.
+    fn next_line(&mut self) -> Option<&[u8]> {
+        let data = if self.carried {
+            &self.pending[..]
         } else {
-            self.pending.extend_from_slice(&chunk[used..]);
+            self.chunk.as_ref()
+        };
+        let start = self.pos;
+        match memchr::memchr(b'\n', &data[start..]) {
+            Some(n) => {
+                self.pos = start + n + 1;
+                let data = if self.carried {
+                    &self.pending[..]
+                } else {
+                    self.chunk.as_ref()
+                };
+                Some(&data[start..start + n])
+            }
+            None => {
+                if self.carried {
+                    self.pending.drain(..start);
+                } else {
+                    self.pending.extend_from_slice(&self.chunk.as_ref()[start..]);
+                }
+                self.chunk = B::default();
+                (self.carried, self.pos) = (true, 0);
+                None
+            }
         }
     }
 }
@@ -495,16 +514,15 @@ mod tests {
     fn copy_lines_join_lines_split_across_messages() {
         let out = "1\tZo\u{eb}\n22\t\\N\n\n333\tx\\ty\n".as_bytes();
         let lines = |chunks: &[&[u8]]| {
+            // the calls scan_copy makes
             let mut lines = CopyLines::default();
             let mut got: Vec<Vec<u8>> = Vec::new();
             for chunk in chunks {
-                let data = lines.data(chunk);
-                let mut start = 0;
-                while let Some(n) = memchr::memchr(b'\n', &data[start..]) {
-                    got.push(data[start..start + n].to_vec());
-                    start += n + 1;
+                lines.feed(chunk.to_vec());
+                while let Some(line) = lines.next_line() {
+                    got.push(line.to_vec());
                 }
-                lines.keep(chunk, start);
+                assert!(lines.next_line().is_none(), "a message's end stays its end");
             }
             (got, lines.pending)
         };
