@@ -123,6 +123,8 @@ struct Case {
     sql_type: String,
     format: FieldFormat,
     values: Vec<Val>,
+    /// The dataset's `time_zone` (an ISO offset) the column is read in.
+    zone: &'static str,
 }
 
 fn want_text(fmt: &FieldFormat, text: &str) -> Want {
@@ -152,6 +154,7 @@ fn case(class: &'static str, sql_type: &str, format: FieldFormat, label: &str, m
         sql_type: sql_type.to_string(),
         format,
         values,
+        zone: "+00:00",
     }
 }
 
@@ -1070,6 +1073,103 @@ fn timestamptz_case(e: Engine, p: u32, scale: u32) -> Case {
     case("timestamptz", &sql_type, fmt, "", vals)
 }
 
+/// A zone-less timestamp column declared at precision `p`, compared as an instant and
+/// so read in its dataset's `time_zone` `zone` (issue 31 F1: MariaDB's `CONVERT_TZ`
+/// left a DATETIME before 1970 or after 2038 unconverted). Edges: both sides of the
+/// TIMESTAMP range, and instants whose UTC year leaves the years the column holds.
+fn zoned_timestamp_case(e: Engine, p: u32, zone: &'static str) -> Case {
+    let fmt = FieldFormat::new(TypeClass::TimestampTz).with_scale(p);
+    let name = format!("{e:?} ts in {zone} {p}");
+    let mut vs: Vec<(Day, Clock)> = draw(&name, (days(years(e)), clocks(86_399, p, false)), DRAWS);
+    let clock = |secs: u32, digits: &str| Clock {
+        neg: false,
+        secs,
+        frac: frac_of(p, digits),
+    };
+    let mut edges = vec![
+        ((1, 1, 1), 0, "000000"),
+        ((1, 1, 1), 86_399, "999999"),
+        ((9999, 12, 31), 0, "000000"),
+        ((9999, 12, 31), 86_399, "999999"),
+        ((1969, 12, 31), 86_399, "999999"),
+        ((1970, 1, 1), 0, "000000"),
+        ((1970, 1, 1), 1800, "000001"),
+        ((1960, 6, 1), 43_200, "500000"),
+        ((2038, 1, 19), 11_647, "000000"),
+        ((2038, 1, 19), 11_648, "000000"),
+        ((2040, 2, 29), 600, "123456"),
+        ((2024, 3, 1), 3600, "000000"),
+    ];
+    if e == Engine::Postgres {
+        edges.extend([((0, 12, 31), 86_399, "999999"), ((-43, 3, 1), 0, "123456")]);
+    }
+    vs.extend(
+        edges
+            .into_iter()
+            .map(|((y, m, d), s, f)| (Day { y, m, d }, clock(s, f))),
+    );
+    let mut vals: Vec<Val> = vs
+        .into_iter()
+        .map(|(d, c)| {
+            let local = format!("{} {}", d.iso(), c.text());
+            let lit = match e {
+                Engine::Postgres => {
+                    let (t, era) = d.pg();
+                    quote(e, &format!("{t} {}{era}", c.text()))
+                }
+                _ => quote(e, &local),
+            };
+            Val {
+                lit,
+                want: want_text(&fmt, &format!("{local}{zone}")),
+                shown: format!("{local} in {zone}"),
+            }
+        })
+        .collect();
+    if e == Engine::MariaDb {
+        // year 0000 (1 BC) holds no 29 February for MariaDB, whose DATETIME stores it;
+        // zero dates are no instant and are kept by value
+        let zero_frac = if p == 0 {
+            String::new()
+        } else {
+            format!(".{}", "0".repeat(p as usize))
+        };
+        for t in [
+            "0000-03-01 01:00:00".to_string(),
+            "0000-12-31 23:30:00".to_string(),
+            "0000-01-01 00:00:00".to_string(),
+            format!("0000-00-00 00:00:00{zero_frac}"),
+            format!("2024-00-15 10:00:00{zero_frac}"),
+        ] {
+            vals.push(Val {
+                lit: quote(e, &t),
+                want: want_text(&fmt, &format!("{t}{zone}")),
+                shown: format!("{t} in {zone}"),
+            });
+        }
+    }
+    let sql_type = match e {
+        Engine::Postgres => format!("timestamp({p})"),
+        _ => format!("DATETIME({p})"),
+    };
+    Case {
+        zone,
+        ..case("timestamptz", &sql_type, fmt, &format!(" in {zone}"), vals)
+    }
+}
+
+/// Every engine whose datasets apply a `time_zone` to zone-less timestamps.
+fn zoned_timestamps(e: Engine) -> Vec<Case> {
+    match e {
+        Engine::Postgres | Engine::MariaDb => ["+05:30", "-09:00", "+14:00", "+00:00"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, z)| zoned_timestamp_case(e, [6, 0, 3, 6][i], z))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn time_case(e: Engine, p: u32, scale: u32) -> Case {
     let fmt = FieldFormat::new(TypeClass::Time).with_scale(scale);
     let name = format!("{e:?} time {p} {scale}");
@@ -1373,6 +1473,7 @@ fn all_cases(e: Engine) -> Vec<Case> {
         texts(e),
         dates(e),
         times(e),
+        zoned_timestamps(e),
         uuids(e),
         binaries(e),
         jsons(e),
@@ -1400,8 +1501,8 @@ struct Live {
     writer: Writer,
 }
 
-async fn live(engine: Engine, dir: &std::path::Path) -> Live {
-    let dbname = "differential";
+/// `dbname`: a database of the test's own (tests of one process share the server).
+async fn live(engine: Engine, dir: &std::path::Path, dbname: &str) -> Live {
     let (url, writer) = match engine {
         Engine::Postgres => {
             let url = db::postgres().create_database(dbname);
@@ -1751,7 +1852,7 @@ async fn run_case(l: &Live, i: usize, c: &Case, out: &mut Outcome) {
             format: c.format,
         },
     ];
-    let cols = info.bind("t", specs, 1, "+00:00").unwrap();
+    let cols = info.bind("t", specs, 1, c.zone).unwrap();
     let n = c.values.len() as i64;
     let pushed = l.pushdown(&table, &info, &cols, n).await;
     let mut shapes = vec![l.connector.fetch_shape()];
@@ -1821,10 +1922,13 @@ async fn run_case(l: &Live, i: usize, c: &Case, out: &mut Outcome) {
 }
 
 async fn differential_on(engine: Engine) {
+    differential_of(engine, all_cases(engine), "differential").await;
+}
+
+async fn differential_of(engine: Engine, cases: Vec<Case>, dbname: &str) {
     let start = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let l = live(engine, dir.path()).await;
-    let cases = all_cases(engine);
+    let l = live(engine, dir.path(), dbname).await;
     let mut out = Outcome {
         counts: BTreeMap::new(),
         failures: Vec::new(),
@@ -1882,6 +1986,28 @@ async fn postgres_paths_agree_on_every_generated_value() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_paths_agree_on_every_generated_value() {
     differential_on(Engine::MariaDb).await;
+}
+
+/// Issue 31 F1: a DATETIME read in a dataset's `time_zone` is the same instant on
+/// every path, before 1970, after 2038 and where its UTC year leaves 0001-9999.
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_datetimes_read_in_a_zone_are_the_same_instant_on_every_path() {
+    differential_of(
+        Engine::MariaDb,
+        zoned_timestamps(Engine::MariaDb),
+        "differential_zoned",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_timestamps_read_in_a_zone_are_the_same_instant_on_every_path() {
+    differential_of(
+        Engine::Postgres,
+        zoned_timestamps(Engine::Postgres),
+        "differential_zoned",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

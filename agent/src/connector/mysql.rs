@@ -452,6 +452,12 @@ impl MySqlConnector {
                                 && wire.push_canonical(&fields, &col.spec.format, &mut text);
                             if !direct {
                                 wire.render(&fields, &mut text);
+                                // a DATETIME compared as an instant: in its dataset's
+                                // zone, which the reference converts to UTC for every
+                                // year (no SQL does: see dialect/mysql.rs)
+                                if let (Wire::DateTime { .. }, Some(zone)) = (wire, &col.zone) {
+                                    text.push_str(zone);
+                                }
                             }
                             (Some(text.as_str()), direct)
                         }

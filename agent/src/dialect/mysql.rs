@@ -205,19 +205,15 @@ impl Dialect for MySql {
             TypeClass::Timestamp => {
                 format!("CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){})", fraction(&x, s))
             }
-            TypeClass::TimestampTz => {
-                // a DATETIME is read in its dataset's zone; zero dates are kept by value
-                let u = match &col.zone {
-                    Some(z) if col.info.class == TypeClass::Timestamp && z != "+00:00" => format!(
-                        "(CASE WHEN MONTH({x}) = 0 OR DAYOFMONTH({x}) = 0 THEN {x} ELSE CONVERT_TZ({x}, '{z}', '+00:00') END)"
-                    ),
-                    _ => x.clone(),
-                };
-                format!(
-                    "CONCAT(DATE_FORMAT({u}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')",
-                    fraction(&u, s)
-                )
-            }
+            // a DATETIME read in another zone than UTC is converted in the agent:
+            // CONVERT_TZ returns its argument unchanged outside the TIMESTAMP range
+            // (before 1970, after 2038), and date arithmetic gives NULL past 0001-9999,
+            // where the UTC instant leaves the years a DATETIME holds
+            TypeClass::TimestampTz if col.zone.as_deref().is_some_and(|z| z != "+00:00") => return None,
+            TypeClass::TimestampTz => format!(
+                "CONCAT(DATE_FORMAT({x}, '%Y-%m-%dT%H:%i:%s'){}, 'Z')",
+                fraction(&x, s)
+            ),
             TypeClass::Time => {
                 // DATE_FORMAT's %f of a negative TIME carries the sign: read the microseconds
                 let us = format!("LPAD(MICROSECOND({x}), 6, '0')");
@@ -256,6 +252,9 @@ impl Dialect for MySql {
             // character_set_results (utf8mb4), so a CONVERT only costs server CPU
             // (measured: docs/performance.md); the agent checks the bytes are UTF-8
             (TypeClass::Text, TypeClass::Text) => return Some(x),
+            // a DATETIME read in its dataset's zone: its fields, to which the connector
+            // appends the zone's offset, and the reference converts to UTC
+            (TypeClass::Timestamp, TypeClass::TimestampTz) if col.zone.is_some() => return Some(x),
             (TypeClass::Float, TypeClass::Float | TypeClass::Decimal) => {
                 return Some(match col.info.native {
                     Native::Float32 => format!("CAST(CAST({x} AS DOUBLE) AS CHAR)"),
