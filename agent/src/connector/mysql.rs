@@ -14,7 +14,7 @@ use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, Ro
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, Sql, mysql::MySql, relation};
 use crate::error::{AgentError, Result};
-use crate::schema::{BoundColumn, DatasetInfo};
+use crate::schema::{BoundColumn, DatasetInfo, TypeEntry};
 
 #[derive(Clone)]
 pub struct MySqlConnector {
@@ -222,6 +222,21 @@ fn raw_value(row: &MySqlRow, i: usize) -> std::result::Result<Option<&[u8]>, sql
     Ok(<&[u8] as sqlx::Decode<'_, sqlx::MySql>>::decode(value).ok())
 }
 
+/// A query's column as the driver describes it: a type name without its modifiers
+/// (`DECIMAL`, never `DECIMAL(12,4)`; `DATETIME`, never `DATETIME(6)`), so its scale or
+/// fractional-second precision is unknown, never 0: decimals compare exact and times
+/// at the undeclared precision (issue 31 F2: scale 0 let the other side's scale round
+/// `1.2345` and `1.2346` alike).
+fn undeclared(mut entry: TypeEntry) -> TypeEntry {
+    if matches!(
+        entry.class,
+        TypeClass::Decimal | TypeClass::Timestamp | TypeClass::TimestampTz | TypeClass::Time
+    ) {
+        entry.scale = None;
+    }
+    entry
+}
+
 fn get_i64(row: &MySqlRow, i: usize) -> Option<i64> {
     row.try_get::<Option<i64>, _>(i)
         .ok()
@@ -354,7 +369,7 @@ impl MySqlConnector {
                 for c in described.columns() {
                     let t = c.type_info().name().to_ascii_lowercase();
                     let data_type = t.split_whitespace().next().unwrap_or("").to_string();
-                    let entry = crate::dialect::mysql::classify(&data_type, &t, false);
+                    let entry = undeclared(crate::dialect::mysql::classify(&data_type, &t, false));
                     columns.push(entry.column(c.name().to_string(), t, true));
                 }
             }
