@@ -17,7 +17,7 @@ pub mod sqlx_conn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::canonical::canonical_from_text_in;
+use tally_common::canonical::{CanonicalError, Value, canonical_from_text_in, canonical_value};
 use tally_common::segment::{KeyPart, KeyTuple};
 use tally_common::types::TypeClass;
 
@@ -707,7 +707,28 @@ impl<'a> RowBuilder<'a> {
         let Some(c) = self.cols.get(i) else {
             return Err(self.shape_error());
         };
-        if value.is_some() && self.reread.get(i).copied().unwrap_or(false) {
+        if let Some(text) = value
+            && self.reread.get(i).copied().unwrap_or(false)
+            && (c.info.class, c.spec.format.class) == (TypeClass::Float, TypeClass::Decimal)
+        {
+            // a float compared as a decimal: the double its text reads as, at its
+            // shortest decimal (an engine's text need not be that: PostgreSQL's is not
+            // always), never the digits as written
+            let f = text.trim().parse::<f64>().map_err(|_| {
+                canonical_error(
+                    self.dataset,
+                    &c.info.name,
+                    CanonicalError::Invalid {
+                        class: "float",
+                        value: text.to_string(),
+                        reason: "not a number",
+                    },
+                )
+            })?;
+            let v = canonical_value(&c.spec.format, &Value::Float(f))
+                .map_err(|e| canonical_error(self.dataset, &c.info.name, e))?;
+            self.row.push_field(v.as_deref());
+        } else if value.is_some() && self.reread.get(i).copied().unwrap_or(false) {
             let v = canonical_from_text_in(&c.spec.format, value, &mut self.scratch)
                 .map_err(|e| canonical_error(self.dataset, &c.info.name, e))?;
             self.row.push_field(v);
