@@ -433,13 +433,14 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start the SQL client: {e}"))?;
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(sql.as_bytes())
-            .map_err(|e| e.to_string())?;
+        // a client that stops at an error closes its input: its own message says why
+        let written = child.stdin.take().expect("stdin").write_all(sql.as_bytes());
         let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if let Err(e) = written
+            && out.status.success()
+        {
+            return Err(e.to_string());
+        }
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {

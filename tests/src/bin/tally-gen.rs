@@ -1,0 +1,62 @@
+//! The correctness generator from the command line (tests/src/generator).
+//!
+//! usage: tally-gen [--long DURATION] [--seed N] [--cases-per-pair N] [--rounds N] [--shrink N]
+//!
+//! `--long 1h` runs rounds with fresh seeds for an hour (`30m`, `90s` also work) and
+//! prints the coverage and every failure, the first ones shrunk to SQL reproductions.
+//! Without `--long` it runs `--rounds` rounds (default 1). Exit status 1 when anything
+//! disagreed with its truth.
+
+use std::time::Duration;
+
+use tally_e2e::generator::{Hunt, hunt};
+
+fn duration(s: &str) -> Duration {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .unwrap_or_else(|_| panic!("--long {s:?}: a number with s, m or h"));
+    Duration::from_secs(match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        u => panic!("--long {s:?}: unknown unit {u:?} (s, m or h)"),
+    })
+}
+
+fn main() {
+    let mut h = Hunt {
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs()),
+        ..Hunt::default()
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--long" => h.duration = Some(duration(&val())),
+            "--seed" => h.seed = val().parse().expect("--seed N"),
+            "--cases-per-pair" => h.cases_per_pair = val().parse().expect("--cases-per-pair N"),
+            "--rounds" => h.rounds = val().parse().expect("--rounds N"),
+            "--shrink" => h.shrink = val().parse().expect("--shrink N"),
+            "-h" | "--help" => {
+                println!(
+                    "usage: tally-gen [--long DURATION] [--seed N] [--cases-per-pair N] [--rounds N] [--shrink N]"
+                );
+                return;
+            }
+            other => panic!("unknown argument {other:?} (see --help)"),
+        }
+    }
+    eprintln!("tally-gen: seed {}", h.seed);
+    let f = hunt(&h);
+    println!("coverage (seed {}):\n{}", h.seed, f.coverage.report());
+    for r in &f.reproductions {
+        println!("{r}");
+    }
+    println!("{} failures", f.failures.len());
+    if !f.failures.is_empty() {
+        std::process::exit(1);
+    }
+}

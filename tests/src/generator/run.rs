@@ -1,0 +1,481 @@
+//! Runs generated cases through real agents: loads every case's tables into its two
+//! engines, starts two agents per engine over mutual TLS (one for sources, one for
+//! targets, each serving every dataset of its engine), runs `tally run --json` for
+//! each of a case's run configurations, and compares the verdict, keys and kinds with
+//! the case's ground truth.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::case::Case;
+use super::values::{Bind, Engine, bind, literal};
+use crate::db;
+use crate::zones::{Deployment, parse_run};
+
+/// How the agents hash a run's datasets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hashing {
+    Auto,
+    Pushdown,
+}
+
+/// How a dataset is defined in the agent's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Form {
+    Table,
+    Query,
+}
+
+/// A bisection strategy (time with its granularity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Strategy {
+    Quantile,
+    Hash,
+    Time(&'static str),
+}
+
+pub const GRANULARITIES: &[&str] = &["hour", "day", "week", "month", "quarter", "year"];
+
+impl Strategy {
+    pub fn label(self) -> String {
+        match self {
+            Strategy::Quantile => "quantile".into(),
+            Strategy::Hash => "hash".into(),
+            Strategy::Time(g) => format!("time/{g}"),
+        }
+    }
+}
+
+/// One `tally run` of a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunConfig {
+    pub hashing: Hashing,
+    pub strategy: Strategy,
+    pub form: Form,
+    /// segments per level and the drill threshold
+    pub factor: u32,
+    pub threshold: u32,
+}
+
+impl RunConfig {
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} {} factor {} threshold {}",
+            match self.hashing {
+                Hashing::Auto => "auto",
+                Hashing::Pushdown => "pushdown",
+            },
+            self.strategy.label(),
+            match self.form {
+                Form::Table => "table",
+                Form::Query => "query",
+            },
+            self.factor,
+            self.threshold
+        )
+    }
+}
+
+/// What went wrong in one run.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub case: usize,
+    pub config: RunConfig,
+    /// false pass, false fail, wrong keys, error
+    pub class: &'static str,
+    pub detail: String,
+}
+
+/// The datasets' names and the table of each side of case `i`.
+fn table(i: usize, side: usize) -> String {
+    format!("g{i}_{}", ["s", "t"][side])
+}
+
+fn dataset(i: usize, side: usize, c: &RunConfig, engine: Engine) -> String {
+    let h = match (c.hashing, engine.pushes_down()) {
+        (Hashing::Pushdown, true) => "push",
+        _ => "auto",
+    };
+    let f = match c.form {
+        Form::Table => "tbl",
+        Form::Query => "qry",
+    };
+    format!("{}_{h}_{f}", table(i, side))
+}
+
+fn agent(engine: Engine, side: usize) -> String {
+    format!("{}{}", engine.short(), ["a", "b"][side])
+}
+
+/// The SQL that makes one side of a case (the engine's own DDL and literals).
+pub fn side_sql(case: &Case, i: usize, side: usize, qualify: &str) -> String {
+    let engine = [case.source, case.target][side];
+    let t = format!("{qualify}{}", table(i, side));
+    let cols: Vec<String> = case
+        .columns
+        .iter()
+        .map(|c| format!("{} {}", c.name, c.types[side]))
+        .collect();
+    let mut sql = format!("CREATE TABLE {t} ({});\n", cols.join(", "));
+    let rows = &case.sides()[side];
+    for chunk in rows.chunks(200) {
+        let tuples: Vec<String> = chunk
+            .iter()
+            .map(|row| {
+                let vals: Vec<String> = row
+                    .iter()
+                    .zip(&case.columns)
+                    .map(|(cell, col)| literal(engine, col.class, cell))
+                    .collect();
+                format!("({})", vals.join(", "))
+            })
+            .collect();
+        sql.push_str(&format!("INSERT INTO {t} VALUES {};\n", tuples.join(",\n  ")));
+    }
+    sql
+}
+
+/// Where the batch's databases are.
+struct Databases {
+    pg: Option<String>,
+    my: Option<String>,
+    lite: std::path::PathBuf,
+    duck: std::path::PathBuf,
+}
+
+fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
+    let engines: BTreeSet<Engine> = cases.iter().flat_map(|(_, c)| [c.source, c.target]).collect();
+    let mut dbs = Databases {
+        pg: None,
+        my: None,
+        lite: dir.join(format!("{name}.sqlite")),
+        duck: dir.join(format!("{name}.duckdb")),
+    };
+    let per_engine = |e: Engine| -> Vec<(usize, usize, &Case)> {
+        cases
+            .iter()
+            .flat_map(|(i, c)| {
+                [(*i, 0usize, *c), (*i, 1, *c)]
+                    .into_iter()
+                    .filter(move |(_, s, c)| [c.source, c.target][*s] == e)
+            })
+            .collect()
+    };
+    if engines.contains(&Engine::Pg) {
+        let pg = db::postgres();
+        dbs.pg = Some(pg.create_database(name));
+        let mut sql = String::from("SET TIME ZONE 'UTC';\n");
+        for (i, s, c) in per_engine(Engine::Pg) {
+            sql.push_str(&side_sql(c, i, s, ""));
+            sql.push_str(&format!("ANALYZE {};\n", table(i, s)));
+        }
+        pg.exec(Some(name), &sql);
+    }
+    if engines.contains(&Engine::My) {
+        let my = db::mariadb();
+        dbs.my = Some(my.create_database(name));
+        let mut sql = String::from("SET time_zone = '+00:00';\n");
+        for (i, s, c) in per_engine(Engine::My) {
+            sql.push_str(&side_sql(c, i, s, ""));
+        }
+        my.exec(Some(name), &sql);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if engines.contains(&Engine::Lite) {
+        rt.block_on(load_sqlite(&dbs.lite, &per_engine(Engine::Lite)));
+    }
+    if engines.contains(&Engine::Duck) {
+        #[cfg(feature = "duckdb")]
+        rt.block_on(load_duckdb(&dbs.duck, &per_engine(Engine::Duck)));
+        #[cfg(not(feature = "duckdb"))]
+        panic!("a DuckDB case in a build without the duckdb feature");
+    }
+    dbs
+}
+
+/// SQLite through its driver with bound values: a double is stored as its bits, not
+/// parsed from text by SQLite's own conversion.
+async fn load_sqlite(path: &Path, sides: &[(usize, usize, &Case)]) {
+    use sqlx::Connection;
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&opts)
+        .await
+        .expect("sqlite file");
+    for (i, side, case) in sides {
+        let t = table(*i, *side);
+        let cols: Vec<String> = case
+            .columns
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.types[*side]))
+            .collect();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {t} ({})",
+            cols.join(", ")
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("sqlite table");
+        let marks = vec!["?"; case.columns.len()].join(", ");
+        let insert = format!("INSERT INTO {t} VALUES ({marks})");
+        for row in &case.sides()[*side] {
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(insert.clone()));
+            for (cell, col) in row.iter().zip(&case.columns) {
+                q = match bind(col.class, cell) {
+                    Bind::Null => q.bind(None::<i64>),
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Real(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                    Bind::Blob(v) => q.bind(v),
+                };
+            }
+            q.execute(&mut conn).await.expect("sqlite row");
+        }
+    }
+    conn.close().await.expect("sqlite close");
+}
+
+/// DuckDB through an in-memory database that attaches the file and writes it.
+#[cfg(feature = "duckdb")]
+async fn load_duckdb(path: &Path, sides: &[(usize, usize, &Case)]) {
+    use tally_agent::connector::Connector;
+    use tally_agent::connector::duckdb::DuckDbConnector;
+    let mut sql = format!("ATTACH '{}' AS gen;\n", path.display());
+    for (i, side, case) in sides {
+        sql.push_str(&side_sql(case, *i, *side, "gen."));
+    }
+    sql.push_str("DETACH gen;\n");
+    let c = Connector::open("duckdb://").expect("duckdb");
+    c.engine()
+        .as_any()
+        .downcast_ref::<DuckDbConnector>()
+        .expect("a duckdb connector")
+        .execute_batch("gen", &sql)
+        .await
+        .unwrap_or_else(|e| panic!("duckdb load failed: {e}\n{sql}"));
+}
+
+/// The agent config body of one dataset.
+fn dataset_yaml(
+    dbs: &Databases,
+    engine: Engine,
+    case: &Case,
+    i: usize,
+    side: usize,
+    c: &RunConfig,
+) -> String {
+    let url = match engine {
+        Engine::Pg => dbs.pg.clone().expect("postgres loaded"),
+        Engine::My => dbs.my.clone().expect("mariadb loaded"),
+        Engine::Lite => format!("sqlite://{}", dbs.lite.display()),
+        Engine::Duck => format!("duckdb://{}", dbs.duck.display()),
+    };
+    let key: Vec<&str> = case.columns[..case.nkeys]
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let time_columns: Vec<&str> = case
+        .columns
+        .iter()
+        .filter(|c| c.class.is_time())
+        .map(|c| c.name.as_str())
+        .collect();
+    let from = match c.form {
+        Form::Table => format!("table: {}", table(i, side)),
+        Form::Query => {
+            let cols: Vec<&str> = case.columns.iter().map(|c| c.name.as_str()).collect();
+            format!("query: \"SELECT {} FROM {}\"", cols.join(", "), table(i, side))
+        }
+    };
+    let hashing = match (c.hashing, engine.pushes_down()) {
+        (Hashing::Pushdown, true) => "pushdown",
+        _ => "auto",
+    };
+    format!(
+        "{{ url: '{url}', {from}, key: [{}], hashing: {hashing}, policy: {{ max_level: with_keys, time_columns: [{}], max_reveal_rows: 1000000, max_reveal_rows_per_hour: 1000000000 }} }}",
+        key.join(", "),
+        time_columns.join(", ")
+    )
+}
+
+/// The run spec of one configuration of case `i`.
+pub fn spec(case: &Case, i: usize, c: &RunConfig) -> String {
+    let strategy = match c.strategy {
+        Strategy::Time(g) => format!(
+            "strategy: time, time_column: {}, time_granularity: {g}",
+            case.time_column().expect("a time column").name
+        ),
+        s => format!("strategy: {}", s.label()),
+    };
+    let mut s = format!(
+        "name: g{i}\nsource: {{ agent: {}, dataset: {} }}\ntarget: {{ agent: {}, dataset: {} }}\n\
+         bisection: {{ {strategy}, factor: {}, threshold: {} }}\nreporting: {{ level: with_keys, sample_limit: 100000 }}\n",
+        agent(case.source, 0),
+        dataset(i, 0, c, case.source),
+        agent(case.target, 1),
+        dataset(i, 1, c, case.target),
+        c.factor,
+        c.threshold,
+    );
+    if !case.exclude.is_empty() {
+        let names: Vec<&str> = case
+            .exclude
+            .iter()
+            .map(|&c| case.columns[c].name.as_str())
+            .collect();
+        s.push_str(&format!("exclude: [{}]\n", names.join(", ")));
+    }
+    s
+}
+
+/// Runs every configuration of every case; returns the failures.
+pub fn run_batch(name: &str, cases: &[(usize, &Case, Vec<RunConfig>)], workers: usize) -> Vec<Failure> {
+    let all: Vec<(usize, &Case)> = cases.iter().map(|(i, c, _)| (*i, *c)).collect();
+    let engines: BTreeSet<Engine> = all.iter().flat_map(|(_, c)| [c.source, c.target]).collect();
+    let agents: Vec<String> = engines
+        .iter()
+        .flat_map(|e| [agent(*e, 0), agent(*e, 1)])
+        .collect();
+    let names: Vec<&str> = agents.iter().map(String::as_str).collect();
+    let mut d = Deployment::new(&names);
+    let dbs = load(&all, name, d.path());
+    for e in &engines {
+        for side in 0..2 {
+            let mut datasets = Vec::new();
+            for (i, case, configs) in cases {
+                for s in 0..2 {
+                    if [case.source, case.target][s] != *e {
+                        continue;
+                    }
+                    let mut seen = BTreeSet::new();
+                    for c in configs {
+                        let ds = dataset(*i, s, c, *e);
+                        if seen.insert(ds.clone()) {
+                            datasets.push((ds, dataset_yaml(&dbs, *e, case, *i, s, c)));
+                        }
+                    }
+                }
+            }
+            d.start_agent_datasets(&agent(*e, side), &datasets);
+        }
+    }
+    let coordinator = d.coordinator_config();
+    let runs: Vec<(usize, &Case, RunConfig, usize)> = cases
+        .iter()
+        .flat_map(|(i, c, configs)| configs.iter().enumerate().map(move |(n, cfg)| (*i, *c, *cfg, n)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers.max(1) {
+            s.spawn(|| {
+                while let Some((i, case, cfg, n)) = runs.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    if let Some(f) = run_one(d.path(), &coordinator, case, *i, cfg, *n) {
+                        failures.lock().unwrap().push(f);
+                    }
+                }
+            });
+        }
+    });
+    let mut f = failures.into_inner().unwrap();
+    f.sort_by_key(|f| (f.case, f.config));
+    f
+}
+
+fn run_one(
+    dir: &Path,
+    coordinator: &Path,
+    case: &Case,
+    i: usize,
+    cfg: &RunConfig,
+    n: usize,
+) -> Option<Failure> {
+    let path = dir.join(format!("g{i}_{n}.yaml"));
+    std::fs::write(&path, spec(case, i, cfg)).expect("spec");
+    let out = Command::new(crate::bins::tally())
+        .arg("run")
+        .arg(&path)
+        .arg("-c")
+        .arg(coordinator)
+        .arg("--json")
+        .output()
+        .expect("tally run");
+    let out = parse_run(out);
+    let truth = case.truth();
+    let fail = |class, detail| {
+        Some(Failure {
+            case: i,
+            config: *cfg,
+            class,
+            detail,
+        })
+    };
+    let j = &out.json;
+    if out.code == 2 || !j["error"].is_null() {
+        // the agents' own account (their logs hold what they would not send)
+        let mut logs = String::new();
+        for a in [agent(case.source, 0), agent(case.target, 1)] {
+            let text = std::fs::read_to_string(dir.join(format!("{a}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .collect();
+            for l in &lines[lines.len().saturating_sub(3)..] {
+                logs.push_str(&format!("\n    {a}: {l}"));
+            }
+        }
+        return fail("error", format!("exit {}: {}{logs}", out.code, j["error"]));
+    }
+    let reported: BTreeSet<(String, String)> = j["differences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    (
+                        d["kind"].as_str().unwrap_or("?").to_string(),
+                        d["key"].to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let verdict = j["verdict"].as_str().unwrap_or("?");
+    let describe = |reported: &BTreeSet<(String, String)>| {
+        let missed: Vec<_> = truth.diffs.difference(reported).collect();
+        let invented: Vec<_> = reported.difference(&truth.diffs).collect();
+        format!(
+            "verdict {verdict} (exit {}); not reported: {missed:?}; wrongly reported: {invented:?}; duplicated keys {:?}; warnings {}",
+            out.code, truth.duplicated, j["warnings"]
+        )
+    };
+    if truth.is_match() {
+        return (verdict != "match" || out.code != 0 || !reported.is_empty())
+            .then(|| fail("false fail", describe(&reported)))
+            .flatten();
+    }
+    if verdict == "match" {
+        return fail("false pass", describe(&reported));
+    }
+    if verdict != "differ" || out.code != 1 {
+        return fail("wrong verdict", describe(&reported));
+    }
+    // a duplicated key must be reported (under any kind); the rest exactly
+    let reported_keys: BTreeSet<&String> = reported.iter().map(|(_, k)| k).collect();
+    let dup_missing = truth.duplicated.iter().any(|k| !reported_keys.contains(k));
+    let rest: BTreeSet<(String, String)> = reported
+        .iter()
+        .filter(|(_, k)| !truth.duplicated.contains(k))
+        .cloned()
+        .collect();
+    if rest != truth.diffs || dup_missing {
+        return fail("wrong keys", describe(&reported));
+    }
+    None
+}

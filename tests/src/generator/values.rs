@@ -1,0 +1,686 @@
+//! The generator's value model: engines, type classes, logical values, and how each
+//! engine declares a column and spells a value.
+//!
+//! Ground truth comes from this model, never from Tally's code: two cells are equal
+//! exactly when their logical values are equal ([`V`]'s `==`), and every generated
+//! value of a class survives storage in every engine's column type of that class
+//! unchanged, at the fidelity Tally compares it (a decimal at its declared scale, a
+//! double as the same bits, a timestamp to the microsecond). A [`Cell`]'s `spelling`
+//! picks one of several equal ways to write the value (`10.5` or `10.50`, an upper-case
+//! UUID, `-0` for a zero double): traps for false differences, never differences.
+
+use std::fmt::Write as _;
+
+use super::rng::Rng;
+
+/// A live engine the generator loads tables into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    Pg,
+    My,
+    Lite,
+    Duck,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pg => "postgres",
+            Engine::My => "mariadb",
+            Engine::Lite => "sqlite",
+            Engine::Duck => "duckdb",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Engine::Pg => "pg",
+            Engine::My => "my",
+            Engine::Lite => "lite",
+            Engine::Duck => "duck",
+        }
+    }
+
+    /// The engines this build can run (DuckDB with the `duckdb` feature).
+    pub fn live() -> Vec<Engine> {
+        let mut v = vec![Engine::Pg, Engine::My, Engine::Lite];
+        if cfg!(feature = "duckdb") {
+            v.push(Engine::Duck);
+        }
+        v
+    }
+
+    /// Whether `hashing: pushdown` makes a difference (SQLite hashes in the agent).
+    pub fn pushes_down(self) -> bool {
+        self != Engine::Lite
+    }
+}
+
+/// A type class, with what the generator keeps fixed across both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// an integer; `narrow` when either side's type is 32-bit
+    Int {
+        narrow: bool,
+    },
+    /// a decimal of 12 digits at this declared scale on both sides
+    Dec {
+        scale: u8,
+    },
+    Double,
+    Text,
+    Bool,
+    Date,
+    /// a timestamp without zone, microseconds
+    Ts,
+    Bytes,
+    Uuid,
+}
+
+impl Class {
+    pub fn label(self) -> &'static str {
+        match self {
+            Class::Int { narrow: true } => "int32",
+            Class::Int { narrow: false } => "int64",
+            Class::Dec { .. } => "decimal",
+            Class::Double => "double",
+            Class::Text => "text",
+            Class::Bool => "bool",
+            Class::Date => "date",
+            Class::Ts => "timestamp",
+            Class::Bytes => "bytes",
+            Class::Uuid => "uuid",
+        }
+    }
+
+    pub fn is_time(self) -> bool {
+        matches!(self, Class::Date | Class::Ts)
+    }
+
+    /// Every non-key class the generator draws from.
+    pub fn value_classes() -> &'static [Class] {
+        &[
+            Class::Int { narrow: true },
+            Class::Int { narrow: false },
+            Class::Dec { scale: 0 },
+            Class::Dec { scale: 2 },
+            Class::Dec { scale: 4 },
+            Class::Double,
+            Class::Text,
+            Class::Bool,
+            Class::Date,
+            Class::Ts,
+            Class::Bytes,
+            Class::Uuid,
+        ]
+    }
+
+    /// The column type on one engine; `variant` picks among equivalent declarations.
+    pub fn sql_type(self, e: Engine, variant: u8) -> String {
+        use Engine::*;
+        let s = match (self, e) {
+            (Class::Int { narrow: true }, Pg) => "integer",
+            (Class::Int { narrow: true }, My) => "INT",
+            (Class::Int { narrow: true }, Duck) => "INTEGER",
+            (Class::Int { .. }, Lite) => "INTEGER",
+            (Class::Int { narrow: false }, Pg) => "bigint",
+            (Class::Int { narrow: false }, My | Duck) => "BIGINT",
+            (Class::Dec { scale }, Pg) => return format!("numeric(12,{scale})"),
+            (Class::Dec { scale }, _) => return format!("DECIMAL(12,{scale})"),
+            (Class::Double, Pg) => "double precision",
+            (Class::Double, My | Duck) => "DOUBLE",
+            (Class::Double, Lite) => "REAL",
+            (Class::Text, Pg) => ["text", "varchar(80)"][variant as usize % 2],
+            (Class::Text, My) => {
+                return format!(
+                    "VARCHAR(80) CHARACTER SET utf8mb4 COLLATE {}",
+                    MY_COLLATIONS[variant as usize % MY_COLLATIONS.len()]
+                );
+            }
+            (Class::Text, Lite) => "TEXT",
+            (Class::Text, Duck) => "VARCHAR",
+            (Class::Bool, Pg) => "boolean",
+            (Class::Bool, _) => "BOOLEAN",
+            (Class::Date, Pg) => "date",
+            (Class::Date, _) => "DATE",
+            (Class::Ts, Pg) => ["timestamp", "timestamp(6)"][variant as usize % 2],
+            (Class::Ts, My) => "DATETIME(6)",
+            (Class::Ts, Lite) => "DATETIME",
+            (Class::Ts, Duck) => "TIMESTAMP",
+            (Class::Bytes, Pg) => "bytea",
+            (Class::Bytes, My) => ["VARBINARY(64)", "BLOB"][variant as usize % 2],
+            (Class::Bytes, _) => "BLOB",
+            (Class::Uuid, Pg) => "uuid",
+            (Class::Uuid, _) => "UUID",
+        };
+        s.to_string()
+    }
+}
+
+/// MariaDB collations a text column may have: whatever it is, Tally compares bytes.
+const MY_COLLATIONS: &[&str] = &["utf8mb4_bin", "utf8mb4_general_ci", "utf8mb4_unicode_ci"];
+
+/// A logical value. Equal values must compare equal through Tally; unequal ones must
+/// be reported (the generator only makes unequal values that differ at the fidelity
+/// Tally compares them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum V {
+    Null,
+    Int(i64),
+    /// unscaled digits at the column's scale
+    Dec(i64),
+    Dbl(f64),
+    Text(String),
+    Bool(bool),
+    /// days since 1970-01-01
+    Date(i32),
+    /// microseconds since 1970-01-01 00:00:00
+    Ts(i64),
+    Bytes(Vec<u8>),
+    Uuid(u128),
+}
+
+/// A value and how one side spells it (0: plainly; others: an equal spelling).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub v: V,
+    pub spelling: u8,
+}
+
+impl Cell {
+    pub fn plain(v: V) -> Cell {
+        Cell { v, spelling: 0 }
+    }
+}
+
+/// What a value is bound as where the generator writes through a driver (SQLite).
+#[derive(Debug, Clone)]
+pub enum Bind {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+pub const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i32 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe - 719_468) as i32
+}
+
+/// The date of a day count.
+pub fn civil_from_days(z: i32) -> (i64, u32, u32) {
+    let z = z as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m, d)
+}
+
+/// The first and last day every live engine stores (0001-01-01, 9999-12-31).
+pub fn date_range() -> (i32, i32) {
+    (days_from_civil(1, 1, 1), days_from_civil(9999, 12, 31))
+}
+
+pub fn date_text(days: i32) -> String {
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+pub fn ts_text(micros: i64) -> String {
+    let days = micros.div_euclid(MICROS_PER_DAY) as i32;
+    let rem = micros.rem_euclid(MICROS_PER_DAY);
+    let (s, us) = (rem / 1_000_000, rem % 1_000_000);
+    format!(
+        "{} {:02}:{:02}:{:02}.{us:06}",
+        date_text(days),
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+fn dec_text(unscaled: i64, scale: u8, extra_zero: bool) -> String {
+    let neg = unscaled < 0;
+    let digits = unscaled.unsigned_abs().to_string();
+    let s = scale as usize;
+    let mut out = String::new();
+    if neg {
+        out.push('-');
+    }
+    if s == 0 {
+        out.push_str(&digits);
+        if extra_zero {
+            out.push_str(".0");
+        }
+        return out;
+    }
+    let padded = format!("{digits:0>width$}", width = s + 1);
+    let (int, frac) = padded.split_at(padded.len() - s);
+    let _ = write!(out, "{int}.{frac}");
+    if extra_zero {
+        out.push('0');
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn uuid_text(u: u128, upper: bool) -> String {
+    let h = format!("{u:032x}");
+    let s = format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    );
+    if upper { s.to_uppercase() } else { s }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The shortest text that reads back as `x`, in exponent form (a double literal on
+/// every engine).
+fn dbl_text(x: f64) -> String {
+    format!("{x:e}")
+}
+
+/// The SQL literal of a cell on an engine (SQLite's rows are bound instead, but the
+/// literal is what a reproduction script shows).
+pub fn literal(e: Engine, class: Class, c: &Cell) -> String {
+    use Engine::*;
+    let alt = c.spelling != 0;
+    match (&c.v, e) {
+        (V::Null, _) => "NULL".into(),
+        (V::Int(i), _) => i.to_string(),
+        (V::Dec(u), _) => {
+            let Class::Dec { scale } = class else {
+                unreachable!("decimal value in {class:?}")
+            };
+            dec_text(*u, scale, alt)
+        }
+        (V::Dbl(x), Pg) => format!(
+            "'{}'::float8",
+            if alt && *x == 0.0 {
+                "-0".into()
+            } else {
+                dbl_text(*x)
+            }
+        ),
+        (V::Dbl(x), My) => {
+            if alt && *x == 0.0 {
+                "-0e0".into()
+            } else {
+                dbl_text(*x)
+            }
+        }
+        (V::Dbl(x), Duck) => format!(
+            "'{}'::DOUBLE",
+            if alt && *x == 0.0 {
+                "-0.0".into()
+            } else {
+                dbl_text(*x)
+            }
+        ),
+        (V::Dbl(x), Lite) => dbl_text(if alt && *x == 0.0 { -0.0 } else { *x }),
+        (V::Text(s), My) => format!("CONVERT(X'{}' USING utf8mb4)", hex(s.as_bytes())),
+        (V::Text(s), _) => quote(s),
+        (V::Bool(b), Lite) => (*b as u8).to_string(),
+        (V::Bool(b), _) => if *b { "TRUE" } else { "FALSE" }.into(),
+        (V::Date(d), Lite) => quote(&date_text(*d)),
+        (V::Date(d), _) => format!("DATE '{}'", date_text(*d)),
+        (V::Ts(t), Lite) => quote(&ts_text(*t)),
+        (V::Ts(t), _) => format!("TIMESTAMP '{}'", ts_text(*t)),
+        (V::Bytes(b), Pg) => format!("'\\x{}'::bytea", hex(b)),
+        (V::Bytes(b), My | Lite) => format!("X'{}'", hex(b)),
+        (V::Bytes(b), Duck) => format!("from_hex('{}')", hex(b)),
+        (V::Uuid(u), Pg) => format!("'{}'::uuid", uuid_text(*u, alt)),
+        (V::Uuid(u), Duck) => format!("'{}'::UUID", uuid_text(*u, alt)),
+        (V::Uuid(u), _) => quote(&uuid_text(*u, alt)),
+    }
+}
+
+/// How SQLite's row is bound (exactly the value: no text-to-double parsing).
+pub fn bind(class: Class, c: &Cell) -> Bind {
+    let alt = c.spelling != 0;
+    match &c.v {
+        V::Null => Bind::Null,
+        V::Int(i) => Bind::Int(*i),
+        V::Dec(u) => {
+            let Class::Dec { scale } = class else {
+                unreachable!()
+            };
+            // NUMERIC affinity stores what the text says as an integer or a double
+            Bind::Text(dec_text(*u, scale, alt))
+        }
+        V::Dbl(x) => Bind::Real(if alt && *x == 0.0 { -0.0 } else { *x }),
+        V::Text(s) => Bind::Text(s.clone()),
+        V::Bool(b) => Bind::Int(*b as i64),
+        V::Date(d) => Bind::Text(date_text(*d)),
+        V::Ts(t) => Bind::Text(ts_text(*t)),
+        V::Bytes(b) => Bind::Blob(b.clone()),
+        V::Uuid(u) => Bind::Text(uuid_text(*u, alt)),
+    }
+}
+
+/// Characters text values are made of: letters of both cases, spaces and tabs, NFC and
+/// NFD accents, 2-, 3- and 4-byte UTF-8, quotes, backslashes, and the canonical form's
+/// own marks (`~`, `:`).
+const ALPHABET: &[&str] = &[
+    "a", "b", "z", "A", "B", "Z", "0", "7", " ", "\t", "\n", "é", "e\u{301}", "ß", "中", "😀", "~", ":", "'",
+    "\\", "%", "_", ",", "\"",
+];
+
+pub fn random_text(r: &mut Rng, max_len: usize) -> String {
+    let n = r.below(max_len as u64 + 1) as usize;
+    (0..n).map(|_| *r.pick(ALPHABET)).collect()
+}
+
+const TEXT_EDGES: &[&str] = &[
+    "", " ", "a ", " a", "\t", "é", "e\u{301}", "~", "1:~", "0:", "NULL", "\\N", "a\nb",
+];
+
+/// A value of a class: often an edge of the class, sometimes NULL.
+pub fn random_value(r: &mut Rng, class: Class) -> V {
+    if r.chance(0.08) {
+        return V::Null;
+    }
+    let edge = r.chance(0.25);
+    match class {
+        Class::Int { narrow } => {
+            if edge {
+                let edges: &[i64] = if narrow {
+                    &[0, 1, -1, i32::MIN as i64, i32::MAX as i64]
+                } else {
+                    &[0, -1, i64::MIN, i64::MAX, (1 << 53) + 1, -(1 << 53) - 1]
+                };
+                V::Int(*r.pick(edges))
+            } else if narrow {
+                V::Int(r.range_i64(-100_000, 100_000))
+            } else {
+                V::Int(r.range_i64(-1 << 40, 1 << 40))
+            }
+        }
+        Class::Dec { .. } => {
+            let max = 999_999_999_999i64;
+            if edge {
+                V::Dec(*r.pick(&[0, 1, -1, max, -max, 5, 50]))
+            } else {
+                V::Dec(r.range_i64(-10_000_000, 10_000_000))
+            }
+        }
+        Class::Double => {
+            if edge {
+                V::Dbl(*r.pick(&[
+                    0.0,
+                    1.0,
+                    -2.25,
+                    0.1 + 0.2,
+                    2.675,
+                    1e-7,
+                    5e-324,
+                    1e20,
+                    1e20 / 3.0,
+                    -1e20 / 3.0,
+                    1e37 / 3.0,
+                    1e38,
+                    1e300,
+                    f64::MAX,
+                    9007199254740993.0,
+                    16777217.0,
+                    123456789.12345679,
+                ]))
+            } else {
+                let m = r.range_i64(-1_000_000_000, 1_000_000_000) as f64;
+                V::Dbl(m / *r.pick(&[1.0, 3.0, 7.0, 1000.0, 1e6]))
+            }
+        }
+        Class::Text => {
+            if edge {
+                V::Text(r.pick(TEXT_EDGES).to_string())
+            } else {
+                V::Text(random_text(r, 10))
+            }
+        }
+        Class::Bool => V::Bool(r.chance(0.5)),
+        Class::Date => {
+            if edge {
+                V::Date(*r.pick(&date_edges()))
+            } else {
+                V::Date(days_from_civil(2024, 1, 1) + r.range_i64(-800, 800) as i32)
+            }
+        }
+        Class::Ts => {
+            if edge {
+                V::Ts(*r.pick(&ts_edges()))
+            } else {
+                let base = days_from_civil(2024, 1, 1) as i64 * MICROS_PER_DAY;
+                V::Ts(base + r.range_i64(-400 * MICROS_PER_DAY, 400 * MICROS_PER_DAY))
+            }
+        }
+        Class::Bytes => {
+            if edge {
+                V::Bytes(
+                    r.pick(&[&[][..], &[0], &[0, 0], &[0xff], &[0xab, 0], &[0, 0xab]])
+                        .to_vec(),
+                )
+            } else {
+                V::Bytes((0..r.below(9)).map(|_| r.below(256) as u8).collect())
+            }
+        }
+        Class::Uuid => {
+            // RFC 9562 version 4 layout (MariaDB's UUID refuses other variants), and nil
+            let v4 = |u: u128| {
+                (u & !(0xf000u128 << 64) & !(0xc000u128 << 48)) | (0x4000u128 << 64) | (0x8000u128 << 48)
+            };
+            if edge {
+                V::Uuid(*r.pick(&[0, v4(u128::MAX), v4(1)]))
+            } else {
+                V::Uuid(v4(((r.next_u64() as u128) << 64) | r.next_u64() as u128))
+            }
+        }
+    }
+}
+
+pub fn date_edges() -> Vec<i32> {
+    vec![
+        days_from_civil(1, 1, 1),
+        days_from_civil(9999, 12, 31),
+        days_from_civil(1970, 1, 1),
+        days_from_civil(1969, 12, 31),
+        days_from_civil(2000, 2, 29),
+        days_from_civil(2020, 12, 31),
+        days_from_civil(2021, 1, 3),
+        days_from_civil(2024, 12, 30),
+        days_from_civil(2038, 1, 19),
+        days_from_civil(1899, 12, 31),
+    ]
+}
+
+pub fn ts_edges() -> Vec<i64> {
+    let at = |y, m, d, us: i64| days_from_civil(y, m, d) as i64 * MICROS_PER_DAY + us;
+    vec![
+        at(1970, 1, 1, 0),
+        at(1970, 1, 1, 0) - 1,
+        at(1, 1, 1, 0),
+        at(9999, 12, 31, MICROS_PER_DAY - 1),
+        at(2024, 3, 31, MICROS_PER_DAY - 1),
+        at(2024, 4, 1, 0),
+        at(2038, 1, 19, 3 * 3_600_000_000 + 14 * 60_000_000 + 8_000_000),
+        at(2024, 10, 27, 2 * 3_600_000_000 + 30 * 60_000_000),
+        at(1900, 1, 1, 123_456),
+        at(2021, 1, 3, MICROS_PER_DAY - 1),
+    ]
+}
+
+/// A value different from `v` at the fidelity Tally compares its class, made the way
+/// a replication fault would: re-cased, padded, re-normalised, nudged by one unit,
+/// moved across a period edge, or turned NULL (or from NULL).
+pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
+    if *v == V::Null {
+        loop {
+            let n = random_value(r, class);
+            if n != V::Null {
+                return (n, "null shift");
+            }
+        }
+    }
+    if r.chance(0.12) {
+        return (V::Null, "null shift");
+    }
+    match (class, v) {
+        (Class::Int { narrow }, V::Int(i)) => {
+            let max = if narrow { i32::MAX as i64 } else { i64::MAX };
+            (V::Int(if *i == max { i - 1 } else { i + 1 }), "off by one")
+        }
+        (Class::Dec { .. }, V::Dec(u)) => (
+            V::Dec(if *u >= 999_999_999_999 { u - 1 } else { u + 1 }),
+            "last digit",
+        ),
+        (Class::Double, V::Dbl(x)) => {
+            let y = if x.abs() >= 1e15 {
+                x * (1.0 + 1e-9)
+            } else {
+                x + 1.0
+            };
+            let y = if y.is_finite() { y } else { x * (1.0 - 1e-9) };
+            (V::Dbl(y), "nudged")
+        }
+        (Class::Text, V::Text(s)) => {
+            let (t, why) = text_changed(r, s);
+            (V::Text(t), why)
+        }
+        (Class::Bool, V::Bool(b)) => (V::Bool(!b), "flipped"),
+        (Class::Date, V::Date(d)) => {
+            let (lo, hi) = date_range();
+            let step = *r.pick(&[1, -1, 7, 31, 92, 366]);
+            let n = d + step;
+            (V::Date(if n < lo || n > hi { d - step } else { n }), "moved")
+        }
+        (Class::Ts, V::Ts(t)) => {
+            let (lo, hi) = date_range();
+            let (lo, hi) = (
+                lo as i64 * MICROS_PER_DAY,
+                hi as i64 * MICROS_PER_DAY + MICROS_PER_DAY - 1,
+            );
+            let step = *r.pick(&[1, -1, 1_000, 3_600_000_000, MICROS_PER_DAY, 31 * MICROS_PER_DAY]);
+            let n = t + step;
+            (V::Ts(if n < lo || n > hi { t - step } else { n }), "moved")
+        }
+        (Class::Bytes, V::Bytes(b)) => {
+            let mut b = b.clone();
+            match r.below(3) {
+                0 => b.push(0),
+                1 if !b.is_empty() => b[0] ^= 1,
+                _ => b.insert(0, 0),
+            }
+            (V::Bytes(b), "byte changed")
+        }
+        (Class::Uuid, V::Uuid(u)) => (V::Uuid(u ^ 1), "bit flipped"),
+        (c, v) => unreachable!("{v:?} is not of class {c:?}"),
+    }
+}
+
+/// A different text: re-cased, padded, re-normalised, or with a character replaced.
+fn text_changed(r: &mut Rng, s: &str) -> (String, &'static str) {
+    let out = match r.below(4) {
+        0 if s
+            .chars()
+            .any(|c| c.is_alphabetic() && (c.is_lowercase() || c.is_uppercase())) =>
+        {
+            let mut done = false;
+            let t: String = s
+                .chars()
+                .map(|c| {
+                    if !done && c.is_lowercase() && c.to_uppercase().count() == 1 {
+                        done = true;
+                        c.to_uppercase().next().unwrap()
+                    } else if !done && c.is_uppercase() && c.to_lowercase().count() == 1 {
+                        done = true;
+                        c.to_lowercase().next().unwrap()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            (t, "re-cased")
+        }
+        1 => (format!("{s} "), "padded"),
+        2 if s.contains('é') => (s.replacen('é', "e\u{301}", 1), "re-normalised"),
+        2 if s.contains("e\u{301}") => (s.replacen("e\u{301}", "é", 1), "re-normalised"),
+        _ => (format!("{s}x"), "appended"),
+    };
+    if out.0 == s {
+        (format!("{s}x"), "appended")
+    } else {
+        out
+    }
+}
+
+/// An equal spelling of a value on one side, where the class has one.
+pub fn spelling(r: &mut Rng, v: &V) -> u8 {
+    match v {
+        V::Dec(_) | V::Uuid(_) => r.chance(0.3) as u8,
+        V::Dbl(x) if *x == 0.0 => r.chance(0.5) as u8,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_days_round_trip_over_every_live_year() {
+        let (lo, hi) = date_range();
+        for d in (lo..=hi).step_by(997).chain([lo, hi, 0, -1]) {
+            let (y, m, dd) = civil_from_days(d);
+            assert_eq!(days_from_civil(y, m, dd), d, "{y}-{m}-{dd}");
+        }
+        assert_eq!(date_text(0), "1970-01-01");
+        assert_eq!(date_text(lo), "0001-01-01");
+        assert_eq!(ts_text(-1), "1969-12-31 23:59:59.999999");
+    }
+
+    #[test]
+    fn decimal_spellings_are_equal_values() {
+        assert_eq!(dec_text(1050, 2, false), "10.50");
+        assert_eq!(dec_text(1050, 2, true), "10.500");
+        assert_eq!(dec_text(-5, 2, false), "-0.05");
+        assert_eq!(dec_text(7, 0, true), "7.0");
+    }
+
+    #[test]
+    fn a_changed_value_is_never_equal() {
+        let mut r = Rng::new(7);
+        for class in Class::value_classes() {
+            for _ in 0..500 {
+                let v = random_value(&mut r, *class);
+                let (n, why) = changed(&mut r, *class, &v);
+                assert_ne!(v, n, "{class:?} {why}");
+                if let (V::Dbl(a), V::Dbl(b)) = (&v, &n) {
+                    assert!((a - b).abs() >= 1e-5, "{a} {b}: equal at scale 6");
+                }
+            }
+        }
+    }
+}
