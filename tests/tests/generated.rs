@@ -3,6 +3,8 @@
 //! case, against ground truth known by construction. A failure is shrunk and printed
 //! as SQL, datasets and spec. `tally-gen --long 1h` hunts with fresh seeds.
 
+use std::io::Write;
+
 use tally_e2e::generator::{Hunt, hunt};
 
 #[test]
@@ -15,10 +17,14 @@ fn generated_cases_report_exactly_their_truth() {
         ..Hunt::default()
     };
     let f = hunt(&h);
-    eprintln!("generator coverage (seed {}):\n{}", h.seed, f.coverage.report());
+    // straight to the process's stderr (eprintln! of a passing test is captured): the
+    // coverage shows in every CI log
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "generator coverage (seed {}):\n{}", h.seed, f.coverage.report());
     for r in &f.reproductions {
-        eprintln!("{r}");
+        let _ = writeln!(err, "{r}");
     }
+    drop(err);
     assert!(
         f.failures.is_empty(),
         "{} generated runs disagree with their truth (reproductions above)",
