@@ -20,7 +20,12 @@ fn generated_cases_report_exactly_their_truth() {
     // straight to the process's stderr (eprintln! of a passing test is captured): the
     // coverage shows in every CI log
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "generator coverage (seed {}):\n{}", h.seed, f.coverage.report());
+    let _ = writeln!(
+        err,
+        "generator coverage (seed {}):\n{}",
+        h.seed,
+        f.coverage.report()
+    );
     for r in &f.reproductions {
         let _ = writeln!(err, "{r}");
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::rng::Rng;
-use super::values::{Cell, Class, Engine, V, changed, random_text, random_value, spelling};
+use super::values::{Cell, Class, Engine, SideForm, V, changed, random_text, random_value, spelling};
 
 /// A column on both sides.
 #[derive(Debug, Clone)]
@@ -15,6 +15,8 @@ pub struct Column {
     pub class: Class,
     /// the declared type on the source and on the target
     pub types: [String; 2],
+    /// each side's form of a class with two ([`SideForm::alt`])
+    pub alt: [bool; 2],
 }
 
 /// The shape of a key.
@@ -106,6 +108,21 @@ pub struct Case {
     pub mutations: Vec<Mutation>,
     /// non-key columns left out of the comparison
     pub exclude: Vec<usize>,
+    /// each dataset's `time_zone` (agent config)
+    pub zones: [&'static str; 2],
+    /// each dataset's `empty_string_is_null` (agent config)
+    pub empty_is_null: [bool; 2],
+}
+
+/// Zones a dataset may be read in (fixed offsets: the agent takes no named zones).
+pub const ZONES: &[&str] = &["UTC", "+02:00", "-05:30", "+14:00", "-09:00"];
+
+fn offset_minutes(zone: &str) -> i32 {
+    if zone == "UTC" {
+        return 0;
+    }
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    sign * (zone[1..3].parse::<i32>().unwrap() * 60 + zone[4..6].parse::<i32>().unwrap())
 }
 
 /// The mutations the generator holds back while their failure class is open (named
@@ -116,6 +133,10 @@ impl Case {
     /// A random case between two engines, from `seed` alone.
     pub fn generate(seed: u64, source: Engine, target: Engine) -> Case {
         let mut r = Rng::new(seed);
+        let zones = [*r.pick(ZONES), *r.pick(ZONES)];
+        let zones = if r.chance(0.5) { zones } else { ["UTC", "UTC"] };
+        let empty_is_null = [r.chance(0.15), r.chance(0.15)];
+        let no_empty_keys = empty_is_null.contains(&true);
         let key_shape = *r.pick(&[
             KeyShape::Int64,
             KeyShape::Int32,
@@ -124,18 +145,18 @@ impl Case {
         ]);
         let mut columns = Vec::new();
         for (i, class) in key_shape.classes().iter().enumerate() {
-            columns.push(column(&mut r, format!("k{i}"), *class, source, target));
+            columns.push(column(&mut r, format!("k{i}"), *class, source, target, true));
         }
         let nkeys = columns.len();
         let ncols = 1 + r.below(6) as usize;
         for i in 0..ncols {
             let class = *r.pick(Class::value_classes());
-            columns.push(column(&mut r, format!("c{i}"), class, source, target));
+            columns.push(column(&mut r, format!("c{i}"), class, source, target, false));
         }
         // most cases get a time column, so strategy time applies
         if r.chance(0.7) && !columns.iter().any(|c| c.class.is_time()) {
             let class = *r.pick(&[Class::Date, Class::Ts]);
-            columns.push(column(&mut r, format!("c{ncols}"), class, source, target));
+            columns.push(column(&mut r, format!("c{ncols}"), class, source, target, false));
         }
         let n = *r.pick(&[0usize, 1, 3, 20, 60, 150, 300, 500]);
         let mut keys = Vec::new();
@@ -144,6 +165,9 @@ impl Case {
         while keys.len() < n && attempts < n * 20 {
             attempts += 1;
             let k = random_key(&mut r, key_shape, keys.len());
+            if no_empty_keys && k.contains(&V::Text(String::new())) {
+                continue;
+            }
             if seen.insert(key_json(&k)) {
                 keys.push(k);
             }
@@ -177,6 +201,8 @@ impl Case {
             base,
             mutations: Vec::new(),
             exclude: Vec::new(),
+            zones,
+            empty_is_null,
         };
         if case.columns.len() > case.nkeys + 1 && r.chance(0.2) {
             let c = case.nkeys + r.below((case.columns.len() - case.nkeys) as u64) as usize;
@@ -197,7 +223,8 @@ impl Case {
             let key = loop {
                 let at = r.below(1_000_000) as usize;
                 let k = random_key(r, self.key_shape, at);
-                if !self.base.iter().any(|(s, _)| key_of(s, self.nkeys) == k) {
+                let empty = self.empty_is_null.contains(&true) && k.contains(&V::Text(String::new()));
+                if !empty && !self.base.iter().any(|(s, _)| key_of(s, self.nkeys) == k) {
                     break k;
                 }
             };
@@ -300,16 +327,16 @@ impl Case {
     /// The differences Tally must report: `(kind, key as JSON)`.
     pub fn truth(&self) -> Truth {
         let [src, tgt] = self.sides();
-        let group = |rows: &[Vec<Cell>]| {
+        let group = |rows: &[Vec<Cell>], side: usize| {
             let mut m: BTreeMap<String, Vec<Vec<V>>> = BTreeMap::new();
             for row in rows {
                 m.entry(key_json(&key_of(row, self.nkeys)))
                     .or_default()
-                    .push(self.compared(row));
+                    .push(self.compared(row, side));
             }
             m
         };
-        let (s, t) = (group(&src), group(&tgt));
+        let (s, t) = (group(&src, 0), group(&tgt, 1));
         let mut truth = Truth::default();
         for (k, rows) in &s {
             match t.get(k) {
@@ -331,12 +358,24 @@ impl Case {
         truth
     }
 
-    /// A row's compared values (every non-key column not excluded).
-    fn compared(&self, row: &[Cell]) -> Vec<V> {
+    /// A row's compared values (every non-key column not excluded), an empty text
+    /// as NULL where the side's dataset says `empty_string_is_null`.
+    fn compared(&self, row: &[Cell], side: usize) -> Vec<V> {
         (self.nkeys..self.columns.len())
             .filter(|c| !self.exclude.contains(c))
-            .map(|c| row[c].v.clone())
+            .map(|c| match &row[c].v {
+                V::Text(t) if t.is_empty() && self.empty_is_null[side] => V::Null,
+                v => v.clone(),
+            })
             .collect()
+    }
+
+    /// How side `side` writes column `col`.
+    pub fn side_form(&self, side: usize, col: usize) -> SideForm {
+        SideForm {
+            alt: self.columns[col].alt[side],
+            offset_minutes: offset_minutes(self.zones[side]),
+        }
     }
 
     /// The first column of a time class that is compared (strategy time's column).
@@ -366,15 +405,31 @@ impl Truth {
     }
 }
 
-fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engine) -> Column {
+/// A column of a class; a key column keeps its class (the key's values are drawn for it).
+fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engine, key: bool) -> Column {
     // an integer column narrower on one side holds values both sides store
     let class = match class {
-        Class::Int { narrow: false } if r.chance(0.2) => Class::Int { narrow: true },
+        Class::Int { narrow: false } if !key && r.chance(0.2) => Class::Int { narrow: true },
         c => c,
     };
     let v = r.below(6) as u8;
     let w = r.below(6) as u8;
-    let types = [class.sql_type(source, v), class.sql_type(target, w)];
+    let alt = match class {
+        Class::Instant => [[true, false], [false, true], [true, true]][r.below(3) as usize],
+        Class::IntDec { .. } | Class::DecDbl { .. } => {
+            let a = r.chance(0.5);
+            [a, !a]
+        }
+        _ => [false, false],
+    };
+    let form = |alt| SideForm {
+        alt,
+        offset_minutes: 0,
+    };
+    let types = [
+        class.side_type(source, v, form(alt[0])),
+        class.side_type(target, w, form(alt[1])),
+    ];
     // a 32-bit column on one side, 64 on the other: values fit the narrower
     let types = match class {
         Class::Int { narrow: true } if r.chance(0.5) => {
@@ -382,7 +437,12 @@ fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engin
         }
         _ => types,
     };
-    Column { name, class, types }
+    Column {
+        name,
+        class,
+        types,
+        alt,
+    }
 }
 
 pub fn key_of(row: &[Cell], nkeys: usize) -> Vec<V> {

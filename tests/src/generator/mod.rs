@@ -24,11 +24,24 @@ use values::{Class, Engine, V};
 /// open, by the class's name in issue 31; the coverage report counts them.
 pub fn held(case: &Case, c: &RunConfig) -> Option<&'static str> {
     let sides = [case.source, case.target];
-    if c.form == Form::Query
-        && sides.contains(&Engine::Lite)
-        && case.has_class(|k| matches!(k, Class::Dec { .. }))
-    {
-        return Some("F6 (SQLite query: decimal columns typed NULL)");
+    if c.form == Form::Query && sides.contains(&Engine::Lite) {
+        return Some("F6 (SQLite query: columns typed NULL)");
+    }
+    // a zone-less instant on an engine that does not read it in its dataset's time_zone
+    let zoneless_on = |e: Engine| {
+        (0..2).any(|s| {
+            sides[s] == e
+                && case
+                    .columns
+                    .iter()
+                    .any(|col| col.class == Class::Instant && !col.alt[s])
+        })
+    };
+    if zoneless_on(Engine::Lite) {
+        return Some("F5 (SQLite ignores a dataset's time_zone)");
+    }
+    if zoneless_on(Engine::Duck) {
+        return Some("F13 (DuckDB ignores a dataset's time_zone)");
     }
     if sides.contains(&Engine::Duck) && case.key_shape == KeyShape::TextInt {
         return Some("F11 (DuckDB composite key: row values in BETWEEN)");
@@ -36,7 +49,8 @@ pub fn held(case: &Case, c: &RunConfig) -> Option<&'static str> {
     let my_query_misdescribed = (0..2).any(|s| {
         sides[s] == Engine::My
             && case.columns.iter().any(|col| {
-                col.class == Class::Bool || (col.class == Class::Text && col.types[s].contains("_bin"))
+                matches!(col.class, Class::Bool | Class::Uuid)
+                    || (col.class == Class::Text && col.types[s].contains("_bin"))
             })
     });
     if c.form == Form::Query && my_query_misdescribed {
@@ -87,6 +101,12 @@ impl Coverage {
             }
             if !case.exclude.is_empty() {
                 self.add("option", "exclude");
+            }
+            if case.zones != ["UTC", "UTC"] {
+                self.add("option", "time_zone");
+            }
+            if case.empty_is_null.contains(&true) {
+                self.add("option", "empty_string_is_null");
             }
             self.add(
                 "truth",
@@ -433,10 +453,12 @@ pub fn reproduction(case: &Case, c: &RunConfig) -> String {
         .map(|c| c.name.as_str())
         .collect();
     s.push_str(&format!(
-        "-- datasets: key [{}], hashing {:?}, form {:?} (query: SELECT every column FROM the table)\n",
+        "-- datasets: key [{}], hashing {:?}, form {:?} (query: SELECT every column FROM the table), time_zone {:?}, empty_string_is_null {:?}\n",
         key.join(", "),
         c.hashing,
-        c.form
+        c.form,
+        case.zones,
+        case.empty_is_null
     ));
     s.push_str(&format!("-- spec:\n{}", run::spec(case, 0, c)));
     let t = case.truth();

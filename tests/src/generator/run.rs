@@ -128,7 +128,8 @@ pub fn side_sql(case: &Case, i: usize, side: usize, qualify: &str) -> String {
                 let vals: Vec<String> = row
                     .iter()
                     .zip(&case.columns)
-                    .map(|(cell, col)| literal(engine, col.class, cell))
+                    .enumerate()
+                    .map(|(n, (cell, col))| literal(engine, col.class, cell, case.side_form(side, n)))
                     .collect();
                 format!("({})", vals.join(", "))
             })
@@ -172,7 +173,7 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
             sql.push_str(&side_sql(c, i, s, ""));
             sql.push_str(&format!("ANALYZE {};\n", table(i, s)));
         }
-        pg.exec(Some(name), &sql);
+        pg.exec(Some(name), &keep(name, "postgres", sql));
     }
     if engines.contains(&Engine::My) {
         let my = db::mariadb();
@@ -181,7 +182,7 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
         for (i, s, c) in per_engine(Engine::My) {
             sql.push_str(&side_sql(c, i, s, ""));
         }
-        my.exec(Some(name), &sql);
+        my.exec(Some(name), &keep(name, "mariadb", sql));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -197,6 +198,15 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
         panic!("a DuckDB case in a build without the duckdb feature");
     }
     dbs
+}
+
+/// Writes a load script where it outlives a failed load (the SQL client's error names
+/// a line of it) and hands it back.
+fn keep(name: &str, engine: &str, sql: String) -> String {
+    let path = std::env::temp_dir().join(format!("tally-gen-{name}-{engine}.sql"));
+    let _ = std::fs::write(&path, &sql);
+    eprintln!("loading {} ({} bytes)", path.display(), sql.len());
+    sql
 }
 
 /// SQLite through its driver with bound values: a double is stored as its bits, not
@@ -227,8 +237,8 @@ async fn load_sqlite(path: &Path, sides: &[(usize, usize, &Case)]) {
         let insert = format!("INSERT INTO {t} VALUES ({marks})");
         for row in &case.sides()[*side] {
             let mut q = sqlx::query(sqlx::AssertSqlSafe(insert.clone()));
-            for (cell, col) in row.iter().zip(&case.columns) {
-                q = match bind(col.class, cell) {
+            for (n, (cell, col)) in row.iter().zip(&case.columns).enumerate() {
+                q = match bind(col.class, cell, case.side_form(*side, n)) {
                     Bind::Null => q.bind(None::<i64>),
                     Bind::Int(v) => q.bind(v),
                     Bind::Real(v) => q.bind(v),
@@ -299,8 +309,10 @@ fn dataset_yaml(
         _ => "auto",
     };
     format!(
-        "{{ url: '{url}', {from}, key: [{}], hashing: {hashing}, policy: {{ max_level: with_keys, time_columns: [{}], max_reveal_rows: 1000000, max_reveal_rows_per_hour: 1000000000 }} }}",
+        "{{ url: '{url}', {from}, key: [{}], hashing: {hashing}, time_zone: '{}', empty_string_is_null: {}, policy: {{ max_level: with_keys, time_columns: [{}], max_reveal_rows: 1000000, max_reveal_rows_per_hour: 1000000000 }} }}",
         key.join(", "),
+        case.zones[side],
+        case.empty_is_null[side],
         time_columns.join(", ")
     )
 }

@@ -75,6 +75,28 @@ pub enum Class {
     Ts,
     Bytes,
     Uuid,
+    /// an instant: on each side either a zone-less timestamp read in the dataset's
+    /// `time_zone` or a timestamp with zone (at least one side has a zone)
+    Instant,
+    /// an integer on one side, a decimal at this scale on the other
+    IntDec {
+        scale: u8,
+    },
+    /// a decimal at this scale on one side, a double on the other
+    DecDbl {
+        scale: u8,
+    },
+}
+
+/// How one side writes a column of a class with two forms ([`Class::Instant`],
+/// [`Class::IntDec`], [`Class::DecDbl`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SideForm {
+    /// Instant: the column has a zone; IntDec: the side is the decimal; DecDbl: the
+    /// side is the double
+    pub alt: bool,
+    /// the dataset's `time_zone` offset in minutes (a zone-less instant's local time)
+    pub offset_minutes: i32,
 }
 
 impl Class {
@@ -90,11 +112,14 @@ impl Class {
             Class::Ts => "timestamp",
             Class::Bytes => "bytes",
             Class::Uuid => "uuid",
+            Class::Instant => "instant",
+            Class::IntDec { .. } => "integer/decimal",
+            Class::DecDbl { .. } => "decimal/double",
         }
     }
 
     pub fn is_time(self) -> bool {
-        matches!(self, Class::Date | Class::Ts)
+        matches!(self, Class::Date | Class::Ts | Class::Instant)
     }
 
     /// Every non-key class the generator draws from.
@@ -112,7 +137,29 @@ impl Class {
             Class::Ts,
             Class::Bytes,
             Class::Uuid,
+            Class::Instant,
+            Class::IntDec { scale: 0 },
+            Class::IntDec { scale: 2 },
+            Class::DecDbl { scale: 2 },
+            Class::DecDbl { scale: 0 },
         ]
+    }
+
+    /// The column type on one side of a class with two forms.
+    pub fn side_type(self, e: Engine, variant: u8, f: SideForm) -> String {
+        match self {
+            Class::Instant if f.alt => match e {
+                Engine::Pg => "timestamptz".into(),
+                Engine::My => "TIMESTAMP(6) NULL DEFAULT NULL".into(),
+                Engine::Lite | Engine::Duck => "TIMESTAMPTZ".into(),
+            },
+            Class::Instant => Class::Ts.sql_type(e, variant),
+            Class::IntDec { scale } if f.alt => Class::Dec { scale }.sql_type(e, variant),
+            Class::IntDec { .. } => Class::Int { narrow: false }.sql_type(e, variant),
+            Class::DecDbl { .. } if f.alt => Class::Double.sql_type(e, variant),
+            Class::DecDbl { scale } => Class::Dec { scale }.sql_type(e, variant),
+            c => c.sql_type(e, variant),
+        }
     }
 
     /// The column type on one engine; `variant` picks among equivalent declarations.
@@ -152,6 +199,16 @@ impl Class {
             (Class::Bytes, _) => "BLOB",
             (Class::Uuid, Pg) => "uuid",
             (Class::Uuid, _) => "UUID",
+            (Class::Instant | Class::IntDec { .. } | Class::DecDbl { .. }, _) => {
+                return self.side_type(
+                    e,
+                    variant,
+                    SideForm {
+                        alt: false,
+                        offset_minutes: 0,
+                    },
+                );
+            }
         };
         s.to_string()
     }
@@ -306,9 +363,41 @@ fn dbl_text(x: f64) -> String {
 
 /// The SQL literal of a cell on an engine (SQLite's rows are bound instead, but the
 /// literal is what a reproduction script shows).
-pub fn literal(e: Engine, class: Class, c: &Cell) -> String {
+pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
     use Engine::*;
     let alt = c.spelling != 0;
+    match (class, &c.v) {
+        (Class::Instant, V::Ts(t)) if f.alt => {
+            return match e {
+                Pg => format!("TIMESTAMPTZ '{}+00'", ts_text(*t)),
+                My => format!("TIMESTAMP '{}'", ts_text(*t)),
+                Duck => format!("'{}+00'::TIMESTAMPTZ", ts_text(*t)),
+                Lite => quote(&format!("{}+00:00", ts_text(*t))),
+            };
+        }
+        (Class::Instant, V::Ts(t)) => {
+            let local = t + f.offset_minutes as i64 * 60_000_000;
+            return literal(e, Class::Ts, &Cell::plain(V::Ts(local)), f);
+        }
+        (Class::DecDbl { scale }, V::Dec(u)) if f.alt => {
+            let text = dec_text(*u, scale, false);
+            return match e {
+                Pg => format!("'{text}'::float8"),
+                My => format!("{text}e0"),
+                Duck => format!("'{text}'::DOUBLE"),
+                Lite => text,
+            };
+        }
+        (Class::DecDbl { scale } | Class::IntDec { scale }, V::Dec(_) | V::Int(_)) => {
+            let class = if matches!(c.v, V::Int(_)) {
+                Class::Int { narrow: false }
+            } else {
+                Class::Dec { scale }
+            };
+            return literal(e, class, c, f);
+        }
+        _ => {}
+    }
     match (&c.v, e) {
         (V::Null, _) => "NULL".into(),
         (V::Int(i), _) => i.to_string(),
@@ -360,8 +449,23 @@ pub fn literal(e: Engine, class: Class, c: &Cell) -> String {
 }
 
 /// How SQLite's row is bound (exactly the value: no text-to-double parsing).
-pub fn bind(class: Class, c: &Cell) -> Bind {
+pub fn bind(class: Class, c: &Cell, f: SideForm) -> Bind {
     let alt = c.spelling != 0;
+    match (class, &c.v) {
+        (Class::Instant, V::Ts(t)) if f.alt => return Bind::Text(format!("{}+00:00", ts_text(*t))),
+        (Class::Instant, V::Ts(t)) => return Bind::Text(ts_text(t + f.offset_minutes as i64 * 60_000_000)),
+        (Class::DecDbl { scale }, V::Dec(u)) if f.alt => {
+            return Bind::Real(
+                dec_text(*u, scale, false)
+                    .parse()
+                    .expect("a decimal reads as a double"),
+            );
+        }
+        (Class::DecDbl { scale } | Class::IntDec { scale }, V::Dec(_)) => {
+            return bind(Class::Dec { scale }, c, f);
+        }
+        _ => {}
+    }
     match &c.v {
         V::Null => Bind::Null,
         V::Int(i) => Bind::Int(*i),
@@ -420,7 +524,31 @@ pub fn random_value(r: &mut Rng, class: Class) -> V {
                 V::Int(r.range_i64(-1 << 40, 1 << 40))
             }
         }
-        Class::Dec { .. } => {
+        Class::IntDec { .. } => {
+            if edge {
+                V::Int(*r.pick(&[0, 1, -1, 9_999_999_999, -9_999_999_999]))
+            } else {
+                V::Int(r.range_i64(-1_000_000, 1_000_000))
+            }
+        }
+        Class::Instant => {
+            // both sides store it: MariaDB's TIMESTAMP holds 1970-2038 only, and a
+            // local time at any offset stays within 0001-9999
+            let at = |y, m, d, us: i64| days_from_civil(y, m, d) as i64 * MICROS_PER_DAY + us;
+            if edge {
+                V::Ts(*r.pick(&[
+                    at(1970, 1, 2, 0),
+                    at(2038, 1, 18, MICROS_PER_DAY - 1),
+                    at(2023, 12, 31, 23 * 3_600_000_000 + 30 * 60_000_000),
+                    at(2024, 1, 1, 0) - 1,
+                    at(2024, 3, 31, 22 * 3_600_000_000),
+                    at(2000, 2, 29, 12 * 3_600_000_000),
+                ]))
+            } else {
+                V::Ts(at(2024, 1, 1, 0) + r.range_i64(-400 * MICROS_PER_DAY, 400 * MICROS_PER_DAY))
+            }
+        }
+        Class::Dec { .. } | Class::DecDbl { .. } => {
             let max = 999_999_999_999i64;
             if edge {
                 V::Dec(*r.pick(&[0, 1, -1, max, -max, 5, 50]))
@@ -552,7 +680,13 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
             let max = if narrow { i32::MAX as i64 } else { i64::MAX };
             (V::Int(if *i == max { i - 1 } else { i + 1 }), "off by one")
         }
-        (Class::Dec { .. }, V::Dec(u)) => (
+        (Class::IntDec { .. }, V::Int(i)) => (V::Int(i + 1), "off by one"),
+        (Class::Instant, V::Ts(t)) => {
+            let step = *r.pick(&[1, -1, 3_600_000_000, -MICROS_PER_DAY]);
+            let lo = days_from_civil(1970, 1, 2) as i64 * MICROS_PER_DAY;
+            (V::Ts(if t + step < lo { t - step } else { t + step }), "moved")
+        }
+        (Class::Dec { .. } | Class::DecDbl { .. }, V::Dec(u)) => (
             V::Dec(if *u >= 999_999_999_999 { u - 1 } else { u + 1 }),
             "last digit",
         ),
