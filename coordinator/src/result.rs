@@ -113,6 +113,28 @@ pub struct Difference {
     /// detailed only: the differing values (masked columns are never revealed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
+    /// Present when either side holds the key more than once: how many rows each side
+    /// holds of it. Such a key is listed whenever the two sides' rows of it are not the
+    /// same rows (a copy more, or one copy that differs), never folded into one row.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duplicates: Option<KeyCopies>,
+}
+
+/// How many rows each side holds of one key.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyCopies {
+    pub source: u32,
+    pub target: u32,
+}
+
+impl KeyCopies {
+    /// The copies of a key held `source` and `target` times, when either is more than once.
+    pub fn of(source: usize, target: usize) -> Option<KeyCopies> {
+        (source > 1 || target > 1).then(|| KeyCopies {
+            source: u32::try_from(source).unwrap_or(u32::MAX),
+            target: u32::try_from(target).unwrap_or(u32::MAX),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
@@ -394,7 +416,16 @@ impl RunResult {
                     .as_ref()
                     .map(|c| format!("  [{}]", c.join(", ")))
                     .unwrap_or_default();
-                let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
+                let copies = d
+                    .duplicates
+                    .map(|c| {
+                        format!(
+                            "  (rows of this key: {} on the source, {} on the target)",
+                            c.source, c.target
+                        )
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(o, "    {:<18} {key}{cols}{copies}", d.kind.name());
             }
         }
         for g in self.groups.iter().flatten() {
@@ -559,6 +590,7 @@ mod tests {
             key: vec![tally_common::segment::KeyPart::Int(42)],
             columns: Some(vec!["amount".into()]),
             values: None,
+            duplicates: KeyCopies::of(1, 2),
         }]);
         r.difference_counts = Some(DiffCounts {
             changed: 1,

@@ -111,3 +111,63 @@ fn an_integer_key_against_a_decimal_key_compares_under_the_hash_strategy() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// F9: keys repeated on the target.
+#[test]
+fn a_key_repeated_on_the_target_is_named_and_a_changed_copy_never_vanishes() {
+    let (pg, my) = (db::postgres(), db::mariadb());
+    let (pg_url, my_url) = (pg.create_database("reveals_f9"), my.create_database("reveals_f9"));
+    pg.exec(
+        Some("reveals_f9"),
+        "CREATE TABLE t (id BIGINT NOT NULL, v TEXT NOT NULL);\n\
+         INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g;\nANALYZE t;\n",
+    );
+    // 77: the same row twice; 88: a changed copy first, then the source's row
+    my.exec(
+        Some("reveals_f9"),
+        "CREATE TABLE t (id BIGINT NOT NULL, v TEXT NOT NULL);\n\
+         INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_300 WHERE seq <> 88;\n\
+         INSERT INTO t VALUES (77, 'v77'), (88, 'changed'), (88, 'v88');\n",
+    );
+    let body = |url: &str, hashing: &str| {
+        format!(
+            "{{ url: '{url}', table: t, key: [id], hashing: {hashing}, policy: {{ max_level: detailed }} }}"
+        )
+    };
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    for (agent, url) in [("dc1", &pg_url), ("vpc2", &my_url)] {
+        d.start_agent_datasets(
+            agent,
+            &[
+                ("t_auto".into(), body(url, "auto")),
+                ("t_push".into(), body(url, "pushdown")),
+            ],
+        );
+    }
+    d.coordinator_config();
+    for dataset in ["t_auto", "t_push"] {
+        for level in ["with_keys", "detailed"] {
+            let out = d.run(&spec(
+                dataset,
+                &format!(
+                    "bisection: {{ factor: 4, threshold: 8 }}\nreporting: {{ level: {level}, consent_acknowledged: true }}\n"
+                ),
+            ));
+            expect_differ(&out);
+            let j = &out.json;
+            let want: BTreeSet<(String, String)> = [("changed", "77"), ("changed", "88")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(listed(j), want, "{dataset} {level}: {}", out.stdout);
+            for d in j["differences"].as_array().unwrap() {
+                assert_eq!(
+                    (&d["duplicates"]["source"], &d["duplicates"]["target"]),
+                    (&Value::from(1), &Value::from(2)),
+                    "{d}"
+                );
+            }
+            assert_eq!(j["duplicate_keys"]["target"], 2);
+        }
+    }
+}

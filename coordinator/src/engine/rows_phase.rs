@@ -640,7 +640,8 @@ impl Engine {
             });
             self.res.warnings.push(format!(
                 "duplicate keys in the differing segments: {dup_source} on the source, {dup_target} on the target; \
-                 rows sharing a key are compared as one"
+                 a repeated key whose rows are not the same on both sides is listed, with the rows each side holds \
+                 of it (`duplicates`)"
             ));
         }
         out.extend(self.finish());
