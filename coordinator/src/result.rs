@@ -144,6 +144,20 @@ pub struct DiffCounts {
     pub changed: u64,
 }
 
+/// A budget that left keys out of `differences`: `reporting.sample_limit`, or an
+/// agent's reveal budget (`max_reveal_rows`, `max_reveal_rows_per_hour`) with the
+/// agent and its side.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Withheld {
+    pub budget: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub side: Option<String>,
+    /// Keys not listed because of it (for an agent: of the keys asked of it).
+    pub keys: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DuplicateKeys {
     pub source: u64,
@@ -278,9 +292,13 @@ pub struct RunResult {
     /// Keys found more than once in the differing segments (rows phase only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_keys: Option<DuplicateKeys>,
-    /// More differences exist than `sample_limit` let through.
+    /// `differences` lists fewer than `difference_counts` counts: `withheld` says
+    /// which budgets left keys out.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub truncated: bool,
+    /// Each budget that withheld keys from `differences`, and how many.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub withheld: Vec<Withheld>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -427,6 +445,13 @@ impl RunResult {
                     .unwrap_or_default();
                 let _ = writeln!(o, "    {:<18} {key}{cols}{copies}", d.kind.name());
             }
+            for w in &self.withheld {
+                let by = match (&w.agent, &w.side) {
+                    (Some(a), Some(s)) => format!("agent {a} ({s}) reveal budget {}", w.budget),
+                    _ => w.budget.clone(),
+                };
+                let _ = writeln!(o, "    keys withheld: {} by {by}", w.keys);
+            }
         }
         for g in self.groups.iter().flatten() {
             let labels: Vec<String> = g
@@ -530,6 +555,7 @@ mod tests {
             in_flight_leaves: None,
             duplicate_keys: None,
             truncated: false,
+            withheld: Vec::new(),
             warnings: Vec::new(),
             advice: None,
             error: None,

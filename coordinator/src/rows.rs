@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::segment::KeyTuple;
-use tally_common::wire::RowDigest;
+use tally_common::wire::{MAX_REVEAL_ROWS_PER_CALL, RowDigest};
 
 use crate::resolve::ResolvedColumn;
 use crate::result::{DiffCounts, DiffKind, Difference, KeyCopies, ValuePair};
@@ -219,11 +219,15 @@ impl Classifier {
     }
 }
 
-/// What one range's reveals ask of each side.
+/// What one page of a range's reveals asks of each side: at most
+/// [`MAX_REVEAL_ROWS_PER_CALL`] key hashes a side, one reveal call each.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevealWork {
     pub leaf: usize,
-    /// Indexes into the findings this range holds.
+    /// The page of the range, from 0.
+    #[serde(default)]
+    pub page: u32,
+    /// Indexes into the findings this page holds.
     pub findings: Vec<usize>,
     /// Key hashes the source reveals: its missing and changed rows.
     pub from_source: Vec<u64>,
@@ -232,31 +236,37 @@ pub struct RevealWork {
     pub from_target: Vec<u64>,
 }
 
-/// The reveals of the ranges that hold findings, in range order.
+/// The reveals of the ranges that hold findings, in range order, each range in pages
+/// of at most `MAX_REVEAL_ROWS_PER_CALL` findings (so at most that many key hashes a
+/// side: an agent releases no more in one call).
 pub fn reveal_plan(findings: &[Finding], ranges: usize, detailed: bool) -> Vec<RevealWork> {
-    (0..ranges)
-        .filter_map(|leaf| {
-            let mine: Vec<usize> = (0..findings.len())
-                .filter(|&n| findings[n].leaf == leaf)
-                .collect();
-            if mine.is_empty() {
-                return None;
-            }
+    let mut by_range: Vec<Vec<usize>> = vec![Vec::new(); ranges];
+    for (n, f) in findings.iter().enumerate() {
+        if let Some(mine) = by_range.get_mut(f.leaf) {
+            mine.push(n);
+        }
+    }
+    let mut plan = Vec::new();
+    for (leaf, mine) in by_range.into_iter().enumerate() {
+        for (page, chunk) in mine.chunks(MAX_REVEAL_ROWS_PER_CALL).enumerate() {
             let pick = |keep: &dyn Fn(DiffKind) -> bool| -> Vec<u64> {
-                mine.iter()
+                chunk
+                    .iter()
                     .map(|&n| findings[n])
                     .filter(|f| keep(f.kind))
                     .map(|f| f.key_hash)
                     .collect()
             };
-            Some(RevealWork {
+            plan.push(RevealWork {
                 leaf,
+                page: page as u32,
                 from_source: pick(&|k| k != DiffKind::ExtraInTarget),
                 from_target: pick(&|k| k == DiffKind::ExtraInTarget || (detailed && k == DiffKind::Changed)),
-                findings: mine,
-            })
-        })
-        .collect()
+                findings: chunk.to_vec(),
+            });
+        }
+    }
+    plan
 }
 
 /// A revealed row: its key and (at detailed) its canonical values, by column position.
@@ -488,6 +498,33 @@ mod tests {
         // detailed: a changed row's values come from both sides
         let plan = reveal_plan(&findings, 3, true);
         assert_eq!(plan[0].from_target, vec![4, 2]);
+    }
+
+    #[test]
+    fn a_range_with_more_findings_than_one_reveal_call_releases_is_revealed_in_pages() {
+        let n = MAX_REVEAL_ROWS_PER_CALL * 2 + 500;
+        let findings: Vec<Finding> = (0..n as u64)
+            .map(|k| f(1, DiffKind::Changed, k))
+            .chain([f(2, DiffKind::MissingInTarget, 1 << 40)])
+            .collect();
+        let plan = reveal_plan(&findings, 3, true);
+        let pages: Vec<(usize, u32, usize, usize)> = plan
+            .iter()
+            .map(|w| (w.leaf, w.page, w.from_source.len(), w.from_target.len()))
+            .collect();
+        let full = MAX_REVEAL_ROWS_PER_CALL;
+        assert_eq!(
+            pages,
+            vec![
+                (1, 0, full, full),
+                (1, 1, full, full),
+                (1, 2, 500, 500),
+                (2, 0, 1, 0)
+            ]
+        );
+        // every finding is in exactly one page, in order
+        let all: Vec<usize> = plan.iter().flat_map(|w| w.findings.clone()).collect();
+        assert_eq!(all, (0..=n).collect::<Vec<_>>());
     }
 
     fn col(name: &str, masked: bool) -> ResolvedColumn {

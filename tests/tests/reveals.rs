@@ -2,6 +2,7 @@
 //! MariaDB target, sealed runs (issue 31): each test names the class it holds down.
 
 use std::collections::BTreeSet;
+use std::process::Command;
 
 use serde_json::Value;
 use tally_e2e::db;
@@ -110,6 +111,127 @@ fn an_integer_key_against_a_decimal_key_compares_under_the_hash_strategy() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Two tables of 6,000 rows whose first `changed` rows differ, served by agents with
+/// the given policies.
+fn bulk(database: &str, changed: u32, policies: &[(&str, &str)]) -> Deployment {
+    let (pg, my) = (db::postgres(), db::mariadb());
+    let (pg_url, my_url) = (pg.create_database(database), my.create_database(database));
+    pg.exec(
+        Some(database),
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT NOT NULL);\n\
+         INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 6000) g;\nANALYZE t;\n",
+    );
+    my.exec(
+        Some(database),
+        &format!(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, v TEXT NOT NULL);\n\
+             INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_6000;\n\
+             UPDATE t SET v = 'changed' WHERE id <= {changed};\n"
+        ),
+    );
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    for (agent, url) in [("dc1", &pg_url), ("vpc2", &my_url)] {
+        let datasets: Vec<(String, String)> = policies
+            .iter()
+            .map(|(name, policy)| {
+                (
+                    name.to_string(),
+                    format!("{{ url: '{url}', table: t, key: [id], policy: {{ max_level: with_keys, {policy} }} }}"),
+                )
+            })
+            .collect();
+        d.start_agent_datasets(agent, &datasets);
+    }
+    d.coordinator_config();
+    d
+}
+
+const LISTED_ALL: &str = "reporting: { level: with_keys, sample_limit: 10000 }\n";
+
+/// F8: more differing rows in one range than one reveal call releases.
+#[test]
+fn every_differing_key_is_listed_until_a_budget_stops_the_listing_and_the_result_names_it() {
+    let d = bulk(
+        "reveals_f8",
+        5000,
+        &[
+            (
+                "roomy",
+                "max_reveal_rows: 10000, max_reveal_rows_per_hour: 100000",
+            ),
+            ("tight", "max_reveal_rows: 2500, max_reveal_rows_per_hour: 100000"),
+        ],
+    );
+    let out = d.run(&spec("roomy", LISTED_ALL));
+    expect_differ(&out);
+    let j = &out.json;
+    assert_eq!(j["difference_counts"]["changed"], 5000);
+    assert_eq!(
+        j["differences"].as_array().map(Vec::len),
+        Some(5000),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        j.get("truncated").is_none() && j.get("withheld").is_none(),
+        "{}",
+        j
+    );
+    // each agent lets 2,500 rows out in the run: the listing stops there, and says why
+    let out = d.run(&spec("tight", LISTED_ALL));
+    expect_differ(&out);
+    let j = &out.json;
+    assert_eq!(j["differences"].as_array().map(Vec::len), Some(2500));
+    assert_eq!(j["truncated"], true);
+    let w = &j["withheld"];
+    assert_eq!(
+        (&w[0]["budget"], &w[0]["agent"], &w[0]["side"], &w[0]["keys"]),
+        (
+            &Value::from("max_reveal_rows"),
+            &Value::from("dc1"),
+            &Value::from("source"),
+            &Value::from(2500)
+        ),
+        "{j}"
+    );
+}
+
+/// A reveal budget spent before the run starts (by an earlier run in the hour).
+#[test]
+fn a_spent_reveal_budget_keeps_the_verdict_and_leaves_and_names_the_budget() {
+    let d = bulk(
+        "reveals_spent",
+        30,
+        &[("rationed", "max_reveal_rows: 10, max_reveal_rows_per_hour: 10")],
+    );
+    let first = d.run(&spec("rationed", LISTED_ALL));
+    expect_differ(&first);
+    assert_eq!(first.json["differences"].as_array().map(Vec::len), Some(10));
+    let out = d.run(&spec("rationed", LISTED_ALL));
+    expect_differ(&out);
+    let j = &out.json;
+    assert!(j.get("error").is_none(), "{j}");
+    assert!(!j["leaves"].as_array().unwrap().is_empty());
+    assert_eq!(j["difference_counts"]["changed"], 30);
+    assert_eq!(j["differences"].as_array().map(Vec::len), Some(0));
+    assert_eq!(j["withheld"][0]["budget"], "max_reveal_rows_per_hour", "{j}");
+    assert_eq!(j["withheld"][0]["keys"], 30);
+    // the human summary says it too
+    let human = Command::new(tally_e2e::bins::tally())
+        .arg("run")
+        .arg(d.path().join("spec.yaml"))
+        .arg("-c")
+        .arg(d.path().join("coordinator.yaml"))
+        .output()
+        .expect("tally run");
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert_eq!(human.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("keys withheld: 30 by agent dc1 (source) reveal budget max_reveal_rows_per_hour"),
+        "{text}"
+    );
 }
 
 /// F9: keys repeated on the target.
