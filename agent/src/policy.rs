@@ -11,7 +11,7 @@ use crate::config::Policy;
 use crate::error::AgentError;
 
 /// The most rows one reveal call releases, whatever the request's limit.
-pub const MAX_REVEAL_ROWS: usize = 1000;
+pub const MAX_REVEAL_ROWS: usize = tally_common::wire::MAX_REVEAL_ROWS_PER_CALL;
 
 pub(crate) fn deny(dataset: &str, key: &'static str, message: impl Into<String>) -> AgentError {
     AgentError::Policy {

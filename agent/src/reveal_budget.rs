@@ -42,11 +42,18 @@ pub struct Reservation {
     run: Option<Vec<u8>>,
     at: Instant,
     rows: u64,
+    /// The budget that reserved fewer rows than wanted, if one did.
+    limited_by: Option<&'static str>,
 }
 
 impl Reservation {
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// The policy key of the budget that reserved fewer rows than wanted, if one did.
+    pub fn limited_by(&self) -> Option<&'static str> {
+        self.limited_by
     }
 }
 
@@ -101,6 +108,11 @@ impl RevealBudget {
             ));
         }
         let rows = want.min(hour_left).min(run_left);
+        let limited_by = (rows < want).then_some(if run_left <= hour_left {
+            "max_reveal_rows"
+        } else {
+            "max_reveal_rows_per_hour"
+        });
         if rows == 0 {
             // nothing wanted: nothing recorded, so empty calls cannot grow the state
             return Ok(Reservation {
@@ -108,6 +120,7 @@ impl RevealBudget {
                 run: None,
                 at: now,
                 rows: 0,
+                limited_by,
             });
         }
         q.push_back((now, rows));
@@ -121,6 +134,7 @@ impl RevealBudget {
             run: run.map(<[u8]>::to_vec),
             at: now,
             rows,
+            limited_by,
         })
     }
 
@@ -166,13 +180,13 @@ mod tests {
         let b = RevealBudget::default();
         let t0 = Instant::now();
         let r = b.reserve_at(&p, "d", None, 8, t0).unwrap();
-        assert_eq!(r.rows(), 8);
+        assert_eq!((r.rows(), r.limited_by()), (8, None));
         b.settle(r, 6);
         // 4 left: a request for 8 gets 4
         let r = b
             .reserve_at(&p, "d", None, 8, t0 + Duration::from_secs(60))
             .unwrap();
-        assert_eq!(r.rows(), 4);
+        assert_eq!((r.rows(), r.limited_by()), (4, Some("max_reveal_rows_per_hour")));
         b.settle(r, 4);
         let e = b
             .reserve_at(&p, "d", None, 1, t0 + Duration::from_secs(120))
@@ -220,7 +234,7 @@ mod tests {
         b.settle(r, 3);
         // 2 left for run 1, whatever it asks
         let r = b.reserve_at(&p, "d", Some(&run1), 100, t0).unwrap();
-        assert_eq!(r.rows(), 2);
+        assert_eq!((r.rows(), r.limited_by()), (2, Some("max_reveal_rows")));
         b.settle(r, 2);
         // calls that release nothing leave no state behind
         for i in 0..100u8 {

@@ -742,6 +742,7 @@ impl AgentService {
                 asked_for as u64,
             )?;
             let limit = budget.rows() as usize;
+            let limited_by = budget.limited_by();
             let scanned = match ds.rows_by_key_hash(&mut s, &b, &h, &seg, &wanted, limit).await {
                 Ok(found) => s.finish().await.map(|()| found),
                 Err(e) => Err(e),
@@ -772,10 +773,12 @@ impl AgentService {
                     }
                 })
                 .collect();
+            let truncated = truncated || r.key_hashes.len() > limit;
             Ok(RevealResponse {
-                truncated: truncated || r.key_hashes.len() > limit,
+                truncated,
                 rows,
                 release_log_head: String::new(),
+                withheld_by: limited_by.filter(|_| truncated).map(str::to_string),
             })
         }
         .await

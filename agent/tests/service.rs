@@ -1194,6 +1194,11 @@ async fn reveals_beyond_max_reveal_rows_per_run_and_per_hour_are_refused_across_
         .unwrap()
         .into_inner();
     assert_eq!(r.rows.len(), 3, "the hour's budget of 8 leaves 3");
+    assert!(r.truncated);
+    assert_eq!(
+        r.withheld_by, "max_reveal_rows_per_hour",
+        "a cut-short answer names its budget"
+    );
     let e = c
         .reveal_keys(pb::RevealRequest {
             seal: Some(seal_with(&[10u8; 16])),

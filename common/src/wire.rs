@@ -683,11 +683,21 @@ pub struct RevealedRow {
     pub values: Vec<Option<String>>,
 }
 
+/// The most rows one reveal call releases, whatever its limit: a coordinator asks for
+/// more in pages of at most this many key hashes.
+pub const MAX_REVEAL_ROWS_PER_CALL: usize = 1000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RevealResponse {
     pub rows: Vec<RevealedRow>,
     pub truncated: bool,
     pub release_log_head: String,
+    /// The reveal budget (its policy key, `max_reveal_rows` or
+    /// `max_reveal_rows_per_hour`) that let fewer rows out than asked: said by the
+    /// agent when it cut an answer short, and recorded by the coordinator when the
+    /// agent refused a call because that budget was spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld_by: Option<String>,
 }
 
 impl TryFrom<pb::RevealResponse> for RevealResponse {
@@ -711,6 +721,7 @@ impl TryFrom<pb::RevealResponse> for RevealResponse {
             rows,
             truncated: r.truncated,
             release_log_head: r.release_log_head,
+            withheld_by: Some(r.withheld_by).filter(|b| !b.is_empty()),
         })
     }
 }
@@ -733,6 +744,7 @@ impl From<RevealResponse> for pb::RevealResponse {
                 .collect(),
             truncated: r.truncated,
             release_log_head: r.release_log_head,
+            withheld_by: r.withheld_by.unwrap_or_default(),
         }
     }
 }
@@ -1174,6 +1186,7 @@ mod tests {
             }],
             truncated: true,
             release_log_head: "h".into(),
+            withheld_by: Some("max_reveal_rows".into()),
         });
         round_trip::<_, pb::InvestigationSqlRequest>(InvestigationSqlRequest {
             dataset: "orders".into(),

@@ -24,6 +24,7 @@ const RESULT_FIELDS: &[&str] = &[
     "difference_counts",
     "duplicate_keys",
     "truncated",
+    "withheld",
     "warnings",
     "advice",
     "error",

@@ -113,6 +113,28 @@ pub struct Difference {
     /// detailed only: the differing values (masked columns are never revealed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values: Option<std::collections::BTreeMap<String, ValuePair>>,
+    /// Present when either side holds the key more than once: how many rows each side
+    /// holds of it. Such a key is listed whenever the two sides' rows of it are not the
+    /// same rows (a copy more, or one copy that differs), never folded into one row.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duplicates: Option<KeyCopies>,
+}
+
+/// How many rows each side holds of one key.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyCopies {
+    pub source: u32,
+    pub target: u32,
+}
+
+impl KeyCopies {
+    /// The copies of a key held `source` and `target` times, when either is more than once.
+    pub fn of(source: usize, target: usize) -> Option<KeyCopies> {
+        (source > 1 || target > 1).then(|| KeyCopies {
+            source: u32::try_from(source).unwrap_or(u32::MAX),
+            target: u32::try_from(target).unwrap_or(u32::MAX),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
@@ -120,6 +142,20 @@ pub struct DiffCounts {
     pub missing_in_target: u64,
     pub extra_in_target: u64,
     pub changed: u64,
+}
+
+/// A budget that left keys out of `differences`: `reporting.sample_limit`, or an
+/// agent's reveal budget (`max_reveal_rows`, `max_reveal_rows_per_hour`) with the
+/// agent and its side.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Withheld {
+    pub budget: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub side: Option<String>,
+    /// Keys not listed because of it (for an agent: of the keys asked of it).
+    pub keys: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -256,9 +292,13 @@ pub struct RunResult {
     /// Keys found more than once in the differing segments (rows phase only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_keys: Option<DuplicateKeys>,
-    /// More differences exist than `sample_limit` let through.
+    /// `differences` lists fewer than `difference_counts` counts: `withheld` says
+    /// which budgets left keys out.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub truncated: bool,
+    /// Each budget that withheld keys from `differences`, and how many.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub withheld: Vec<Withheld>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -394,7 +434,23 @@ impl RunResult {
                     .as_ref()
                     .map(|c| format!("  [{}]", c.join(", ")))
                     .unwrap_or_default();
-                let _ = writeln!(o, "    {:<18} {key}{cols}", d.kind.name());
+                let copies = d
+                    .duplicates
+                    .map(|c| {
+                        format!(
+                            "  (rows of this key: {} on the source, {} on the target)",
+                            c.source, c.target
+                        )
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(o, "    {:<18} {key}{cols}{copies}", d.kind.name());
+            }
+            for w in &self.withheld {
+                let by = match (&w.agent, &w.side) {
+                    (Some(a), Some(s)) => format!("agent {a} ({s}) reveal budget {}", w.budget),
+                    _ => w.budget.clone(),
+                };
+                let _ = writeln!(o, "    keys withheld: {} by {by}", w.keys);
             }
         }
         for g in self.groups.iter().flatten() {
@@ -499,6 +555,7 @@ mod tests {
             in_flight_leaves: None,
             duplicate_keys: None,
             truncated: false,
+            withheld: Vec::new(),
             warnings: Vec::new(),
             advice: None,
             error: None,
@@ -559,6 +616,7 @@ mod tests {
             key: vec![tally_common::segment::KeyPart::Int(42)],
             columns: Some(vec!["amount".into()]),
             values: None,
+            duplicates: KeyCopies::of(1, 2),
         }]);
         r.difference_counts = Some(DiffCounts {
             changed: 1,

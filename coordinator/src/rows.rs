@@ -7,17 +7,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::segment::KeyTuple;
-use tally_common::wire::RowDigest;
+use tally_common::wire::{MAX_REVEAL_ROWS_PER_CALL, RowDigest};
 
 use crate::resolve::ResolvedColumn;
-use crate::result::{DiffCounts, DiffKind, Difference, ValuePair};
+use crate::result::{DiffCounts, DiffKind, Difference, KeyCopies, ValuePair};
 
-/// One differing row: the range (leaf) it was found in, how it differs, its key hash.
+/// One differing row: the range (leaf) it was found in, how it differs, its key hash,
+/// and, when either side holds the key more than once, how many rows each holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Finding {
     pub leaf: usize,
     pub kind: DiffKind,
     pub key_hash: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<KeyCopies>,
 }
 
 /// Accumulates findings range by range, in range order.
@@ -41,45 +44,61 @@ pub struct Classified {
     pub truncated: bool,
 }
 
-/// key hash → row hash of one side's range, counting keys seen twice.
-fn index(digests: &[RowDigest], dups: &mut u64) -> HashMap<u64, u64> {
-    let mut m = HashMap::with_capacity(digests.len());
+/// key hash → the row hashes of one side's range under that key (sorted: more than
+/// one when the key is repeated), counting keys seen twice.
+fn index(digests: &[RowDigest], dups: &mut u64) -> HashMap<u64, Vec<u64>> {
+    let mut m: HashMap<u64, Vec<u64>> = HashMap::with_capacity(digests.len());
     for d in digests {
-        if m.insert(d.key_hash, d.row_hash).is_some() {
+        let rows = m.entry(d.key_hash).or_default();
+        if !rows.is_empty() {
             *dups += 1;
         }
+        rows.push(d.row_hash);
+    }
+    for rows in m.values_mut().filter(|r| r.len() > 1) {
+        rows.sort_unstable();
     }
     m
 }
 
 impl Classifier {
     /// Classifies range `leaf` from both sides' digests: a key only on the source is
-    /// missing in the target, only on the target extra, on both with other row hashes
-    /// changed. Within a range, findings are ordered by kind, then key hash.
+    /// missing in the target, only on the target extra, on both changed unless both
+    /// sides hold the same rows of it. A key repeated on either side is never folded
+    /// into one row: unless both sides hold exactly the same copies, it is changed
+    /// (a copy more on one side, or one copy that differs), with its copies counted.
+    /// Within a range, findings are ordered by kind, then key hash.
     pub fn add_range(&mut self, leaf: usize, source: &[RowDigest], target: &[RowDigest]) {
         let s = index(source, &mut self.dup_source);
         let t = index(target, &mut self.dup_target);
-        let mut here: Vec<(DiffKind, u64)> = Vec::new();
-        for (k, h) in &s {
+        let mut here: Vec<(DiffKind, u64, Option<KeyCopies>)> = Vec::new();
+        for (k, rows) in &s {
             match t.get(k) {
-                None => here.push((DiffKind::MissingInTarget, *k)),
-                Some(th) if th != h => here.push((DiffKind::Changed, *k)),
+                None => here.push((DiffKind::MissingInTarget, *k, KeyCopies::of(rows.len(), 0))),
+                Some(theirs) if theirs != rows => {
+                    here.push((DiffKind::Changed, *k, KeyCopies::of(rows.len(), theirs.len())))
+                }
                 _ => {}
             }
         }
         here.extend(
-            t.keys()
-                .filter(|k| !s.contains_key(k))
-                .map(|k| (DiffKind::ExtraInTarget, *k)),
+            t.iter()
+                .filter(|(k, _)| !s.contains_key(k))
+                .map(|(k, rows)| (DiffKind::ExtraInTarget, *k, KeyCopies::of(0, rows.len()))),
         );
         here.sort();
-        for (kind, key_hash) in here {
+        for (kind, key_hash, copies) in here {
             match kind {
                 DiffKind::MissingInTarget => self.counts.missing_in_target += 1,
                 DiffKind::ExtraInTarget => self.counts.extra_in_target += 1,
                 DiffKind::Changed => self.counts.changed += 1,
             }
-            self.found.push(Finding { leaf, kind, key_hash });
+            self.found.push(Finding {
+                leaf,
+                kind,
+                key_hash,
+                copies,
+            });
         }
     }
 
@@ -161,18 +180,22 @@ impl Classifier {
             dup_target,
             mut found,
         } = self;
-        let extra_at: HashMap<u64, usize> = found
+        let extra_at: HashMap<u64, (usize, Option<KeyCopies>)> = found
             .iter()
             .enumerate()
             .filter(|(_, f)| f.kind == DiffKind::ExtraInTarget)
-            .map(|(n, f)| (f.key_hash, n))
+            .map(|(n, f)| (f.key_hash, (n, f.copies)))
             .collect();
         let mut merged = HashSet::new();
         for f in found.iter_mut() {
             if f.kind == DiffKind::MissingInTarget
-                && let Some(&n) = extra_at.get(&f.key_hash)
+                && let Some(&(n, theirs)) = extra_at.get(&f.key_hash)
             {
                 f.kind = DiffKind::Changed;
+                let count = |c: Option<KeyCopies>, source: bool| {
+                    c.map_or(1, |c| if source { c.source } else { c.target }) as usize
+                };
+                f.copies = KeyCopies::of(count(f.copies, true), count(theirs, false));
                 merged.insert(n);
                 counts.missing_in_target -= 1;
                 counts.extra_in_target -= 1;
@@ -196,11 +219,15 @@ impl Classifier {
     }
 }
 
-/// What one range's reveals ask of each side.
+/// What one page of a range's reveals asks of each side: at most
+/// [`MAX_REVEAL_ROWS_PER_CALL`] key hashes a side, one reveal call each.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevealWork {
     pub leaf: usize,
-    /// Indexes into the findings this range holds.
+    /// The page of the range, from 0.
+    #[serde(default)]
+    pub page: u32,
+    /// Indexes into the findings this page holds.
     pub findings: Vec<usize>,
     /// Key hashes the source reveals: its missing and changed rows.
     pub from_source: Vec<u64>,
@@ -209,31 +236,37 @@ pub struct RevealWork {
     pub from_target: Vec<u64>,
 }
 
-/// The reveals of the ranges that hold findings, in range order.
+/// The reveals of the ranges that hold findings, in range order, each range in pages
+/// of at most `MAX_REVEAL_ROWS_PER_CALL` findings (so at most that many key hashes a
+/// side: an agent releases no more in one call).
 pub fn reveal_plan(findings: &[Finding], ranges: usize, detailed: bool) -> Vec<RevealWork> {
-    (0..ranges)
-        .filter_map(|leaf| {
-            let mine: Vec<usize> = (0..findings.len())
-                .filter(|&n| findings[n].leaf == leaf)
-                .collect();
-            if mine.is_empty() {
-                return None;
-            }
+    let mut by_range: Vec<Vec<usize>> = vec![Vec::new(); ranges];
+    for (n, f) in findings.iter().enumerate() {
+        if let Some(mine) = by_range.get_mut(f.leaf) {
+            mine.push(n);
+        }
+    }
+    let mut plan = Vec::new();
+    for (leaf, mine) in by_range.into_iter().enumerate() {
+        for (page, chunk) in mine.chunks(MAX_REVEAL_ROWS_PER_CALL).enumerate() {
             let pick = |keep: &dyn Fn(DiffKind) -> bool| -> Vec<u64> {
-                mine.iter()
+                chunk
+                    .iter()
                     .map(|&n| findings[n])
                     .filter(|f| keep(f.kind))
                     .map(|f| f.key_hash)
                     .collect()
             };
-            Some(RevealWork {
+            plan.push(RevealWork {
                 leaf,
+                page: page as u32,
                 from_source: pick(&|k| k != DiffKind::ExtraInTarget),
                 from_target: pick(&|k| k == DiffKind::ExtraInTarget || (detailed && k == DiffKind::Changed)),
-                findings: mine,
-            })
-        })
-        .collect()
+                findings: chunk.to_vec(),
+            });
+        }
+    }
+    plan
 }
 
 /// A revealed row: its key and (at detailed) its canonical values, by column position.
@@ -266,6 +299,7 @@ pub fn differences(
             key: key.clone(),
             columns: None,
             values: None,
+            duplicates: f.copies,
         };
         if detailed
             && f.kind == DiffKind::Changed
@@ -283,7 +317,8 @@ pub fn differences(
                     values.insert(c.source_name.clone(), ValuePair { source: a, target: b });
                 }
             }
-            if cols.is_empty() && columns.iter().any(|c| c.masked) {
+            // a repeated key may differ by a copy only: the values shown are one row a side
+            if cols.is_empty() && f.copies.is_none() && columns.iter().any(|c| c.masked) {
                 cols.push("(masked column)".into());
             }
             d.columns = Some(cols);
@@ -306,17 +341,23 @@ mod tests {
     }
 
     fn f(leaf: usize, kind: DiffKind, key_hash: u64) -> Finding {
-        Finding { leaf, kind, key_hash }
+        Finding {
+            leaf,
+            kind,
+            key_hash,
+            copies: None,
+        }
     }
 
     #[test]
     fn a_range_classifies_missing_extra_and_changed_rows_and_counts_duplicates() {
         let mut c = Classifier::default();
-        // source: 1, 2, 3 (3 twice); target: 2 (other row hash), 3, 4
+        // source: 1, 2, 3 (3 twice); target: 2 (other row hash), 3 (the same two
+        // rows), 4
         c.add_range(
             0,
             &[d(1, 10), d(2, 20), d(3, 30), d(3, 30)],
-            &[d(2, 21), d(3, 30), d(4, 40)],
+            &[d(2, 21), d(3, 30), d(4, 40), d(3, 30)],
         );
         c.add_range(1, &[d(7, 70)], &[d(7, 70)]);
         let out = c.finish(100);
@@ -336,8 +377,76 @@ mod tests {
                 changed: 1
             }
         );
-        assert_eq!(out.duplicates, (1, 0));
+        assert_eq!(out.duplicates, (1, 1));
         assert!(!out.truncated);
+    }
+
+    #[test]
+    fn a_repeated_key_is_listed_with_its_copies_unless_both_sides_hold_the_same_rows() {
+        let copies = |s, t| Some(KeyCopies { source: s, target: t });
+        let changed = |key_hash, c| Finding {
+            copies: c,
+            ..f(0, DiffKind::Changed, key_hash)
+        };
+        // key 5: one row on the source, the same row twice on the target
+        // key 6: one row on the source, on the target that row and a changed copy, in
+        // either order (the last row of a key must not stand for all of them)
+        // key 7: the same two rows on both sides; key 8: twice on the target only
+        for copy_first in [false, true] {
+            let six = if copy_first {
+                [d(6, 61), d(6, 60)]
+            } else {
+                [d(6, 60), d(6, 61)]
+            };
+            let mut c = Classifier::default();
+            c.add_range(
+                0,
+                &[d(5, 50), d(6, 60), d(7, 70), d(7, 71)],
+                &[
+                    d(5, 50),
+                    d(5, 50),
+                    six[0],
+                    six[1],
+                    d(7, 71),
+                    d(7, 70),
+                    d(8, 80),
+                    d(8, 80),
+                ],
+            );
+            let out = c.finish(100);
+            assert_eq!(
+                out.findings,
+                vec![
+                    Finding {
+                        copies: copies(0, 2),
+                        ..f(0, DiffKind::ExtraInTarget, 8)
+                    },
+                    changed(5, copies(1, 2)),
+                    changed(6, copies(1, 2)),
+                ],
+                "copy first: {copy_first}"
+            );
+            assert_eq!(out.duplicates, (1, 4));
+        }
+        // a repeated key that moved between ranges keeps the copies of both sides
+        let mut c = Classifier::default();
+        c.add_range(0, &[d(9, 90), d(9, 90)], &[]);
+        c.add_range(1, &[], &[d(9, 91)]);
+        assert_eq!(c.finish(100).findings, vec![changed(9, copies(2, 1))]);
+        // the difference names the key and says how many rows each side holds
+        let key = vec![KeyPart::Int(5)];
+        let mut source: Revealed = HashMap::new();
+        source.insert(5, (key.clone(), vec![]));
+        let out = differences(
+            &[changed(5, copies(1, 2))],
+            &source,
+            &HashMap::new(),
+            &[col("id", false)],
+            1,
+            false,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].key.clone(), out[0].duplicates), (key, copies(1, 2)));
     }
 
     #[test]
@@ -389,6 +498,33 @@ mod tests {
         // detailed: a changed row's values come from both sides
         let plan = reveal_plan(&findings, 3, true);
         assert_eq!(plan[0].from_target, vec![4, 2]);
+    }
+
+    #[test]
+    fn a_range_with_more_findings_than_one_reveal_call_releases_is_revealed_in_pages() {
+        let n = MAX_REVEAL_ROWS_PER_CALL * 2 + 500;
+        let findings: Vec<Finding> = (0..n as u64)
+            .map(|k| f(1, DiffKind::Changed, k))
+            .chain([f(2, DiffKind::MissingInTarget, 1 << 40)])
+            .collect();
+        let plan = reveal_plan(&findings, 3, true);
+        let pages: Vec<(usize, u32, usize, usize)> = plan
+            .iter()
+            .map(|w| (w.leaf, w.page, w.from_source.len(), w.from_target.len()))
+            .collect();
+        let full = MAX_REVEAL_ROWS_PER_CALL;
+        assert_eq!(
+            pages,
+            vec![
+                (1, 0, full, full),
+                (1, 1, full, full),
+                (1, 2, 500, 500),
+                (2, 0, 1, 0)
+            ]
+        );
+        // every finding is in exactly one page, in order
+        let all: Vec<usize> = plan.iter().flat_map(|w| w.findings.clone()).collect();
+        assert_eq!(all, (0..=n).collect::<Vec<_>>());
     }
 
     fn col(name: &str, masked: bool) -> ResolvedColumn {

@@ -644,8 +644,8 @@ const CASES: &[Case] = &[
     Case { name: "both_empty",
         pg: "id BIGINT PRIMARY KEY, v integer", my: "id BIGINT PRIMARY KEY, v INT",
         ..BASE },
-    // a duplicate key on the target: reported in duplicate_keys and a warning; the
-    // rows sharing the key are compared as one, so the key is changed
+    // a duplicate key on the target: reported in duplicate_keys and a warning; its
+    // rows are not the source's one row, so the key is changed (with its `duplicates`)
     Case { name: "duplicate_keys",
         pg: "id BIGINT NOT NULL, v text", my: "id BIGINT NOT NULL, v TEXT",
         fill: Some(("g, 'v' || g", "seq, CONCAT('v', seq)", 300)),

@@ -786,20 +786,24 @@ impl<'a> RowBuilder<'a> {
     }
 }
 
-/// Key parts from a row's canonical key texts.
+/// Key parts from a row's canonical key texts. A key is an integer only where it is
+/// compared as one: an integer column keyed against the other side's decimal (DESIGN
+/// §3) is compared by its decimal text, as that side's is, and may hold what no `i64`
+/// does (MySQL `BIGINT UNSIGNED` against PostgreSQL `numeric(20,0)`).
 fn key_into(row: &CanonRow, cols: &[BoundColumn], key_len: usize, key: &mut KeyTuple) -> Result<()> {
     for (i, c) in cols.iter().enumerate().take(key_len) {
-        key.push(match (c.info.class, row.field(i)) {
-            (_, None) => {
+        let integer = c.info.class == TypeClass::Integer && c.spec.format.class == TypeClass::Integer;
+        key.push(match row.field(i) {
+            None => {
                 return Err(AgentError::InvalidArgument(format!(
                     "key column {} holds NULL",
                     c.info.name
                 )));
             }
-            (TypeClass::Integer, Some(t)) => KeyPart::Int(t.parse::<i64>().map_err(|_| {
+            Some(t) if integer => KeyPart::Int(t.parse::<i64>().map_err(|_| {
                 AgentError::InvalidArgument(format!("key column {} is not a 64-bit integer", c.info.name))
             })?),
-            (_, Some(t)) => KeyPart::Text(t.to_string()),
+            Some(t) => KeyPart::Text(t.to_string()),
         });
     }
     Ok(())
@@ -935,5 +939,19 @@ mod tests {
             b.canonical_row_of(&[Some("2".into()), None]).unwrap().key,
             vec![KeyPart::Int(2)]
         );
+    }
+
+    #[test]
+    fn an_integer_key_compared_as_a_decimal_is_its_decimal_text_whatever_its_size() {
+        // MySQL BIGINT UNSIGNED keyed against PostgreSQL numeric(20,0): both sides'
+        // keys are the decimal's canonical text, beyond i64 too
+        let mut id = col("id", TypeClass::Integer, 0);
+        id.spec.format = FieldFormat::new(TypeClass::Decimal).with_scale(0);
+        let cols = [id, col("v", TypeClass::Text, 0)];
+        let mut b = RowBuilder::new("t", &cols, 1, &[]);
+        for v in ["18446744073709551615", "77"] {
+            let row = b.row_of(vec![Some(v.into()), Some("x".into())]).unwrap();
+            assert_eq!(row.key, vec![KeyPart::Text(v.into())]);
+        }
     }
 }

@@ -91,18 +91,24 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         envelope: Option<tally_common::dsse::Envelope>,
     },
-    /// One side's revealed rows of rows-phase range `range` (when only that side was
-    /// asked: missing or extra rows).
+    /// One side's revealed rows of page `page` of rows-phase range `range` (when only
+    /// that side was asked: missing or extra rows). A call an agent refused because a
+    /// reveal budget was spent is recorded as an empty answer naming that budget
+    /// ([`reveal_answer`]).
     Revealed {
         range: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        page: u32,
         side: Side,
         response: RevealResponse,
     },
-    /// Both sides' revealed rows of range `range`, recorded together once both are in, so
-    /// that what is kept of a changed row is only what differs (a side recorded alone
-    /// would keep the values of its unchanged columns too).
+    /// Both sides' revealed rows of a page of range `range`, recorded together once both
+    /// are in, so that what is kept of a changed row is only what differs (a side
+    /// recorded alone would keep the values of its unchanged columns too).
     RevealedBoth {
         range: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        page: u32,
         source: RevealResponse,
         target: RevealResponse,
     },
@@ -161,11 +167,13 @@ impl Event {
             Event::Digests {
                 round, range, side, ..
             } => Call::Digests(*round, *range, *side),
-            Event::Revealed { range, side, .. } => Call::Reveal(*range, *side),
-            Event::RevealedBoth { range, .. } => {
+            Event::Revealed {
+                range, page, side, ..
+            } => Call::Reveal(*range, *page, *side),
+            Event::RevealedBoth { range, page, .. } => {
                 return vec![
-                    Call::Reveal(*range, Side::Source),
-                    Call::Reveal(*range, Side::Target),
+                    Call::Reveal(*range, *page, Side::Source),
+                    Call::Reveal(*range, *page, Side::Target),
                 ];
             }
             Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
@@ -214,9 +222,13 @@ pub enum Command {
         round: u32,
         request: WaitPositionRequest,
     },
-    /// RevealRows when `rows`, else RevealKeys.
+    /// RevealRows when `rows`, else RevealKeys: page `page` of range `range` (a
+    /// range's key hashes are asked in pages of at most
+    /// [`tally_common::wire::MAX_REVEAL_ROWS_PER_CALL`]).
     Reveal {
         range: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        page: u32,
         side: Side,
         request: RevealRequest,
         rows: bool,
@@ -262,7 +274,9 @@ impl Command {
             Command::Wait { round, .. } => Call::Wait(*round),
             Command::ReadPosition { round, .. } => Call::Position(*round),
             Command::WaitPosition { round, .. } => Call::Applied(*round),
-            Command::Reveal { range, side, .. } => Call::Reveal(*range, *side),
+            Command::Reveal {
+                range, page, side, ..
+            } => Call::Reveal(*range, *page, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
             Command::Measures { level, side, .. } => Call::Measures(*level, *side),
             Command::Recheck { round, side, .. } => Call::Recheck(*round, *side),
@@ -285,7 +299,8 @@ pub enum Call {
     Aggregate(u32, Side),
     /// (confirm round, range, side)
     Digests(u32, usize, Side),
-    Reveal(usize, Side),
+    /// (range, page, side)
+    Reveal(usize, u32, Side),
     Sql(usize, Side),
     /// (level, side) of mode measures.
     Measures(u32, Side),
@@ -310,7 +325,8 @@ impl std::fmt::Display for Call {
                 f,
                 "the target's wait for the source position before confirm round {n}"
             ),
-            Call::Reveal(r, s) => write!(f, "the {} reveal of range {r}", s.name()),
+            Call::Reveal(r, 0, s) => write!(f, "the {} reveal of range {r}", s.name()),
+            Call::Reveal(r, p, s) => write!(f, "the {} reveal of range {r}, page {p}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
             Call::Measures(l, s) => write!(f, "the {} measures of level {l}", s.name()),
             Call::Recheck(n, s) => write!(f, "the {} aggregate of confirm round {n}", s.name()),
@@ -367,6 +383,46 @@ mod packed_digests {
             })
             .collect()
     }
+}
+
+/// The event a reveal call's outcome is recorded as. A refusal because one of the
+/// agent's reveal budgets is spent (`max_reveal_rows`, `max_reveal_rows_per_hour`) is
+/// an empty answer naming that budget: the run keeps its verdict and leaves and says
+/// the keys were withheld. Any other failure ends the run.
+pub fn reveal_answer(
+    range: usize,
+    page: u32,
+    side: Side,
+    outcome: Result<RevealResponse, crate::error::RunError>,
+) -> Result<Event, crate::error::RunError> {
+    let spent = |e: &crate::error::RunError| match e {
+        crate::error::RunError::PolicyRefused { message, .. } => spent_reveal_budget(message),
+        _ => None,
+    };
+    let response = match outcome {
+        Ok(r) => r,
+        Err(e) => match spent(&e) {
+            Some(budget) => RevealResponse {
+                truncated: true,
+                withheld_by: Some(budget.to_string()),
+                ..RevealResponse::default()
+            },
+            None => return Err(e),
+        },
+    };
+    Ok(Event::Revealed {
+        range,
+        page,
+        side,
+        response,
+    })
+}
+
+/// The reveal budget an agent's refusal names (`refused by policy <key> of dataset …`).
+fn spent_reveal_budget(message: &str) -> Option<&'static str> {
+    ["max_reveal_rows_per_hour", "max_reveal_rows"]
+        .into_iter()
+        .find(|key| message.contains(&format!("refused by policy {key} ")))
 }
 
 fn is_zero(n: &u32) -> bool {

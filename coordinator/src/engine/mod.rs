@@ -106,6 +106,7 @@ pub fn empty_result(spec: &Spec) -> RunResult {
         duplicate_keys: None,
         difference_counts: None,
         truncated: false,
+        withheld: Vec::new(),
         warnings: Vec::new(),
         advice: None,
         error: None,
@@ -189,25 +190,29 @@ impl Engine {
         match event {
             Event::Revealed {
                 range,
+                page,
                 side,
                 response,
             } => Event::Revealed {
                 range,
+                page,
                 side,
-                response: self.trim_reveal(range, side, response),
+                response: self.trim_reveal((range, page), side, response),
             },
             Event::RevealedBoth {
                 range,
+                page,
                 source,
                 target,
             } => {
                 let (source, target) = self.trim_reveals(
-                    range,
-                    self.trim_reveal(range, Side::Source, source),
-                    self.trim_reveal(range, Side::Target, target),
+                    (range, page),
+                    self.trim_reveal((range, page), Side::Source, source),
+                    self.trim_reveal((range, page), Side::Target, target),
                 );
                 Event::RevealedBoth {
                     range,
+                    page,
                     source,
                     target,
                 }
@@ -242,8 +247,10 @@ impl Engine {
     /// `revealed_both` (see [`Event::RevealedBoth`]).
     pub fn reveal_partner_pending(&self, event: &Event) -> bool {
         match event {
-            Event::Revealed { range, side, .. } => {
-                let partner = Call::Reveal(*range, side.other());
+            Event::Revealed {
+                range, page, side, ..
+            } => {
+                let partner = Call::Reveal(*range, *page, side.other());
                 self.outstanding.iter().any(|c| c.call() == Some(partner))
             }
             _ => false,
@@ -307,16 +314,18 @@ impl Engine {
             Event::Waited { round } => self.on_waited(&mut out, round),
             Event::Revealed {
                 range,
+                page,
                 side,
                 response,
-            } => self.on_revealed(&mut out, range, side, response),
+            } => self.on_revealed(&mut out, (range, page), side, response),
             Event::RevealedBoth {
                 range,
+                page,
                 source,
                 target,
             } => self
-                .on_revealed(&mut out, range, Side::Source, source)
-                .and_then(|()| self.on_revealed(&mut out, range, Side::Target, target)),
+                .on_revealed(&mut out, (range, page), Side::Source, source)
+                .and_then(|()| self.on_revealed(&mut out, (range, page), Side::Target, target)),
             Event::Failed { code, message } => Err(ErrorOut { code, message }),
         };
         if let Err(e) = outcome {

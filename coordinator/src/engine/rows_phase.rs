@@ -13,8 +13,12 @@ use tally_common::wire::{RevealRequest, RevealResponse, RevealedRow, RowDigest, 
 use super::drill::LEAVES_IN_FLIGHT;
 use super::{Command, Engine, Out, Side, Step};
 use crate::planner::rows_batches;
-use crate::result::{DiffCounts, Difference, DuplicateKeys};
+use crate::result::{DiffCounts, Difference, DuplicateKeys, Withheld};
 use crate::rows::{self, Classified, Classifier, RevealWork};
+
+/// What a result names when an agent cut a reveal short without naming its budget (an
+/// agent from before `withheld_by`).
+const REVEAL_BUDGETS: &str = "max_reveal_rows or max_reveal_rows_per_hour";
 
 /// After an early stop, rows are still classified when the differing segments hold at
 /// most this many rows (per side).
@@ -63,9 +67,11 @@ pub(super) struct RowsPhase {
     revealed: usize,
     reveals: BTreeMap<usize, Pair<RevealResponse>>,
     differences: Vec<Difference>,
-    /// Sides whose agent revealed fewer rows than asked (its `max_reveal_rows` budget).
+    /// Per side, the reveal budgets that withheld keys (as the agent named them) and
+    /// how many asked keys they withheld; a side whose budget is spent is not asked
+    /// again.
     #[serde(default)]
-    cut_short: Vec<Side>,
+    withheld: Vec<(Side, Option<String>, u64)>,
     /// Confirm rounds done, the one in progress, and what vanished in them.
     #[serde(default)]
     rounds_done: u32,
@@ -106,11 +112,50 @@ impl RowsPhase {
             revealed: 0,
             reveals: BTreeMap::new(),
             differences: Vec::new(),
-            cut_short: Vec::new(),
+            withheld: Vec::new(),
             rounds_done: 0,
             confirming: None,
             in_flight: DiffCounts::default(),
         }
+    }
+
+    /// Takes in one side's answer to work item `n`; an answer cut short counts the
+    /// asked keys it withheld, under the budget its agent named.
+    fn take_reveal(&mut self, n: usize, side: Side, r: RevealResponse) {
+        if r.truncated {
+            let w = &self.work[n];
+            let asked: HashSet<u64> = match side {
+                Side::Source => &w.from_source,
+                Side::Target => &w.from_target,
+            }
+            .iter()
+            .copied()
+            .collect();
+            let shown: HashSet<u64> = r
+                .rows
+                .iter()
+                .map(|x| x.key_hash)
+                .filter(|h| asked.contains(h))
+                .collect();
+            let kept = (asked.len() - shown.len()) as u64;
+            match self
+                .withheld
+                .iter_mut()
+                .find(|(s, b, _)| *s == side && *b == r.withheld_by)
+            {
+                Some(w) => w.2 += kept,
+                None => self.withheld.push((side, r.withheld_by.clone(), kept)),
+            }
+        }
+        put(self.reveals.entry(n).or_default(), side, r);
+    }
+
+    /// The reveal budget of `side` its agent said withheld rows: spent for this run
+    /// (or the hour), so the side is not asked again.
+    fn spent(&self, side: Side) -> Option<String> {
+        self.withheld
+            .iter()
+            .find_map(|(s, b, _)| if *s == side { b.clone() } else { None })
     }
 }
 
@@ -170,13 +215,21 @@ impl Engine {
         self.advance_rows(out)
     }
 
-    /// The key hashes of range `range`'s changed rows (none outside the reveals).
-    fn changed_in(&self, range: usize) -> HashSet<u64> {
-        let Some(rows) = self.rows.as_ref() else {
-            return HashSet::new();
-        };
-        let (Some(work), Some(found)) = (rows.work.iter().find(|w| w.leaf == range), rows.found.as_ref())
-        else {
+    /// The reveal work of page `page` of range `range`.
+    fn work_of(&self, (range, page): (usize, u32)) -> Option<&RevealWork> {
+        self.rows
+            .as_ref()?
+            .work
+            .iter()
+            .find(|w| w.leaf == range && w.page == page)
+    }
+
+    /// The key hashes of the changed rows of a range's page (none outside the reveals).
+    fn changed_in(&self, at: (usize, u32)) -> HashSet<u64> {
+        let (Some(work), Some(found)) = (
+            self.work_of(at),
+            self.rows.as_ref().and_then(|r| r.found.as_ref()),
+        ) else {
             return HashSet::new();
         };
         work.findings
@@ -188,9 +241,8 @@ impl Engine {
     }
 
     /// See [`Engine::trim`].
-    pub(super) fn trim_reveal(&self, range: usize, side: Side, mut r: RevealResponse) -> RevealResponse {
-        let Some(rows) = self.rows.as_ref() else { return r };
-        let Some(work) = rows.work.iter().find(|w| w.leaf == range) else {
+    pub(super) fn trim_reveal(&self, at: (usize, u32), side: Side, mut r: RevealResponse) -> RevealResponse {
+        let Some(work) = self.work_of(at) else {
             return r;
         };
         let asked = match side {
@@ -198,7 +250,7 @@ impl Engine {
             Side::Target => &work.from_target,
         };
         let detailed = self.detailed();
-        let changed = self.changed_in(range);
+        let changed = self.changed_in(at);
         r.rows.retain(|row| asked.contains(&row.key_hash));
         keep_last_per_key(&mut r.rows);
         for row in &mut r.rows {
@@ -209,7 +261,7 @@ impl Engine {
         r
     }
 
-    /// Both sides' (trimmed) reveals of range `range`: what the result shows of them and
+    /// Both sides' (trimmed) reveals of a range's page: what the result shows of them and
     /// nothing more. Of a changed row both show, a column whose canonical values are
     /// equal is kept by neither (the result names only the columns that differ, and
     /// equal values compare equal as absent on both sides too). A changed row only the
@@ -219,14 +271,14 @@ impl Engine {
     /// kept.
     pub(super) fn trim_reveals(
         &self,
-        range: usize,
+        at: (usize, u32),
         mut source: RevealResponse,
         mut target: RevealResponse,
     ) -> (RevealResponse, RevealResponse) {
         let Some(key_len) = self.resolved.as_ref().map(|r| r.key_len) else {
             return (source, target);
         };
-        let changed = self.changed_in(range);
+        let changed = self.changed_in(at);
         let from_source: HashSet<u64> = source.rows.iter().map(|r| r.key_hash).collect();
         target
             .rows
@@ -251,17 +303,20 @@ impl Engine {
         (source, target)
     }
 
-    pub(super) fn on_revealed(&mut self, out: &mut Out, range: usize, side: Side, r: RevealResponse) -> Step {
+    pub(super) fn on_revealed(
+        &mut self,
+        out: &mut Out,
+        (range, page): (usize, u32),
+        side: Side,
+        r: RevealResponse,
+    ) -> Step {
         let rows = self.rows();
         let n = rows
             .work
             .iter()
-            .position(|w| w.leaf == range)
-            .expect("a reveal was asked for this range");
-        if r.truncated && !rows.cut_short.contains(&side) {
-            rows.cut_short.push(side);
-        }
-        put(rows.reveals.entry(n).or_default(), side, r);
+            .position(|w| w.leaf == range && w.page == page)
+            .expect("a reveal was asked for this page");
+        rows.take_reveal(n, side, r);
         self.advance_rows(out)
     }
 
@@ -541,8 +596,9 @@ impl Engine {
         }
     }
 
-    /// Reveals of the next work items while fewer than [`LEAVES_IN_FLIGHT`] are open: a
-    /// side with nothing to show is not asked.
+    /// Reveals of the next work items (pages) while fewer than [`LEAVES_IN_FLIGHT`] are
+    /// open: a side with nothing to show is not asked, nor one whose reveal budget is
+    /// spent (its agent said so: it would refuse).
     fn ask_reveals(&mut self, out: &mut Out) {
         let key_len = self.resolved.as_ref().expect("resolved").key_len;
         let detailed = self.detailed();
@@ -558,7 +614,11 @@ impl Engine {
             let segment = rows.ranges[w.leaf].clone();
             for (side, hashes) in [(Side::Source, w.from_source), (Side::Target, w.from_target)] {
                 if hashes.is_empty() {
-                    nothing_to_ask.push((n, side));
+                    nothing_to_ask.push((n, side, None));
+                    continue;
+                }
+                if let Some(budget) = self.rows.as_ref().and_then(|r| r.spent(side)) {
+                    nothing_to_ask.push((n, side, Some(budget)));
                     continue;
                 }
                 let request = RevealRequest {
@@ -577,6 +637,7 @@ impl Engine {
                     out,
                     Command::Reveal {
                         range,
+                        page: w.page,
                         side,
                         request,
                         rows: detailed,
@@ -586,34 +647,51 @@ impl Engine {
         }
         let rows = self.rows();
         rows.reveals_asked = rows.reveals_asked.max(to);
-        for (n, side) in nothing_to_ask {
-            put(
-                rows.reveals.entry(n).or_default(),
-                side,
-                RevealResponse::default(),
-            );
+        for (n, side, spent) in nothing_to_ask {
+            let r = RevealResponse {
+                truncated: spent.is_some(),
+                withheld_by: spent,
+                ..RevealResponse::default()
+            };
+            rows.take_reveal(n, side, r);
         }
     }
 
     fn rows_done(&mut self, out: &mut Out) {
         let rows = self.rows.take().expect("rows phase");
         let found = rows.found.expect("classified");
-        // a listed difference needs its key revealed: an agent whose budget ran out
-        // leaves some out, and the result says so (the counts stay whole)
-        self.res.truncated = found.truncated || !rows.cut_short.is_empty();
-        for side in &rows.cut_short {
+        // a listed difference needs its key revealed: the sample limit and the agents'
+        // reveal budgets leave some out, and the result says which withheld how many
+        // (the counts stay whole)
+        let total = found.counts.missing_in_target + found.counts.extra_in_target + found.counts.changed;
+        if found.truncated {
+            self.res.withheld.push(Withheld {
+                budget: "reporting.sample_limit".into(),
+                agent: None,
+                side: None,
+                keys: total.saturating_sub(found.findings.len() as u64),
+            });
+        }
+        for (side, budget, keys) in &rows.withheld {
             let agent = match side {
                 Side::Source => &self.agents.0,
                 Side::Target => &self.agents.1,
             };
+            let budget = budget.clone().unwrap_or_else(|| REVEAL_BUDGETS.to_string());
             self.res.warnings.push(format!(
-                "agent {agent} ({}) revealed fewer rows than asked (its max_reveal_rows budget for this run or \
-                 the hour, or the most rows one reveal releases): `differences` lists {} of the differences \
-                 `difference_counts` counts",
+                "agent {agent} ({}) withheld {keys} of the keys asked: its reveal budget {budget} is spent; \
+                 `differences` lists {} of the {total} differences `difference_counts` counts",
                 side.name(),
                 rows.differences.len()
             ));
+            self.res.withheld.push(Withheld {
+                budget,
+                agent: Some(agent.clone()),
+                side: Some(side.name().to_string()),
+                keys: *keys,
+            });
         }
+        self.res.truncated = !self.res.withheld.is_empty();
         self.res.differences = Some(rows.differences);
         self.res.difference_counts = Some(found.counts);
         if self.spec.confirm.is_some() {
@@ -640,7 +718,8 @@ impl Engine {
             });
             self.res.warnings.push(format!(
                 "duplicate keys in the differing segments: {dup_source} on the source, {dup_target} on the target; \
-                 rows sharing a key are compared as one"
+                 a repeated key whose rows are not the same on both sides is listed, with the rows each side holds \
+                 of it (`duplicates`)"
             ));
         }
         out.extend(self.finish());

@@ -201,8 +201,8 @@ impl Runtime<'_> {
     async fn drive(&self, engine: &mut Engine, first: Vec<Command>) -> RunResult {
         let mut queue: VecDeque<Command> = first.into();
         let mut calls: FuturesUnordered<Answer<'_>> = FuturesUnordered::new();
-        // one side's reveal of a range waiting for the other side's
-        let mut held: BTreeMap<usize, Event> = BTreeMap::new();
+        // one side's reveal of a range's page waiting for the other side's
+        let mut held: BTreeMap<(usize, u32), Event> = BTreeMap::new();
         loop {
             while let Some(c) = queue.pop_front() {
                 match c {
@@ -224,9 +224,10 @@ impl Runtime<'_> {
                 Some(event) if engine.reveal_partner_pending(&event) => match event {
                     Event::Revealed {
                         range,
+                        page,
                         side,
                         response,
-                    } => match held.remove(&range) {
+                    } => match held.remove(&(range, page)) {
                         Some(Event::Revealed { response: other, .. }) => {
                             let (source, target) = match side {
                                 Side::Source => (response, other),
@@ -236,6 +237,7 @@ impl Runtime<'_> {
                                 engine,
                                 Event::RevealedBoth {
                                     range,
+                                    page,
                                     source,
                                     target,
                                 },
@@ -244,9 +246,10 @@ impl Runtime<'_> {
                         }
                         _ => {
                             held.insert(
-                                range,
+                                (range, page),
                                 Event::Revealed {
                                     range,
+                                    page,
                                     side,
                                     response,
                                 },
@@ -378,18 +381,16 @@ impl Runtime<'_> {
                 }
                 Command::Reveal {
                     range,
+                    page,
                     side,
                     request,
                     rows,
-                } => self
-                    .agent(side)
-                    .reveal(request, rows)
-                    .await
-                    .map(|response| Event::Revealed {
-                        range,
-                        side,
-                        response,
-                    }),
+                } => super::events::reveal_answer(
+                    range,
+                    page,
+                    side,
+                    self.agent(side).reveal(request, rows).await,
+                ),
                 Command::Recheck { round, side, request } => {
                     self.signed_aggregate(side, request)
                         .await

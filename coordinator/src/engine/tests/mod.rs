@@ -25,8 +25,11 @@ struct Fake {
     rows: Vec<(i64, u64)>,
     /// Offers a sealed method, with a zone key.
     sealed: bool,
-    /// Reveals at most this many rows per call (an agent's `max_reveal_rows` running out).
+    /// Reveals at most this many rows in the run, as an agent's `max_reveal_rows`: a
+    /// call gets what is left (saying so), and a call once it is spent is refused.
     reveal_budget: Option<usize>,
+    /// Rows revealed so far in the run.
+    revealed: std::cell::Cell<usize>,
     /// The policy's `time_columns`.
     time_columns: Vec<String>,
     /// The replication position its watermark reads (none: no watermark configured).
@@ -47,6 +50,7 @@ impl Fake {
             rows: (0..n).map(|k| (k, 1000 + k as u64 * 7)).collect(),
             sealed: false,
             reveal_budget: None,
+            revealed: std::cell::Cell::new(0),
             time_columns: Vec::new(),
             position: None,
         }
@@ -123,7 +127,24 @@ impl Fake {
             .collect()
     }
 
-    fn reveal(&self, req: &RevealRequest) -> RevealResponse {
+    /// As an agent answers: at most `MAX_REVEAL_ROWS_PER_CALL` rows a call, within
+    /// what is left of its budget, refused once that is spent.
+    fn reveal(&self, req: &RevealRequest) -> Result<RevealResponse, crate::error::RunError> {
+        let left = self
+            .reveal_budget
+            .map_or(usize::MAX, |b| b.saturating_sub(self.revealed.get()));
+        if left == 0 {
+            return Err(crate::error::RunError::PolicyRefused {
+                agent: "fake".into(),
+                rpc: "RevealKeys".into(),
+                message: "refused by policy max_reveal_rows of dataset x: this run's reveal budget for the dataset is spent"
+                    .into(),
+            });
+        }
+        let asked = (req.limit as usize)
+            .min(tally_common::wire::MAX_REVEAL_ROWS_PER_CALL)
+            .min(req.key_hashes.len());
+        let limit = asked.min(left);
         let mut rows: Vec<RevealedRow> = req
             .key_hashes
             .iter()
@@ -134,14 +155,15 @@ impl Fake {
                 values: Vec::new(),
             })
             .collect();
-        let budget = self.reveal_budget.unwrap_or(usize::MAX);
-        let truncated = rows.len() > budget;
-        rows.truncate(budget);
-        RevealResponse {
+        let truncated = rows.len() > limit || req.key_hashes.len() > limit;
+        rows.truncate(limit);
+        self.revealed.set(self.revealed.get() + rows.len());
+        Ok(RevealResponse {
             rows,
             truncated,
+            withheld_by: (truncated && limit < asked).then(|| "max_reveal_rows".to_string()),
             ..Default::default()
-        }
+        })
     }
 
     fn describe(&self, dataset: &str) -> Describe {
@@ -262,14 +284,16 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
         },
         Command::Reveal {
             range,
+            page,
             side: x,
             request,
             ..
-        } => Event::Revealed {
-            range: *range,
-            side: *x,
-            response: side(x).reveal(request),
-        },
+        } => events::reveal_answer(*range, *page, *x, side(x).reveal(request)).unwrap_or_else(|e| {
+            Event::Failed {
+                code: e.code().into(),
+                message: e.to_string(),
+            }
+        }),
         Command::InvestigationSql { leaf, side: x, .. } => Event::InvestigationSql {
             leaf: *leaf,
             side: *x,

@@ -79,19 +79,16 @@ fn an_agent_whose_reveal_budget_runs_out_leaves_differences_out_and_the_result_s
     let listed = r.differences.as_ref().unwrap().len();
     assert!(listed < 30, "{listed} listed");
     assert!(r.truncated, "a cut-short list must say it is cut short");
-    let w = r
-        .warnings
-        .iter()
-        .find(|w| w.contains("revealed fewer rows than asked"));
+    let w = r.warnings.iter().find(|w| w.contains("withheld"));
     let w = w.unwrap_or_else(|| panic!("no warning: {:?}", r.warnings));
     assert!(
-        w.contains("(source)") && w.contains(&format!("lists {listed} of")),
+        w.contains("(source)") && w.contains("max_reveal_rows") && w.contains(&format!("lists {listed} of")),
         "{w}"
     );
     // a whole reveal says nothing of the kind
     let (s, t) = scattered(30);
     let r = drive(&with_keys("with_keys", ""), &s, &t).result;
-    assert!(!r.truncated && r.warnings.iter().all(|w| !w.contains("revealed fewer")));
+    assert!(!r.truncated && r.withheld.is_empty() && r.warnings.iter().all(|w| !w.contains("withheld")));
 }
 
 #[test]
@@ -242,6 +239,7 @@ fn both_trimmed(
 ) -> (RevealResponse, RevealResponse) {
     match e.trim(Event::RevealedBoth {
         range,
+        page: 0,
         source: s,
         target: t,
     }) {
@@ -306,15 +304,20 @@ fn drive_detailed(
         let c = open.remove(0);
         let event = match &c {
             Command::Reveal {
-                range, side, request, ..
+                range,
+                page,
+                side,
+                request,
+                ..
             } => {
                 let response = |side: Side, hashes: &[u64]| RevealResponse {
                     rows: reveal(side, hashes),
                     ..Default::default()
                 };
-                let partner = open.iter().position(
-                    |o| matches!(o, Command::Reveal { range: r, side: x, .. } if r == range && *x != *side),
-                );
+                let partner = open.iter().position(|o| {
+                    matches!(o, Command::Reveal { range: r, page: p, side: x, .. }
+                        if r == range && p == page && *x != *side)
+                });
                 match partner.map(|i| open.remove(i)) {
                     Some(Command::Reveal { request: other, .. }) => {
                         let (sr, tr) = match side {
@@ -323,12 +326,14 @@ fn drive_detailed(
                         };
                         Event::RevealedBoth {
                             range: *range,
+                            page: *page,
                             source: response(Side::Source, sr),
                             target: response(Side::Target, tr),
                         }
                     }
                     _ => Event::Revealed {
                         range: *range,
+                        page: *page,
                         side: *side,
                         response: response(*side, &request.key_hashes),
                     },
@@ -393,4 +398,119 @@ fn a_key_revealed_twice_by_one_side_keeps_the_values_the_differences_compare() {
     assert_eq!(d.columns.as_deref(), Some(&["amount".to_string()][..]));
     let v = &d.values.as_ref().unwrap()["amount"];
     assert_eq!((v.source.as_deref(), v.target.as_deref()), (Some("7"), Some("9")));
+}
+
+/// 6,000 rows, the first `n` changed in the target, read as one range.
+fn bulk(n: i64) -> (Fake, Fake, Spec) {
+    let s = Fake::new(6000);
+    let mut t = s.clone();
+    for (k, h) in t.rows.iter_mut() {
+        if *k < n {
+            // not `^= 1`: a flip up and one down would cancel in the sum and the XOR
+            *h = h.wrapping_add(0x1_0000_0001);
+        }
+    }
+    let spec = spec(
+        "bisection: { factor: 4, threshold: 10000 }\nreporting: { level: with_keys, sample_limit: 10000 }\n",
+    );
+    (s, t, spec)
+}
+
+#[test]
+fn a_range_with_more_differing_rows_than_one_reveal_releases_is_revealed_page_by_page() {
+    let (s, t, spec) = bulk(5000);
+    let tr = drive(&spec, &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 5000);
+    assert_eq!(r.differences.as_ref().unwrap().len(), 5000, "every key listed");
+    assert!(!r.truncated && r.withheld.is_empty(), "{:?}", r.withheld);
+    let pages: Vec<(usize, u32, usize)> = tr
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Reveal {
+                range, page, request, ..
+            } => Some((*range, *page, request.key_hashes.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pages.len(), 5, "{pages:?}");
+    assert!(
+        pages.iter().all(|(r, _, n)| *r == pages[0].0 && *n == 1000),
+        "{pages:?}"
+    );
+}
+
+#[test]
+fn reveals_go_on_until_an_agents_budget_stops_them_and_the_result_names_it() {
+    // the source may reveal 2,500 rows in the run: two pages whole, the third cut
+    // short (its agent names the budget), the rest not asked or refused
+    let (mut s, t, spec) = bulk(5000);
+    s.reveal_budget = Some(2500);
+    let r = drive(&spec, &s, &t).result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert_eq!(r.differences.as_ref().unwrap().len(), 2500);
+    assert!(r.truncated);
+    assert_eq!(
+        r.withheld,
+        vec![crate::result::Withheld {
+            budget: "max_reveal_rows".into(),
+            agent: Some("a".into()),
+            side: Some("source".into()),
+            keys: 2500,
+        }]
+    );
+    assert!(
+        r.render()
+            .contains("keys withheld: 2500 by agent a (source) reveal budget max_reveal_rows")
+    );
+    // the sample limit is a budget too, and named as one
+    let (s, t, _) = bulk(5000);
+    let spec = spec_limited(3000);
+    let r = drive(&spec, &s, &t).result;
+    assert_eq!(r.differences.as_ref().unwrap().len(), 3000);
+    assert_eq!(
+        r.withheld,
+        vec![crate::result::Withheld {
+            budget: "reporting.sample_limit".into(),
+            agent: None,
+            side: None,
+            keys: 2000,
+        }]
+    );
+}
+
+fn spec_limited(sample_limit: u32) -> Spec {
+    spec(&format!(
+        "bisection: {{ factor: 4, threshold: 10000 }}\nreporting: {{ level: with_keys, sample_limit: {sample_limit} }}\n"
+    ))
+}
+
+#[test]
+fn a_reveal_budget_already_spent_keeps_the_verdict_and_leaves_and_says_keys_were_withheld() {
+    let (mut s, t, spec) = bulk(30);
+    s.reveal_budget = Some(0);
+    let r = drive(&spec, &s, &t).result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    assert!(r.error.is_none());
+    assert!(!r.leaves.is_empty());
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 30);
+    assert_eq!(r.differences.as_ref().unwrap().len(), 0);
+    assert!(r.truncated);
+    assert_eq!(r.withheld.len(), 1);
+    assert_eq!(
+        (r.withheld[0].budget.as_str(), r.withheld[0].keys),
+        ("max_reveal_rows", 30)
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["withheld"][0]["budget"], "max_reveal_rows");
+    assert_eq!(json["withheld"][0]["agent"], "a");
+    // any other refusal of a reveal still ends the run
+    let other = crate::error::RunError::PolicyRefused {
+        agent: "a".into(),
+        rpc: "RevealKeys".into(),
+        message: "refused by policy max_level of dataset x: level with_keys is above detailed".into(),
+    };
+    assert!(events::reveal_answer(0, 0, Side::Source, Err(other)).is_err());
 }
