@@ -463,8 +463,8 @@ pub fn reproduction(case: &Case, c: &RunConfig) -> String {
     s.push_str(&format!("-- spec:\n{}", run::spec(case, 0, c)));
     let t = case.truth();
     s.push_str(&format!(
-        "-- truth: differences {:?}; duplicated keys {:?}\n",
-        t.diffs, t.duplicated
+        "-- truth: differences {:?}; duplicates (source, target) {:?}\n",
+        t.diffs, t.duplicates
     ));
     s.push_str(&format!(
         "-- mutations: {:?}\n",
