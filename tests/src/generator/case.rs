@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::rng::Rng;
-use super::values::{Cell, Class, Engine, SideForm, V, changed, random_text, random_value, spelling};
+use super::values::{
+    Cell, Class, Engine, SideForm, V, changed, random_text, random_value, special_value, spelling,
+};
 
 /// A column on both sides.
 #[derive(Debug, Clone)]
@@ -133,6 +135,7 @@ impl Case {
         let zones = if r.chance(0.5) { zones } else { ["UTC", "UTC"] };
         let empty_is_null = [r.chance(0.15), r.chance(0.15)];
         let no_empty_keys = empty_is_null.contains(&true);
+        let special = (source == target).then_some(source);
         let key_shape = *r.pick(&[
             KeyShape::Int64,
             KeyShape::Int32,
@@ -173,7 +176,7 @@ impl Case {
             .map(|k| {
                 let vals: Vec<V> = columns[nkeys..]
                     .iter()
-                    .map(|c| random_value(&mut r, c.class))
+                    .map(|c| value(&mut r, c.class, special))
                     .collect();
                 let side = |r: &mut Rng| -> Vec<Cell> {
                     k.iter()
@@ -229,7 +232,7 @@ impl Case {
                 .chain(
                     self.columns[self.nkeys..]
                         .iter()
-                        .map(|c| random_value(r, c.class)),
+                        .map(|c| value(r, c.class, self.special())),
                 )
                 .map(Cell::plain)
                 .collect();
@@ -367,6 +370,26 @@ impl Case {
             .collect()
     }
 
+    /// The engine whose own values (infinities, BC years, zero dates) both sides hold.
+    pub fn special(&self) -> Option<Engine> {
+        (self.source == self.target).then_some(self.source)
+    }
+
+    /// Whether any value of the case is one only its engine has.
+    pub fn has_special_values(&self) -> bool {
+        let (lo, hi) = super::values::date_range();
+        let [s, t] = self.sides();
+        s.iter().chain(&t).flatten().any(|c| match &c.v {
+            V::Raw(_) => true,
+            V::Date(d) => *d < lo || *d > hi,
+            V::Ts(x) => {
+                *x < lo as i64 * super::values::MICROS_PER_DAY
+                    || *x >= (hi as i64 + 1) * super::values::MICROS_PER_DAY
+            }
+            _ => false,
+        })
+    }
+
     /// How side `side` writes column `col`.
     pub fn side_form(&self, side: usize, col: usize) -> SideForm {
         SideForm {
@@ -406,6 +429,17 @@ impl Truth {
 fn same_rows(a: &[Vec<V>], b: &[Vec<V>]) -> bool {
     let count = |rows: &[Vec<V>], r: &Vec<V>| rows.iter().filter(|x| *x == r).count();
     a.len() == b.len() && a.iter().all(|r| count(a, r) == count(b, r))
+}
+
+/// A value of a class, sometimes one only the case's engine has.
+fn value(r: &mut Rng, class: Class, special: Option<Engine>) -> V {
+    if let Some(e) = special
+        && r.chance(0.12)
+        && let Some(v) = special_value(r, class, e)
+    {
+        return v;
+    }
+    random_value(r, class)
 }
 
 /// A column of a class; a key column keeps its class (the key's values are drawn for it).

@@ -235,6 +235,87 @@ pub enum V {
     Ts(i64),
     Bytes(Vec<u8>),
     Uuid(u128),
+    /// a value only one engine has, stored alike on both sides of a case between two
+    /// databases of that engine: its literal text (MariaDB zero dates)
+    Raw(String),
+}
+
+/// PostgreSQL's `infinity` and `-infinity` as [`V::Date`] and [`V::Ts`] values.
+pub const DATE_INF: i32 = i32::MAX;
+pub const TS_INF: i64 = i64::MAX;
+
+/// A value of a class that only `e` stores (a case between two databases of one
+/// engine): PostgreSQL's infinities, BC and expanded years; MariaDB's zero dates.
+pub fn special_value(r: &mut Rng, class: Class, e: Engine) -> Option<V> {
+    let at = |y, m, d, us: i64| days_from_civil(y, m, d) as i64 * MICROS_PER_DAY + us;
+    Some(match (class, e) {
+        (Class::Date, Engine::Pg) => V::Date(*r.pick(&[
+            DATE_INF,
+            -DATE_INF,
+            days_from_civil(0, 2, 29),
+            days_from_civil(-1999, 1, 1),
+            days_from_civil(-9, 6, 1),
+            days_from_civil(-9, 12, 31),
+            days_from_civil(10000, 1, 1),
+            days_from_civil(0, 12, 31),
+        ])),
+        (Class::Ts, Engine::Pg) => V::Ts(*r.pick(&[
+            TS_INF,
+            -TS_INF,
+            at(0, 3, 31, MICROS_PER_DAY - 1),
+            at(-43, 3, 15, 12 * 3_600_000_000),
+            at(-9, 1, 3, 0),
+            at(10000, 1, 1, 1),
+        ])),
+        (Class::Date, Engine::My) => V::Raw(
+            r.pick(&["0000-00-00", "2024-00-15", "2024-05-00", "0000-01-01"])
+                .to_string(),
+        ),
+        (Class::Ts, Engine::My) => V::Raw(
+            r.pick(&[
+                "0000-00-00 00:00:00.000000",
+                "2024-00-15 10:00:00.000000",
+                "2024-12-00 23:59:59.999999",
+            ])
+            .to_string(),
+        ),
+        _ => return None,
+    })
+}
+
+/// PostgreSQL's text of a date: BC years as such, infinities by name.
+fn pg_date_text(days: i32) -> String {
+    match days {
+        DATE_INF => "infinity".into(),
+        d if d == -DATE_INF => "-infinity".into(),
+        d => {
+            let (y, m, dd) = civil_from_days(d);
+            if y <= 0 {
+                format!("{:04}-{m:02}-{dd:02} BC", 1 - y)
+            } else {
+                format!("{y:04}-{m:02}-{dd:02}")
+            }
+        }
+    }
+}
+
+fn pg_ts_text(micros: i64) -> String {
+    match micros {
+        TS_INF => "infinity".into(),
+        t if t == -TS_INF => "-infinity".into(),
+        t => {
+            let text = ts_text(t);
+            let (y, _, _) = civil_from_days(t.div_euclid(MICROS_PER_DAY) as i32);
+            if y <= 0 {
+                // the time, then the era: '0044-03-15 12:00:00 BC'
+                let date = pg_date_text(t.div_euclid(MICROS_PER_DAY) as i32);
+                let time = &text[text.find(' ').unwrap() + 1..];
+                format!("{} {time} BC", date.trim_end_matches(" BC"))
+            } else {
+                text
+            }
+        }
+    }
 }
 
 /// A value and how one side spells it (0: plainly; others: an equal spelling).
@@ -436,9 +517,12 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
         (V::Bool(b), Lite) => (*b as u8).to_string(),
         (V::Bool(b), _) => if *b { "TRUE" } else { "FALSE" }.into(),
         (V::Date(d), Lite) => quote(&date_text(*d)),
+        (V::Date(d), Pg) => format!("DATE '{}'", pg_date_text(*d)),
         (V::Date(d), _) => format!("DATE '{}'", date_text(*d)),
         (V::Ts(t), Lite) => quote(&ts_text(*t)),
+        (V::Ts(t), Pg) => format!("TIMESTAMP '{}'", pg_ts_text(*t)),
         (V::Ts(t), _) => format!("TIMESTAMP '{}'", ts_text(*t)),
+        (V::Raw(text), _) => quote(text),
         (V::Bytes(b), Pg) => format!("'\\x{}'::bytea", hex(b)),
         (V::Bytes(b), My | Lite) => format!("X'{}'", hex(b)),
         (V::Bytes(b), Duck) => format!("from_hex('{}')", hex(b)),
@@ -483,6 +567,7 @@ pub fn bind(class: Class, c: &Cell, f: SideForm) -> Bind {
         V::Ts(t) => Bind::Text(ts_text(*t)),
         V::Bytes(b) => Bind::Blob(b.clone()),
         V::Uuid(u) => Bind::Text(uuid_text(*u, alt)),
+        V::Raw(text) => Bind::Text(text.clone()),
     }
 }
 
@@ -674,6 +759,24 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
     }
     if r.chance(0.12) {
         return (V::Null, "null shift");
+    }
+    let special = match v {
+        V::Raw(_) => true,
+        V::Date(d) => d.abs() == DATE_INF || *d < date_range().0 || *d > date_range().1,
+        V::Ts(t) => {
+            t.abs() == TS_INF
+                || *t < date_range().0 as i64 * MICROS_PER_DAY
+                || *t > (date_range().1 as i64 + 1) * MICROS_PER_DAY
+        }
+        _ => false,
+    };
+    if special {
+        loop {
+            let n = random_value(r, class);
+            if n != V::Null && n != *v {
+                return (n, "off an edge");
+            }
+        }
     }
     match (class, v) {
         (Class::Int { narrow }, V::Int(i)) => {
