@@ -201,12 +201,6 @@ impl Dialect for DuckDb {
     fn int_text(&self, e: &str) -> String {
         format!("CAST({e} AS VARCHAR)")
     }
-
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        Some(format!(
-            "strftime(date_trunc('week', CAST(substr({canonical}, 1, 10) AS DATE)), '%Y-%m-%d')"
-        ))
-    }
 }
 
 /// A row-string expression after a sealed method's key, as one BLOB (the row's UTF-8).
