@@ -291,7 +291,11 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
                         _ => KeyPart::Text(v.clone()),
                     });
                 }
-                canonical_value(&c.spec.format, &Value::Text(&v))
+                // a timestamp without zone compared as one with zone is read in the
+                // dataset's time_zone, as on every other engine (a text that already
+                // carries an offset is then refused, never read twice)
+                let zoned = c.zone.as_ref().map(|z| format!("{v}{z}"));
+                canonical_value(&c.spec.format, &Value::Text(zoned.as_deref().unwrap_or(&v)))
                     .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
         };
