@@ -1,11 +1,13 @@
-//! SQLite datasets take the dataset options the other engines take: a `time_zone`
-//! reads timestamps without zone in that zone when they are compared with timestamps
-//! with zone.
+//! SQLite datasets take the dataset options and forms the other engines take: a
+//! `query:` dataset's columns are classified by the types their tables declare, as a
+//! table dataset's are, and a `time_zone` reads timestamps without zone in that zone
+//! when they are compared with timestamps with zone.
 
 use tally_agent::connector::Connector;
+use tally_agent::connector::sqlite::NO_DECLARED_TYPE;
 use tally_agent::dataset::Dataset;
 use tally_agent::dialect;
-use tally_agent::schema::ColumnInfo;
+use tally_agent::schema::{ColumnInfo, DatasetInfo};
 use tally_common::canonical::FieldFormat;
 use tally_common::checksum::{HashMethod, Hasher};
 use tally_common::segment::{ColumnSpec, Segment, Split};
@@ -27,10 +29,50 @@ fn dataset(name: &str, body: &str, url: &str) -> Dataset {
     Dataset::new(name.into(), config, source, Connector::open(url).unwrap())
 }
 
+async fn describe(ds: &Dataset) -> DatasetInfo {
+    ds.describe(&mut ds.session().await.unwrap()).await.unwrap()
+}
+
+fn column<'a>(info: &'a DatasetInfo, name: &str) -> &'a ColumnInfo {
+    info.column(name).unwrap_or_else(|| panic!("no column {name}"))
+}
+
 async fn database(dir: &std::path::Path) -> Database {
     let l = Sqlite.create("ds", dir).await;
     l.exec(SCHEMA).await;
     l
+}
+
+/// F6: a query's plain columns are what the table declares (with the declared scale
+/// and padding), never the driver's NULL for a type it does not map; an expression,
+/// for which SQLite declares no type, is `other` and says why.
+#[tokio::test]
+async fn a_query_column_has_its_tables_declared_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = database(dir.path()).await;
+    let table = describe(&dataset("tbl", "table: t", &l.url)).await;
+    let query = describe(&dataset(
+        "qry",
+        "query: 'SELECT id, amount, n, u, c, v, ts, at, j, f, amount * 2 AS doubled, CAST(n AS DECIMAL(9,2)) AS cast_n FROM t'",
+        &l.url,
+    ))
+    .await;
+    for name in ["id", "amount", "n", "u", "c", "v", "ts", "at", "j", "f"] {
+        let (t, q) = (column(&table, name), column(&query, name));
+        assert_eq!(
+            (q.class, q.scale, q.fixed_char, q.declared_type.as_str()),
+            (t.class, t.scale, t.fixed_char, t.declared_type.as_str()),
+            "query column {name} as the table's"
+        );
+    }
+    assert_eq!(column(&query, "amount").class, TypeClass::Decimal);
+    assert_eq!(column(&query, "amount").scale, Some(4));
+    assert_eq!(column(&query, "n").class, TypeClass::Decimal);
+    for name in ["doubled", "cast_n"] {
+        let c = column(&query, name);
+        assert_eq!(c.class, TypeClass::Other, "{name}");
+        assert_eq!(c.declared_type, NO_DECLARED_TYPE, "{name}");
+    }
 }
 
 /// F5: a TIMESTAMP compared with a timestamptz is read in the dataset's `time_zone`,
