@@ -116,18 +116,6 @@ impl Plan {
     }
 }
 
-/// The period label of a canonical date or timestamp: its prefix for years 0000-9999,
-/// the whole text otherwise (`infinity`, an expanded year such as `-0001` or `+10000`),
-/// so such rows never share a group with another period or with NULL.
-fn period_of(canonical: Option<&str>, g: Granularity) -> Option<String> {
-    let c = canonical?;
-    if c.len() >= 4 && c.as_bytes()[..4].iter().all(u8::is_ascii_digit) {
-        period_label(Some(c), g).or_else(|| Some(c.to_string()))
-    } else {
-        Some(c.to_string())
-    }
-}
-
 /// The groups of one level, in label order, and the rows read.
 pub async fn compute(
     ds: &Dataset,
@@ -151,7 +139,7 @@ pub async fn compute(
                 .iter()
                 .map(|(i, g)| match g {
                     None => row.field(*i).map(str::to_string),
-                    Some(g) => period_of(row.field(*i), *g),
+                    Some(g) => period_label(row.field(*i), *g),
                 })
                 .collect();
             if depth > 1 && !parents.contains(&labels[..depth - 1]) {

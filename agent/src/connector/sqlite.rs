@@ -140,12 +140,28 @@ impl SqliteConnector {
                     sqlx::Executor::prepare(&mut *conn, sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(sql)))
                         .await
                         .map_err(db)?;
-                for c in described.columns() {
-                    columns.push(column_info(
-                        c.name().to_string(),
-                        c.type_info().name().to_string(),
-                        true,
-                    ));
+                // the driver names only the types it maps itself (a DECIMAL(12,4) or a
+                // UUID comes back as NULL, a CHAR(5) as TEXT): a column of a table is
+                // classified by the type its table declares, as a table dataset's is
+                let origins: Vec<(String, sqlx::ColumnOrigin)> = described
+                    .columns()
+                    .iter()
+                    .map(|c| (c.name().to_string(), c.origin()))
+                    .collect();
+                for (name, origin) in origins {
+                    let declared = match origin.table_column() {
+                        Some(t) => declared_type(&mut *conn, &t.table, &t.name).await.map_err(db)?,
+                        None => None,
+                    };
+                    columns.push(match declared {
+                        Some(d) => column_info(name, d, true),
+                        // SQLite declares no type for an expression (a CAST included)
+                        // and its values may hold any storage class: never guessed
+                        None => ColumnInfo {
+                            declared_type: NO_DECLARED_TYPE.into(),
+                            ..column_info(name, String::new(), true)
+                        },
+                    });
                 }
             }
         }
@@ -238,6 +254,37 @@ impl SqliteConnector {
     }
 }
 
+/// What a query's column without a declared type reports as its type (its class is
+/// `other`, so a run naming it is refused with this text).
+pub const NO_DECLARED_TYPE: &str =
+    "no declared type: an expression of a SQLite query (select a table column, or exclude it)";
+
+/// The type `table` (`schema.table` outside `main`, as the driver names a column's
+/// origin) declares for `column`; `None` where it is not found.
+async fn declared_type(
+    conn: &mut SqliteConnection,
+    table: &str,
+    column: &str,
+) -> std::result::Result<Option<String>, sqlx::Error> {
+    let sql = "SELECT type FROM pragma_table_info(?1, ?2) WHERE name = ?3";
+    let mut tries = vec![(table, "main")];
+    if let Some((schema, t)) = table.split_once('.') {
+        tries.push((t, schema));
+    }
+    for (t, schema) in tries {
+        let found: Option<String> = sqlx::query_scalar(sql)
+            .bind(t)
+            .bind(schema)
+            .bind(column)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}
+
 fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
     // SQLite keeps whatever fraction was written; render at the requested precision
     crate::dialect::sqlite::classify(&declared).column(name, declared, nullable)
@@ -291,7 +338,11 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
                         _ => KeyPart::Text(v.clone()),
                     });
                 }
-                canonical_value(&c.spec.format, &Value::Text(&v))
+                // a timestamp without zone compared as one with zone is read in the
+                // dataset's time_zone, as on every other engine (a text that already
+                // carries an offset is then refused, never read twice)
+                let zoned = c.zone.as_ref().map(|z| format!("{v}{z}"));
+                canonical_value(&c.spec.format, &Value::Text(zoned.as_deref().unwrap_or(&v)))
                     .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
         };

@@ -125,8 +125,14 @@ impl Dialect for DuckDb {
             TypeClass::Text => format!("CAST({x} AS VARCHAR)"),
             TypeClass::Date => format!("CAST(CAST({x} AS DATE) AS VARCHAR)"),
             TypeClass::Timestamp | TypeClass::TimestampTz => {
-                // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time
-                let t = format!("CAST({x} AS TIMESTAMP)");
+                // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time;
+                // a zone-less timestamp is read in its dataset's zone (an ISO offset)
+                let t = match (&col.zone, col.info.class) {
+                    (Some(z), TypeClass::Timestamp) => {
+                        format!("(CAST({x} AS TIMESTAMP) - to_seconds({}))", offset_seconds(z))
+                    }
+                    _ => format!("CAST({x} AS TIMESTAMP)"),
+                };
                 let z = if f.class == TypeClass::TimestampTz {
                     " || 'Z'"
                 } else {
@@ -201,12 +207,14 @@ impl Dialect for DuckDb {
     fn int_text(&self, e: &str) -> String {
         format!("CAST({e} AS VARCHAR)")
     }
+}
 
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        Some(format!(
-            "strftime(date_trunc('week', CAST(substr({canonical}, 1, 10) AS DATE)), '%Y-%m-%d')"
-        ))
-    }
+/// The seconds east of UTC of an ISO offset (`+02:00`, `-05:30`); the agent's config
+/// accepts no other form (`config::zone_offset`).
+fn offset_seconds(z: &str) -> i64 {
+    let sign = if z.starts_with('-') { -1 } else { 1 };
+    let (h, m) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
+    sign * (h.parse::<i64>().unwrap_or(0) * 3600 + m.parse::<i64>().unwrap_or(0) * 60)
 }
 
 /// A row-string expression after a sealed method's key, as one BLOB (the row's UTF-8).

@@ -115,8 +115,14 @@ pub trait Dialect: Sync {
     }
     /// Integer division.
     fn int_div(&self, a: &str, b: &str) -> String;
-    /// The ISO week (its Monday, `YYYY-MM-DD`) of a canonical date/timestamp text.
-    fn week_start(&self, canonical: &str) -> Option<String>;
+    /// The remainder of an integer division of non-negative integers.
+    fn int_mod(&self, a: &str, b: &str) -> String {
+        format!("(({a}) % ({b}))")
+    }
+    /// A text of decimal digits as an integer.
+    fn text_int(&self, e: &str) -> String {
+        format!("CAST({e} AS INTEGER)")
+    }
     /// An integer expression as text.
     fn int_text(&self, e: &str) -> String;
     /// A text expression compared bytewise (by UTF-8 bytes), whatever the column's or
@@ -188,23 +194,94 @@ pub fn key_min_max(d: &dyn Dialect, source: &Source, key: &ColumnInfo) -> (Strin
     )
 }
 
-/// The period label of a canonical time text, in SQL (see `tally_common::period`).
+/// The period label of a canonical time text, in SQL: the steps of
+/// [`tally_common::period::period_label`], the one definition, on every engine (held
+/// equal to it live by `agent/tests/period_labels.rs`). No engine's calendar is used:
+/// their years, zero dates and BC eras differ, and a cast would fail on some.
 pub fn period_expr(d: &dyn Dialect, canonical: &str, g: Granularity) -> Option<String> {
-    let cut = |n: usize| d.substr(canonical, 1, n);
-    Some(match g {
-        Granularity::Week => d.week_start(canonical)?,
-        Granularity::Quarter => {
-            let m = d.substr(canonical, 6, 2);
-            d.concat(&[
-                cut(5),
-                format!(
-                    "CASE WHEN {m} IN ('01', '02', '03') THEN '01' WHEN {m} IN ('04', '05', '06') THEN '04' \
-                     WHEN {m} IN ('07', '08', '09') THEN '07' ELSE '10' END"
-                ),
-            ])
-        }
+    let c = canonical;
+    let cut = |n: usize| d.substr(c, 1, n);
+    let m = d.substr(c, 6, 2);
+    let plain = match g {
+        Granularity::Week => week_expr(d, c),
+        Granularity::Quarter => d.concat(&[
+            cut(5),
+            format!(
+                "CASE WHEN {m} IN ('01', '02', '03') THEN '01' WHEN {m} IN ('04', '05', '06') THEN '04' \
+                 WHEN {m} IN ('07', '08', '09') THEN '07' WHEN {m} IN ('10', '11', '12') THEN '10' ELSE {m} END"
+            ),
+        ]),
         _ => cut(g.prefix_len()),
-    })
+    };
+    // infinities and signed years are periods of their own
+    Some(format!(
+        "CASE WHEN {} IN ('0', '1', '2', '3', '4', '5', '6', '7', '8', '9') THEN {plain} ELSE {c} END",
+        d.substr(c, 1, 1)
+    ))
+}
+
+/// The week of a plain canonical date (its text starts with a 4-digit year), as
+/// `tally_common::period` computes it: Sakamoto's weekday with the year moved on by 400
+/// years (so every operand is non-negative and truncating division is floor division),
+/// the Monday in this month or the previous one; the day itself where the text is no
+/// calendar date (MySQL zero months and days).
+fn week_expr(d: &dyn Dialect, c: &str) -> String {
+    let m = d.substr(c, 6, 2);
+    let y = d.text_int(&d.substr(c, 1, 4));
+    let month = d.text_int(&m);
+    let day = d.text_int(&d.substr(c, 9, 2));
+    let leap = format!(
+        "({} = 0 AND ({} <> 0 OR {} = 0))",
+        d.int_mod(&y, "4"),
+        d.int_mod(&y, "100"),
+        d.int_mod(&y, "400")
+    );
+    let feb = format!("CASE WHEN {leap} THEN 29 ELSE 28 END");
+    let dim =
+        format!("CASE WHEN {m} IN ('04', '06', '09', '11') THEN 30 WHEN {m} = '02' THEN {feb} ELSE 31 END");
+    let valid = format!(
+        "{m} IN ('01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12') AND {day} >= 1 AND {day} <= {dim}"
+    );
+    let yp = format!("({y} + CASE WHEN {m} IN ('01', '02') THEN 399 ELSE 400 END)");
+    let t = format!(
+        "CASE {m} WHEN '01' THEN 0 WHEN '02' THEN 3 WHEN '03' THEN 2 WHEN '04' THEN 5 WHEN '05' THEN 0 \
+         WHEN '06' THEN 3 WHEN '07' THEN 5 WHEN '08' THEN 1 WHEN '09' THEN 4 WHEN '10' THEN 6 WHEN '11' THEN 2 ELSE 4 END"
+    );
+    let w = d.int_mod(
+        &format!(
+            "{yp} + {} - {} + {} + {t} + {day} + 6",
+            d.int_div(&yp, "4"),
+            d.int_div(&yp, "100"),
+            d.int_div(&yp, "400")
+        ),
+        "7",
+    );
+    let monday = format!("({day} - {w})");
+    // two digits of a number from 0 to 99
+    let two = |e: &str| d.substr(&d.int_text(&format!("100 + {e}")), 2, 2);
+    let prev_year = format!(
+        "CASE WHEN {y} = 0 THEN '-0001' ELSE {} END",
+        d.substr(&d.int_text(&format!("9999 + {y}")), 2, 4)
+    );
+    let prev_days = format!("CASE WHEN {m} IN ('05', '07', '10', '12') THEN 30 ELSE 31 END");
+    format!(
+        "CASE WHEN NOT ({valid}) THEN {} WHEN {monday} >= 1 THEN {} WHEN {m} = '01' THEN {} \
+         WHEN {m} = '03' THEN {} ELSE {} END",
+        d.substr(c, 1, 10),
+        d.concat(&[d.substr(c, 1, 8), two(&monday)]),
+        d.concat(&[prev_year, "'-12-'".into(), two(&format!("31 + {monday}"))]),
+        d.concat(&[
+            d.substr(c, 1, 5),
+            "'02-'".into(),
+            two(&format!("{feb} + {monday}"))
+        ]),
+        d.concat(&[
+            d.substr(c, 1, 5),
+            two(&format!("{month} - 1")),
+            "'-'".into(),
+            two(&format!("{prev_days} + {monday}"))
+        ]),
+    )
 }
 
 /// The column a period names, among the request's columns.

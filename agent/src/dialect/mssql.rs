@@ -316,14 +316,6 @@ impl Dialect for MsSql {
         format!("CONVERT(VARCHAR(20), {e})")
     }
 
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        // 1900-01-01 was a Monday
-        let day = format!("CONVERT(DATE, {}, 23)", self.substr(canonical, 1, 10));
-        Some(format!(
-            "CONVERT(VARCHAR(10), DATEADD(DAY, -(((DATEDIFF(DAY, CONVERT(DATE, '1900-01-01', 23), {day}) % 7) + 7) % 7), {day}), 23)"
-        ))
-    }
-
     fn row_values(&self) -> bool {
         false
     }

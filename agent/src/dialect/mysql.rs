@@ -326,10 +326,8 @@ impl Dialect for MySql {
         format!("CAST({e} AS CHAR)")
     }
 
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        Some(format!(
-            "DATE_FORMAT(DATE(substr({canonical}, 1, 10)) - INTERVAL WEEKDAY(DATE(substr({canonical}, 1, 10))) DAY, '%Y-%m-%d')"
-        ))
+    fn text_int(&self, e: &str) -> String {
+        format!("CAST({e} AS SIGNED)")
     }
 }
 

@@ -279,14 +279,16 @@ impl Dialect for Oracle {
         format!("TRUNC({a} / {b})")
     }
 
-    fn int_text(&self, e: &str) -> String {
-        format!("TO_CHAR({e}, 'TM9', {NLS_NUMBER})")
+    fn int_mod(&self, a: &str, b: &str) -> String {
+        format!("MOD({a}, {b})")
     }
 
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        Some(format!(
-            "TO_CHAR(TRUNC(TO_DATE(SUBSTR({canonical}, 1, 10), 'YYYY-MM-DD'), 'IW'), 'YYYY-MM-DD')"
-        ))
+    fn text_int(&self, e: &str) -> String {
+        format!("TO_NUMBER({e})")
+    }
+
+    fn int_text(&self, e: &str) -> String {
+        format!("TO_CHAR({e}, 'TM9', {NLS_NUMBER})")
     }
 
     fn row_values(&self) -> bool {

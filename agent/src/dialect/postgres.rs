@@ -393,12 +393,6 @@ impl Dialect for Postgres {
     fn int_text(&self, e: &str) -> String {
         format!("({e})::text")
     }
-
-    fn week_start(&self, canonical: &str) -> Option<String> {
-        Some(format!(
-            "to_char(date_trunc('week', substr({canonical}, 1, 10)::date), 'YYYY-MM-DD')"
-        ))
-    }
 }
 
 /// The UTF-8 bytes of a row-string expression, after a sealed method's key. `decode`

@@ -106,10 +106,6 @@ impl Dialect for Sqlite {
     fn int_text(&self, e: &str) -> String {
         format!("CAST({e} AS TEXT)")
     }
-
-    fn week_start(&self, _canonical: &str) -> Option<String> {
-        None
-    }
 }
 
 #[cfg(test)]
