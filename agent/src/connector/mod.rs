@@ -9,6 +9,7 @@
 pub mod duckdb;
 pub mod mssql;
 pub mod mysql;
+pub mod mysql_query_columns;
 pub mod oracle;
 pub mod postgres;
 pub mod sqlite;

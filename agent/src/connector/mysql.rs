@@ -367,8 +367,8 @@ impl MySqlConnector {
                     .await
                     .map_err(db)?;
                 for c in described.columns() {
-                    let t = c.type_info().name().to_ascii_lowercase();
-                    let data_type = t.split_whitespace().next().unwrap_or("").to_string();
+                    let (data_type, t) = super::mysql_query_columns::column_type(c.name(), c.type_info())
+                        .map_err(|e| AgentError::Config(format!("dataset {dataset}: {e}")))?;
                     let entry = undeclared(crate::dialect::mysql::classify(&data_type, &t, false));
                     columns.push(entry.column(c.name().to_string(), t, true));
                 }

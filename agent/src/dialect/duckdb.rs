@@ -81,7 +81,32 @@ impl Dialect for DuckDb {
     }
 
     fn key_expr(&self, col: &ColumnInfo) -> String {
-        self.quote(&col.name)
+        let x = self.quote(&col.name);
+        match col.class {
+            // bytewise whatever the column's collation (`COLLATE NOCASE`); an ENUM
+            // compares by its position in the type, its label as text
+            TypeClass::Text if col.native == Native::Label => {
+                format!("CAST({x} AS VARCHAR) COLLATE \"binary\"")
+            }
+            TypeClass::Text => format!("{x} COLLATE \"binary\""),
+            _ => x,
+        }
+    }
+
+    /// DuckDB turns `(a, b) >= (x, y) AND (a, b) < (z, w)` into a BETWEEN of two
+    /// STRUCTs, which it then refuses ("Invalid type for BETWEEN", issue 31 F11):
+    /// composite bounds are expanded lexicographically instead.
+    fn row_values(&self) -> bool {
+        false
+    }
+
+    /// An ENUM as its label: the driver hands over its position in the type.
+    fn raw_expr(&self, col: &BoundColumn) -> String {
+        let x = self.quote(&col.info.name);
+        match col.info.native {
+            Native::Label => format!("CAST({x} AS VARCHAR)"),
+            _ => x,
+        }
     }
 
     fn key_param(&self, _n: usize, col: &ColumnInfo) -> String {

@@ -136,7 +136,8 @@ pub trait Dialect: Sync {
         ""
     }
     /// Whether the engine compares row values (`(a, b) >= (x, y)`); where it does not
-    /// (SQL Server, Oracle), composite key bounds are expanded lexicographically.
+    /// (SQL Server, Oracle) or mishandles them (DuckDB), composite key bounds are
+    /// expanded lexicographically.
     fn row_values(&self) -> bool {
         true
     }

@@ -55,11 +55,11 @@ pub fn classify(data_type: &str, column_type: &str, json_checked: bool) -> TypeE
     }
 }
 
+/// `int(5) unsigned zerofill` (a table's COLUMN_TYPE), `int zerofill` (a query's).
 fn zerofill(declared: &str) -> bool {
-    Declared::parse(declared)
-        .rest
+    declared
         .split_whitespace()
-        .any(|w| w == "zerofill")
+        .any(|w| w.eq_ignore_ascii_case("zerofill"))
 }
 
 /// Doubles at or above this magnitude are rendered from their exponent form: a
