@@ -13,7 +13,7 @@ fn generated_cases_report_exactly_their_truth() {
         seed: std::env::var("TALLY_GEN_SEED")
             .ok()
             .map_or(2026, |s| s.parse().expect("TALLY_GEN_SEED")),
-        cases_per_pair: 2,
+        cases_per_pair: 4,
         ..Hunt::default()
     };
     let f = hunt(&h);

@@ -430,6 +430,20 @@ fn run_one(
         })
     };
     let j = &out.json;
+    if let Some((code, column)) = super::refusal(case, cfg) {
+        let msg = j["error"]["message"].as_str().unwrap_or("");
+        return (out.code != 2 || j["error"]["code"] != code || !msg.contains(&column))
+            .then(|| {
+                fail(
+                    "no refusal",
+                    format!(
+                        "expected {code} naming {column}; got exit {}: {}",
+                        out.code, j["error"]
+                    ),
+                )
+            })
+            .flatten();
+    }
     if out.code == 2 || !j["error"].is_null() {
         // the agents' own account (their logs hold what they would not send)
         let mut logs = String::new();
