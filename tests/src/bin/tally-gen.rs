@@ -49,6 +49,14 @@ fn main() {
             other => panic!("unknown argument {other:?} (see --help)"),
         }
     }
+    // the binaries under test are built with TALLY_FEATURES (tests/src/bins.rs): without
+    // it a DuckDB build would test agents that have no DuckDB
+    if cfg!(feature = "duckdb") && std::env::var_os("TALLY_FEATURES").is_none() {
+        eprintln!(
+            "tally-gen was built with DuckDB: set TALLY_FEATURES=tally-agent/duckdb,tally-coordinator/duckdb,tally-e2e/duckdb (as .ci/run does)"
+        );
+        std::process::exit(2);
+    }
     eprintln!("tally-gen: seed {}", h.seed);
     let f = hunt(&h);
     println!("coverage (seed {}):\n{}", h.seed, f.coverage.report());
