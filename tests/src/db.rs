@@ -424,7 +424,8 @@ impl Server {
         }
     }
 
-    fn try_exec(&self, db: Option<&str>, sql: &str) -> Result<String, String> {
+    /// Runs SQL through the engine's own CLI client; the client's message on error.
+    pub fn try_exec(&self, db: Option<&str>, sql: &str) -> Result<String, String> {
         use std::io::Write;
         let mut child = self
             .client(db)

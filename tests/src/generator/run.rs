@@ -173,7 +173,7 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
             sql.push_str(&side_sql(c, i, s, ""));
             sql.push_str(&format!("ANALYZE {};\n", table(i, s)));
         }
-        pg.exec(Some(name), &keep(name, "postgres", sql));
+        load_sql(pg, name, "postgres", &sql);
     }
     if engines.contains(&Engine::My) {
         let my = db::mariadb();
@@ -182,7 +182,7 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
         for (i, s, c) in per_engine(Engine::My) {
             sql.push_str(&side_sql(c, i, s, ""));
         }
-        my.exec(Some(name), &keep(name, "mariadb", sql));
+        load_sql(my, name, "mariadb", &sql);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -200,13 +200,14 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
     dbs
 }
 
-/// Writes a load script where it outlives a failed load (the SQL client's error names
-/// a line of it) and hands it back.
-fn keep(name: &str, engine: &str, sql: String) -> String {
-    let path = std::env::temp_dir().join(format!("tally-gen-{name}-{engine}.sql"));
-    let _ = std::fs::write(&path, &sql);
-    eprintln!("loading {} ({} bytes)", path.display(), sql.len());
-    sql
+/// Runs a load script; a failed one is kept in the temp directory (the SQL client's
+/// error names a line of it) and the panic names the file.
+fn load_sql(server: &db::Server, name: &str, engine: &str, sql: &str) {
+    if let Err(e) = server.try_exec(Some(name), sql) {
+        let path = std::env::temp_dir().join(format!("tally-gen-{name}-{engine}.sql"));
+        let _ = std::fs::write(&path, sql);
+        panic!("loading {engine} failed: {e}\nthe script is {}", path.display());
+    }
 }
 
 /// SQLite through its driver with bound values: a double is stored as its bits, not
