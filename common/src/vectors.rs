@@ -14,6 +14,19 @@ pub struct VectorFile {
     pub vectors: Vec<RowVector>,
     pub aggregates: Vec<AggregateVector>,
     pub sealed: SealedVectors,
+    pub period_labels: Vec<PeriodLabelVector>,
+}
+
+/// One canonical date/timestamp text and its period label at every granularity
+/// (docs/canonical-form.md §9); `canonical: null` is a NULL, whose label is empty.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeriodLabelVector {
+    pub id: String,
+    pub about: String,
+    pub canonical: Option<String>,
+    /// Granularity name (`hour` … `year`) → label.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Sealed checksums (DESIGN §4.1) for two agents with fixed zone keys (hex).

@@ -163,3 +163,59 @@ fn the_vector_file_is_the_canonical_form_version_evidence_states() {
         tally_common::canonical::CANONICAL_FORM_VERSION
     );
 }
+
+#[test]
+fn every_period_label_vector_reproduces() {
+    use tally_common::period::{Granularity, period_label};
+    let file = VectorFile::load_repo();
+    assert!(file.period_labels.len() >= 40);
+    let all = [
+        Granularity::Hour,
+        Granularity::Day,
+        Granularity::Week,
+        Granularity::Month,
+        Granularity::Quarter,
+        Granularity::Year,
+    ];
+    for v in &file.period_labels {
+        assert_eq!(v.labels.len(), all.len(), "{}: a label per granularity", v.id);
+        for g in all {
+            let want = v
+                .labels
+                .get(g.name())
+                .unwrap_or_else(|| panic!("{}: no {} label", v.id, g.name()));
+            // NULL has no label in Rust; every path groups it under the empty label
+            let got = period_label(v.canonical.as_deref(), g).unwrap_or_default();
+            assert_eq!(
+                &got,
+                want,
+                "{} ({}): {:?} at {}",
+                v.id,
+                v.about,
+                v.canonical,
+                g.name()
+            );
+        }
+    }
+    // the edges the vectors must keep covering
+    for c in [
+        "infinity",
+        "-infinity",
+        "0000-02-29",
+        "-0009-06-01",
+        "+10000-01-01",
+        "0000-00-00",
+        "2024-00-15",
+        "2024-05-00",
+        "0001-01-01",
+        "9999-12-31",
+    ] {
+        assert!(
+            file.period_labels
+                .iter()
+                .any(|v| v.canonical.as_deref() == Some(c)),
+            "no period-label vector for {c}"
+        );
+    }
+    assert!(file.period_labels.iter().any(|v| v.canonical.is_none()));
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Independent reference for Tally's canonical form (DESIGN section 3) and checksums (section 4),
-sealed checksums included (section 4.1: X25519, HKDF-SHA256, keyed row and key hashes).
+sealed checksums included (section 4.1: X25519, HKDF-SHA256, keyed row and key hashes), and the
+time strategy's period labels (docs/canonical-form.md section 9).
 
 This script is deliberately written without looking at the Rust encoder's output: it
 implements the rules with Python's decimal, datetime, uuid and hashlib modules and writes
@@ -521,6 +522,103 @@ def aggregates(rows):
     return out
 
 
+# Period labels (docs/canonical-form.md section 9), written from the doc's table only.
+GRANULARITIES = ["hour", "day", "week", "month", "quarter", "year"]
+
+
+def weekday(y: int, mo: int, d: int) -> int:
+    """0 = Monday; proleptic Gregorian via a 400-year-shifted Python date (same weekday)."""
+    k = 0
+    while not 400 <= y + 400 * k <= 9599:
+        k += 1 if y + 400 * k < 400 else -1
+    return datetime.date(y + 400 * k, mo, d).weekday()
+
+
+def period_label(c, g: str) -> str:
+    if c is None:
+        return ""  # rows without a time
+    if not c[:1].isdigit():
+        return c  # infinity, -infinity, a signed year: a period of its own
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}(T.*)?", c), c
+    if g in ("hour", "day", "month", "year"):
+        return c[: {"hour": 13, "day": 10, "month": 7, "year": 4}[g]]
+    y, mo, d = int(c[:4]), int(c[5:7]), int(c[8:10])
+    if g == "quarter":
+        if not 1 <= mo <= 12:
+            return c[:7]
+        return f"{c[:4]}-{(mo - 1) // 3 * 3 + 1:02d}"
+    assert g == "week", g
+    days = [31, 29 if is_leap(y) else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    if not (1 <= mo <= 12 and 1 <= d <= days[mo - 1]):
+        return c[:10]  # no calendar date: its day is its week
+    (my, mm, md), _ = shift((y, mo, d), -weekday(y, mo, d) * 86400)
+    return date_text((my, mm, md))
+
+
+PERIOD_TEXTS = [
+    ("NULL: the empty label", None),
+    ("ordinary date (a Friday); a date's hour is the whole date", "2024-03-15"),
+    ("timestamp, precision 6", "2024-03-15T14:30:00.123456"),
+    ("timestamp, precision 0", "2024-03-15T14:30:00"),
+    ("timestamp, precision 3", "2024-03-15T09:05:00.999"),
+    ("timestamptz with Z", "2024-03-15T14:30:00.100000Z"),
+    ("timestamptz with Z before 1970", "1969-12-31T23:59:59.000000Z"),
+    ("1970-01-01 is a Thursday: its Monday is in 1969", "1970-01-01"),
+    ("year end, a Tuesday", "2024-12-31"),
+    ("year end timestamptz", "2024-12-31T23:59:59.999999Z"),
+    ("new year, a Wednesday: its ISO week starts 2024-12-30", "2025-01-01"),
+    ("a Sunday: its Monday is in the previous year", "2021-01-03"),
+    ("a Monday is its own week", "2021-01-04"),
+    ("ISO week 53", "2020-12-31"),
+    ("a Friday new year: its Monday is in the previous year", "2027-01-01"),
+    ("leap day", "2024-02-29"),
+    ("leap day of a 400-year", "2000-02-29T08:00:00"),
+    ("a Sunday whose week crosses a leap day", "2024-03-03"),
+    ("1900 is no leap year", "1900-03-01"),
+    ("quarter starts: January", "2024-01-01"),
+    ("quarter 2 end", "2024-06-30"),
+    ("quarter 3 start", "2024-07-01T00:00:00.000000Z"),
+    ("quarter 3 end", "2024-09-30T23:59:59"),
+    ("quarter 4 start", "2024-10-01"),
+    ("0001-01-01 is a Monday", "0001-01-01"),
+    ("0001-01-01 timestamp", "0001-01-01T00:00:00.000000"),
+    ("a Sunday in year 1", "0001-01-07"),
+    ("9999-12-31, a Friday", "9999-12-31"),
+    ("the last timestamptz", "9999-12-31T23:59:59.999999Z"),
+    ("infinity", "infinity"),
+    ("-infinity", "-infinity"),
+    ("1 BC is 0000 and a leap year", "0000-02-29"),
+    ("0000-01-01: its Monday is in 2 BC", "0000-01-01"),
+    ("end of 1 BC", "0000-12-31T12:00:00"),
+    ("10 BC: a signed year is its own period", "-0009-06-01"),
+    ("10 BC timestamp", "-0009-06-01T00:00:00"),
+    ("expanded year", "+10000-01-01"),
+    ("expanded year timestamptz", "+10000-01-01T00:00:00.000000Z"),
+    ("MySQL zero date", "0000-00-00"),
+    ("MySQL zero datetime", "0000-00-00T00:00:00"),
+    ("MySQL zero month", "2024-00-15"),
+    ("MySQL zero day", "2024-05-00"),
+    ("MySQL zero month and day", "2024-00-00T10:00:00"),
+    ("MySQL ALLOW_INVALID_DATES: no calendar date", "2024-02-30"),
+]
+
+
+def period_labels():
+    out = []
+    for n, (about, c) in enumerate(PERIOD_TEXTS, start=1):
+        out.append({
+            "id": f"pl{n:03d}",
+            "about": about,
+            "canonical": c,
+            "labels": {g: period_label(c, g) for g in GRANULARITIES},
+        })
+    # the doc's own examples
+    assert period_label("0000-01-01", "week") == "-0001-12-27"
+    assert period_label("2024-00-15", "quarter") == "2024-00"
+    assert period_label("2024-03-15", "week") == "2024-03-11"
+    return out
+
+
 def main():
     rows = vector_rows()
     doc = {
@@ -530,15 +628,18 @@ def main():
         "vectors": rows,
         "aggregates": aggregates(rows),
         "sealed": sealed(rows),
+        "period_labels": period_labels(),
     }
     text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
     if "--check" in sys.argv:
         if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
             sys.exit(f"{OUT} is out of date: run python3 {sys.argv[0]}")
-        print(f"{OUT}: {len(rows)} row vectors, {len(doc['aggregates'])} aggregates, up to date")
+        print(f"{OUT}: {len(rows)} row vectors, {len(doc['aggregates'])} aggregates, "
+              f"{len(doc['period_labels'])} period-label vectors, up to date")
         return
     OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}: {len(rows)} row vectors, {len(doc['aggregates'])} aggregates")
+    print(f"wrote {OUT}: {len(rows)} row vectors, {len(doc['aggregates'])} aggregates, "
+          f"{len(doc['period_labels'])} period-label vectors")
 
 
 if __name__ == "__main__":
