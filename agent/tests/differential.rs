@@ -97,7 +97,8 @@ fn cannot_store(e: Engine) -> &'static [&'static str] {
         Engine::DuckDb => &[
             "decimal NaN and infinities",
             "dates before year 1 or after 9999 and infinity, and instants whose UTC year leaves 0001-9999: \
-             DuckDB renders BC and five-digit years in its own form (not canonical yet)",
+             DuckDB renders BC and five-digit years in its own form (not canonical yet; a TIMESTAMP read \
+             in a time_zone other than UTC is rendered by the agent, in every year)",
             "time beyond 24:00:00 or negative: TIME is a time of day",
             "float NaN and infinities (not generated: the DuckDB part is not run here)",
         ],
@@ -1192,15 +1193,107 @@ fn zoned_timestamp_case(e: Engine, p: u32, zone: &'static str) -> Case {
     }
 }
 
+/// A DuckDB zone-less timestamp (`TIMESTAMP_S`, `_MS`, `TIMESTAMP`, `_NS` at
+/// precision `p` 0, 3, 6, 9) compared as an instant, read in `zone` (issue 31 F13:
+/// DuckDB rendered it as if it were UTC). Every year the type holds, BC and past 9999
+/// (DuckDB's text writes neither in canonical form), its extremes, the infinities.
+fn duckdb_zoned_timestamp_case(p: u32, zone: &'static str) -> Case {
+    let e = Engine::DuckDb;
+    let fmt = FieldFormat::new(TypeClass::TimestampTz).with_scale(p);
+    let name = format!("{e:?} ts in {zone} {p}");
+    // TIMESTAMP_NS counts nanoseconds in 64 bits: 1677-09-21 to 2262-04-11
+    let yrs = if p == 9 {
+        (1678i64..=2261).boxed()
+    } else {
+        prop_oneof![3 => 1900i64..2100, 1 => 1i64..=9999, 1 => -290_307i64..=0, 1 => 10_000i64..=294_246]
+            .boxed()
+    };
+    let mut vs: Vec<(Day, Clock)> = draw(&name, (days(yrs), clocks(86_399, p, false)), DRAWS);
+    let clock = |secs: u32, digits: &str| Clock {
+        neg: false,
+        secs,
+        frac: digits[..p as usize].to_string(),
+    };
+    let mut edges = vec![
+        ((1969, 12, 31), 86_399, "999999999"),
+        ((1970, 1, 1), 0, "000000000"),
+        ((1970, 1, 1), 1800, "000000001"),
+        ((2023, 7, 22), 14_186, "291218000"),
+        ((2040, 2, 29), 600, "123456789"),
+        ((2024, 3, 1), 3600, "000000000"),
+    ];
+    if p == 9 {
+        edges.extend([
+            // DuckDB parses no earlier value; i64::MAX nanoseconds is infinity
+            ((1677, 9, 22), 0, "000000001"),
+            ((2262, 4, 11), 85_636, "854775806"),
+        ]);
+    } else {
+        edges.extend([
+            ((1, 1, 1), 0, "000000000"),
+            ((1, 1, 1), 86_399, "999999999"),
+            ((9999, 12, 31), 0, "000000000"),
+            ((9999, 12, 31), 86_399, "999999999"),
+            ((0, 12, 31), 86_399, "999999999"),
+            ((0, 2, 29), 0, "000000000"),
+            ((-43, 3, 15), 43_200, "123456789"),
+            ((10_000, 1, 1), 0, "000000000"),
+            ((-290_308, 12, 22), 0, "000000000"),
+            ((294_247, 1, 10), 14_454, "775806000"),
+        ]);
+    }
+    vs.extend(
+        edges
+            .into_iter()
+            .map(|((y, m, d), s, f)| (Day { y, m, d }, clock(s, f))),
+    );
+    let mut vals: Vec<Val> = vs
+        .into_iter()
+        .map(|(d, c)| {
+            let local = format!("{} {}", d.iso(), c.text());
+            // DuckDB reads `-0043` as 44 BC, but a year past 9999 without its `+`
+            let lit = local.strip_prefix('+').unwrap_or(&local);
+            Val {
+                lit: quote(e, lit),
+                want: want_text(&fmt, &format!("{local}{zone}")),
+                shown: format!("{local} in {zone}"),
+            }
+        })
+        .collect();
+    for t in ["infinity", "-infinity"] {
+        vals.push(Val {
+            lit: quote(e, t),
+            want: want_text(&fmt, t),
+            shown: format!("{t} in {zone}"),
+        });
+    }
+    let sql_type = match p {
+        0 => "TIMESTAMP_S",
+        3 => "TIMESTAMP_MS",
+        9 => "TIMESTAMP_NS",
+        _ => "TIMESTAMP",
+    };
+    Case {
+        zone,
+        ..case("timestamptz", sql_type, fmt, &format!(" in {zone}"), vals)
+    }
+}
+
 /// Every engine whose datasets apply a `time_zone` to zone-less timestamps.
 fn zoned_timestamps(e: Engine) -> Vec<Case> {
+    let zones = ["+05:30", "-09:00", "+14:00", "+00:00"];
     match e {
-        Engine::Postgres | Engine::MariaDb => ["+05:30", "-09:00", "+14:00", "+00:00"]
+        Engine::Postgres | Engine::MariaDb => zones
             .into_iter()
             .enumerate()
             .map(|(i, z)| zoned_timestamp_case(e, [6, 0, 3, 6][i], z))
             .collect(),
-        _ => Vec::new(),
+        // at +00:00 the canonical SQL renders years 0001-9999 only (cannot_store)
+        Engine::DuckDb => zones[..3]
+            .iter()
+            .flat_map(|z| [6, 0, 3, 9].map(|p| duckdb_zoned_timestamp_case(p, z)))
+            .collect(),
+        Engine::Sqlite => Vec::new(),
     }
 }
 
@@ -2053,4 +2146,17 @@ async fn sqlite_paths_agree_on_every_generated_value() {
 #[tokio::test(flavor = "multi_thread")]
 async fn duckdb_paths_agree_on_every_generated_value() {
     differential_on(Engine::DuckDb).await;
+}
+
+/// Issue 31 F13: a DuckDB TIMESTAMP read in a dataset's `time_zone` is the same instant
+/// on every path, in every year DuckDB stores.
+#[cfg(feature = "duckdb")]
+#[tokio::test(flavor = "multi_thread")]
+async fn duckdb_timestamps_read_in_a_zone_are_the_same_instant_on_every_path() {
+    differential_of(
+        Engine::DuckDb,
+        zoned_timestamps(Engine::DuckDb),
+        "differential_zoned",
+    )
+    .await;
 }

@@ -2,11 +2,13 @@
 //! blocking: every call runs on `spawn_blocking` with its session's cloned connection, and
 //! row streams cross back to the async side through a bounded channel.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use duckdb::types::ValueRef;
+use duckdb::types::{TimeUnit, ValueRef};
 use duckdb::{AccessMode, Config, Connection};
+use tally_common::civil;
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
@@ -47,8 +49,63 @@ fn text(v: ValueRef<'_>) -> Option<String> {
         ValueRef::USmallInt(i) => Some(i.to_string()),
         ValueRef::UInt(i) => Some(i.to_string()),
         ValueRef::UBigInt(i) => Some(i.to_string()),
+        ValueRef::Timestamp(unit, t) => Some(timestamp_text(unit, t)),
         other => Some(format!("{other:?}")),
     }
+}
+
+/// A scanned field's text: a timestamp read in a dataset's zone (a zoned `TIMESTAMP`'s
+/// stored count, `Dialect::text_expr`) is its local reading followed by the zone's
+/// offset, which the reference converts to UTC for every year.
+fn field(v: ValueRef<'_>, zone: Option<&str>) -> Option<String> {
+    let mut s = text(v)?;
+    if let (ValueRef::Timestamp(_, t), Some(z)) = (v, zone)
+        && infinity(t).is_none()
+    {
+        s.push_str(z);
+    }
+    Some(s)
+}
+
+/// DuckDB's infinite timestamps, in every unit: `i64::MAX` and `-i64::MAX`.
+fn infinity(t: i64) -> Option<&'static str> {
+    match t {
+        i64::MAX => Some("infinity"),
+        t if t == -i64::MAX => Some("-infinity"),
+        _ => None,
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.f]` of a DuckDB timestamp, a count of `unit`s since 1970-01-01
+/// on the proleptic Gregorian calendar: a year outside 0001-9999 in ISO 8601 expanded
+/// form (DuckDB's own text writes `0044-03-15 (BC)`), the fraction in the unit's digits
+/// (nanoseconds too: a cast to `TIMESTAMP` would drop them); `infinity`, `-infinity`.
+fn timestamp_text(unit: TimeUnit, t: i64) -> String {
+    if let Some(token) = infinity(t) {
+        return token.to_string();
+    }
+    let (per_second, digits) = match unit {
+        TimeUnit::Second => (1, 0),
+        TimeUnit::Millisecond => (1_000, 3),
+        TimeUnit::Microsecond => (1_000_000, 6),
+        TimeUnit::Nanosecond => (1_000_000_000, 9),
+    };
+    let (secs, frac) = (t.div_euclid(per_second), t.rem_euclid(per_second));
+    let (day, clock) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil::civil_from_days(day);
+    let mut out = String::with_capacity(32);
+    civil::push_year(&mut out, y);
+    let _ = write!(
+        out,
+        "-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        clock / 3600,
+        clock / 60 % 60,
+        clock % 60
+    );
+    if digits > 0 {
+        let _ = write!(out, ".{frac:0digits$}");
+    }
+    out
 }
 
 fn params(binds: &[KeyPart]) -> Vec<Box<dyn duckdb::ToSql>> {
@@ -230,12 +287,8 @@ impl DuckDbConnector {
         f: &mut RowSink<'_>,
     ) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
-        let (text_sql, binds, ds, n) = (
-            sql.text.clone(),
-            sql.binds.clone(),
-            dataset.to_string(),
-            cols.len(),
-        );
+        let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
+        let zones: Vec<Option<String>> = cols.iter().map(|c| c.zone.clone()).collect();
         let c = take(conn, dataset)?;
         let worker = tokio::task::spawn_blocking(move || {
             let conn = c;
@@ -246,7 +299,11 @@ impl DuckDbConnector {
                     .query(duckdb::params_from_iter(p.iter()))
                     .map_err(|e| db_err(&ds, e))?;
                 while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
-                    let fields = (0..n).map(|i| r.get_ref(i).ok().and_then(text)).collect();
+                    let fields = zones
+                        .iter()
+                        .enumerate()
+                        .map(|(i, z)| r.get_ref(i).ok().and_then(|v| field(v, z.as_deref())))
+                        .collect();
                     if tx.blocking_send(Ok(fields)).is_err() {
                         break; // the caller stopped listening
                     }
@@ -460,5 +517,67 @@ fn end(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
     match conn {
         Some(c) => c.execute_batch("COMMIT").map_err(|e| db_err(dataset, e)),
         None => take(conn, dataset).map(drop),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_written_in_expanded_years_with_the_unit_s_digits() {
+        assert_eq!(
+            timestamp_text(TimeUnit::Microsecond, 0),
+            "1970-01-01 00:00:00.000000"
+        );
+        assert_eq!(
+            timestamp_text(TimeUnit::Microsecond, -1),
+            "1969-12-31 23:59:59.999999"
+        );
+        assert_eq!(
+            timestamp_text(TimeUnit::Nanosecond, -1),
+            "1969-12-31 23:59:59.999999999"
+        );
+        assert_eq!(
+            timestamp_text(TimeUnit::Millisecond, 1),
+            "1970-01-01 00:00:00.001"
+        );
+        assert_eq!(timestamp_text(TimeUnit::Second, 86_399), "1970-01-01 23:59:59");
+        // 1 BC is year 0000, 44 BC is -0043; 10000 takes its sign
+        let day = |y, m, d| civil::days_from_civil(y, m, d) * 86_400;
+        assert_eq!(
+            timestamp_text(TimeUnit::Second, day(0, 12, 31)),
+            "0000-12-31 00:00:00"
+        );
+        assert_eq!(
+            timestamp_text(TimeUnit::Second, day(-43, 3, 15)),
+            "-0043-03-15 00:00:00"
+        );
+        assert_eq!(
+            timestamp_text(TimeUnit::Second, day(10_000, 1, 1)),
+            "+10000-01-01 00:00:00"
+        );
+        for unit in [
+            TimeUnit::Second,
+            TimeUnit::Millisecond,
+            TimeUnit::Microsecond,
+            TimeUnit::Nanosecond,
+        ] {
+            assert_eq!(timestamp_text(unit, i64::MAX), "infinity");
+            assert_eq!(timestamp_text(unit, -i64::MAX), "-infinity");
+        }
+    }
+
+    #[test]
+    fn a_zoned_timestamp_carries_its_offset_and_an_infinity_none() {
+        let t = ValueRef::Timestamp(TimeUnit::Second, 0);
+        assert_eq!(
+            field(t, Some("+14:00")).as_deref(),
+            Some("1970-01-01 00:00:00+14:00")
+        );
+        assert_eq!(field(t, None).as_deref(), Some("1970-01-01 00:00:00"));
+        let inf = ValueRef::Timestamp(TimeUnit::Microsecond, i64::MAX);
+        assert_eq!(field(inf, Some("+14:00")).as_deref(), Some("infinity"));
+        assert_eq!(field(ValueRef::Null, Some("+14:00")), None);
     }
 }

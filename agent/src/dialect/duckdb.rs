@@ -1,7 +1,8 @@
 //! DuckDB (1.x): a local `.duckdb` file, or an in-memory database whose dataset is a
 //! query over CSV or Parquet files (`read_csv`, `read_parquet`). Everything pushes
-//! down: `md5`, `sha256`, exact `SUM` into HUGEINT, `bit_xor`. Text is bytewise
-//! (DuckDB's default collation); `strlen` counts octets.
+//! down (`md5`, `sha256`, exact `SUM` into HUGEINT, `bit_xor`) but doubles, JSON and a
+//! `TIMESTAMP` read in a dataset's `time_zone`, which the agent renders. Text is
+//! bytewise (DuckDB's default collation); `strlen` counts octets.
 
 use tally_common::checksum::HashMethod;
 use tally_common::segment::KeyPart;
@@ -149,15 +150,15 @@ impl Dialect for DuckDb {
             TypeClass::Text if f.fixed_char => format!("rtrim(CAST({x} AS VARCHAR), ' ')"),
             TypeClass::Text => format!("CAST({x} AS VARCHAR)"),
             TypeClass::Date => format!("CAST(CAST({x} AS DATE) AS VARCHAR)"),
+            // a TIMESTAMP read in another zone than UTC is converted in the agent: the
+            // instant's UTC year may leave 0001-9999 (0001-01-01 00:30 at +02:00), which
+            // DuckDB's text writes as `0001-12-31 (BC)` or `10000-…`, not canonically;
+            // subtracting the offset in SQL also fails within a day of DuckDB's extremes
+            TypeClass::TimestampTz if col.zone.as_deref().is_some_and(|z| z != "+00:00") => return None,
             TypeClass::Timestamp | TypeClass::TimestampTz => {
-                // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time;
-                // a zone-less timestamp is read in its dataset's zone (an ISO offset)
-                let t = match (&col.zone, col.info.class) {
-                    (Some(z), TypeClass::Timestamp) => {
-                        format!("(CAST({x} AS TIMESTAMP) - to_seconds({}))", offset_seconds(z))
-                    }
-                    _ => format!("CAST({x} AS TIMESTAMP)"),
-                };
+                // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time
+                // (and a TIMESTAMP read in UTC is its own wall time)
+                let t = format!("CAST({x} AS TIMESTAMP)");
                 let z = if f.class == TypeClass::TimestampTz {
                     " || 'Z'"
                 } else {
@@ -186,6 +187,10 @@ impl Dialect for DuckDb {
                 Some(format!("CAST(CAST({x} AS DOUBLE) AS VARCHAR)"))
             }
             (TypeClass::Json | TypeClass::Text, TypeClass::Json) => Some(format!("CAST({x} AS VARCHAR)")),
+            // a TIMESTAMP read in its dataset's zone: the stored count, which the connector
+            // writes as its local reading with the zone's offset, and the reference
+            // converts to UTC for every year
+            (TypeClass::Timestamp, TypeClass::TimestampTz) if col.zone.is_some() => Some(x),
             _ => None,
         }
     }
@@ -232,14 +237,6 @@ impl Dialect for DuckDb {
     fn int_text(&self, e: &str) -> String {
         format!("CAST({e} AS VARCHAR)")
     }
-}
-
-/// The seconds east of UTC of an ISO offset (`+02:00`, `-05:30`); the agent's config
-/// accepts no other form (`config::zone_offset`).
-fn offset_seconds(z: &str) -> i64 {
-    let sign = if z.starts_with('-') { -1 } else { 1 };
-    let (h, m) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
-    sign * (h.parse::<i64>().unwrap_or(0) * 3600 + m.parse::<i64>().unwrap_or(0) * 60)
 }
 
 /// A row-string expression after a sealed method's key, as one BLOB (the row's UTF-8).
