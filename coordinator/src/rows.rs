@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
-use tally_common::segment::KeyTuple;
+use tally_common::segment::{KeyTuple, Segment, bucket_hash};
 use tally_common::wire::{MAX_REVEAL_ROWS_PER_CALL, RowDigest};
 
 use crate::resolve::ResolvedColumn;
@@ -217,6 +217,98 @@ impl Classifier {
             truncated,
         }
     }
+}
+
+/// The key hashes (each once, in finding order) of the missing and extra findings in
+/// ranges where `bounded` (a period's range, under `strategy: time`): the range saw
+/// the key in one period only, so whether the other side holds it, or the same side
+/// holds more copies, is known only by looking the key up in every period (F14).
+pub fn keys_to_look_up(findings: &[Finding], bounded: impl Fn(usize) -> bool) -> Vec<u64> {
+    let mut seen = HashSet::new();
+    findings
+        .iter()
+        .filter(|f| f.kind != DiffKind::Changed && bounded(f.leaf))
+        .map(|f| f.key_hash)
+        .filter(|h| seen.insert(*h))
+        .collect()
+}
+
+/// The segment that looks key hash `key_hash` up in every period: its bucket hash
+/// alone, within the run's window (the range's), no key bound and no period.
+pub fn lookup_segment(range: &Segment, key_hash: u64) -> Segment {
+    let b = bucket_hash(key_hash);
+    Segment {
+        lower: None,
+        upper: None,
+        hash: Some((b, b + 1)),
+        period: None,
+        window: range.window.clone(),
+    }
+}
+
+/// Classifies key hash `key_hash` again from both sides' digests of its lookup range
+/// `leaf` (every row of the key, whatever its period), by the rule of
+/// [`Classifier::add_range`]: every finding of the key becomes one, found in `leaf`,
+/// with the copies each side holds. A key both sides now hold alike, or neither does
+/// (rows in flight since), keeps its findings as they were: never dropped.
+pub fn reclassify(
+    found: &mut Classified,
+    key_hash: u64,
+    leaf: usize,
+    source: &[RowDigest],
+    target: &[RowDigest],
+) {
+    let rows = |d: &[RowDigest]| {
+        let mut v: Vec<u64> = d
+            .iter()
+            .filter(|x| x.key_hash == key_hash)
+            .map(|x| x.row_hash)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let (s, t) = (rows(source), rows(target));
+    let kind = match (s.is_empty(), t.is_empty()) {
+        (true, true) => return,
+        (false, true) => DiffKind::MissingInTarget,
+        (true, false) => DiffKind::ExtraInTarget,
+        _ if s == t => return,
+        _ => DiffKind::Changed,
+    };
+    let Some(first) = found.findings.iter().position(|f| f.key_hash == key_hash) else {
+        return;
+    };
+    let (mut dup_s, mut dup_t) = (0u64, 0u64);
+    for f in found.findings.iter().filter(|f| f.key_hash == key_hash) {
+        match f.kind {
+            DiffKind::MissingInTarget => found.counts.missing_in_target -= 1,
+            DiffKind::ExtraInTarget => found.counts.extra_in_target -= 1,
+            DiffKind::Changed => found.counts.changed -= 1,
+        }
+        if let Some(c) = f.copies {
+            dup_s += u64::from(c.source.saturating_sub(1));
+            dup_t += u64::from(c.target.saturating_sub(1));
+        }
+    }
+    match kind {
+        DiffKind::MissingInTarget => found.counts.missing_in_target += 1,
+        DiffKind::ExtraInTarget => found.counts.extra_in_target += 1,
+        DiffKind::Changed => found.counts.changed += 1,
+    }
+    found.duplicates.0 = found.duplicates.0.saturating_sub(dup_s) + (s.len() as u64).saturating_sub(1);
+    found.duplicates.1 = found.duplicates.1.saturating_sub(dup_t) + (t.len() as u64).saturating_sub(1);
+    found.findings[first] = Finding {
+        leaf,
+        kind,
+        key_hash,
+        copies: KeyCopies::of(s.len(), t.len()),
+    };
+    let mut i = 0;
+    found.findings.retain(|f| {
+        let keep = i == first || f.key_hash != key_hash;
+        i += 1;
+        keep
+    });
 }
 
 /// What one page of a range's reveals asks of each side: at most
