@@ -233,13 +233,14 @@ pub fn keys_to_look_up(findings: &[Finding], bounded: impl Fn(usize) -> bool) ->
         .collect()
 }
 
-/// The segment that looks key hash `key_hash` up in every period: its bucket hash
-/// alone, within the run's window (the range's), no key bound and no period.
+/// The segment that looks key hash `key_hash`, found in `range`, up in every period:
+/// the range's key bounds (the key lies within them whatever its period, and they
+/// bound the scan), its bucket hash, the run's window, and no period.
 pub fn lookup_segment(range: &Segment, key_hash: u64) -> Segment {
     let b = bucket_hash(key_hash);
     Segment {
-        lower: None,
-        upper: None,
+        lower: range.lower.clone(),
+        upper: range.upper.clone(),
         hash: Some((b, b + 1)),
         period: None,
         window: range.window.clone(),
