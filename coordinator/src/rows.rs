@@ -563,6 +563,46 @@ mod tests {
     }
 
     #[test]
+    fn a_key_looked_up_in_every_period_becomes_one_finding_by_all_its_rows() {
+        // key 5: on the source in period 0, on the target in periods 1 and 2 (the
+        // merge pairs one); key 8: on the target only, in periods 1 and 2; key 9:
+        // extra in period 1 and held alike by both sides when looked up (in flight)
+        let mut c = Classifier::default();
+        c.add_range(0, &[d(5, 50)], &[]);
+        c.add_range(1, &[], &[d(5, 51), d(8, 80), d(9, 90)]);
+        c.add_range(2, &[], &[d(5, 52), d(8, 81)]);
+        let mut out = c.finish(100);
+        assert_eq!(keys_to_look_up(&out.findings, |_| true), vec![5, 8, 9]);
+        reclassify(&mut out, 5, 3, &[d(5, 50), d(7, 70)], &[d(5, 51), d(5, 52)]);
+        reclassify(&mut out, 8, 4, &[], &[d(8, 80), d(8, 81)]);
+        reclassify(&mut out, 9, 5, &[d(9, 90)], &[d(9, 90)]);
+        let copies = |s, t| KeyCopies::of(s, t);
+        assert_eq!(
+            out.findings,
+            vec![
+                Finding {
+                    copies: copies(1, 2),
+                    ..f(3, DiffKind::Changed, 5)
+                },
+                Finding {
+                    copies: copies(0, 2),
+                    ..f(4, DiffKind::ExtraInTarget, 8)
+                },
+                f(1, DiffKind::ExtraInTarget, 9),
+            ]
+        );
+        assert_eq!(
+            out.counts,
+            DiffCounts {
+                missing_in_target: 0,
+                extra_in_target: 2,
+                changed: 1
+            }
+        );
+        assert_eq!(out.duplicates, (0, 2));
+    }
+
+    #[test]
     fn findings_beyond_the_sample_limit_are_cut_after_merging_and_counted_in_full() {
         let mut c = Classifier::default();
         c.add_range(0, &[d(1, 1), d(2, 2), d(3, 3)], &[]);
