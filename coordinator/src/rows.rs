@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
-use tally_common::segment::KeyTuple;
+use tally_common::segment::{KeyTuple, Segment, bucket_hash};
 use tally_common::wire::{MAX_REVEAL_ROWS_PER_CALL, RowDigest};
 
 use crate::resolve::ResolvedColumn;
@@ -217,6 +217,99 @@ impl Classifier {
             truncated,
         }
     }
+}
+
+/// The key hashes (each once, in finding order) of the missing and extra findings in
+/// ranges where `bounded` (a period's range, under `strategy: time`): the range saw
+/// the key in one period only, so whether the other side holds it, or the same side
+/// holds more copies, is known only by looking the key up in every period (F14).
+pub fn keys_to_look_up(findings: &[Finding], bounded: impl Fn(usize) -> bool) -> Vec<u64> {
+    let mut seen = HashSet::new();
+    findings
+        .iter()
+        .filter(|f| f.kind != DiffKind::Changed && bounded(f.leaf))
+        .map(|f| f.key_hash)
+        .filter(|h| seen.insert(*h))
+        .collect()
+}
+
+/// The segment that looks key hash `key_hash`, found in `range`, up in every period:
+/// the range's key bounds (the key lies within them whatever its period, and they
+/// bound the scan), its bucket hash, the run's window, and no period.
+pub fn lookup_segment(range: &Segment, key_hash: u64) -> Segment {
+    let b = bucket_hash(key_hash);
+    Segment {
+        lower: range.lower.clone(),
+        upper: range.upper.clone(),
+        hash: Some((b, b + 1)),
+        period: None,
+        window: range.window.clone(),
+    }
+}
+
+/// Classifies key hash `key_hash` again from both sides' digests of its lookup range
+/// `leaf` (every row of the key, whatever its period), by the rule of
+/// [`Classifier::add_range`]: every finding of the key becomes one, found in `leaf`,
+/// with the copies each side holds. A key both sides now hold alike, or neither does
+/// (rows in flight since), keeps its findings as they were: never dropped.
+pub fn reclassify(
+    found: &mut Classified,
+    key_hash: u64,
+    leaf: usize,
+    source: &[RowDigest],
+    target: &[RowDigest],
+) {
+    let rows = |d: &[RowDigest]| {
+        let mut v: Vec<u64> = d
+            .iter()
+            .filter(|x| x.key_hash == key_hash)
+            .map(|x| x.row_hash)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let (s, t) = (rows(source), rows(target));
+    let kind = match (s.is_empty(), t.is_empty()) {
+        (true, true) => return,
+        (false, true) => DiffKind::MissingInTarget,
+        (true, false) => DiffKind::ExtraInTarget,
+        _ if s == t => return,
+        _ => DiffKind::Changed,
+    };
+    let Some(first) = found.findings.iter().position(|f| f.key_hash == key_hash) else {
+        return;
+    };
+    let (mut dup_s, mut dup_t) = (0u64, 0u64);
+    for f in found.findings.iter().filter(|f| f.key_hash == key_hash) {
+        match f.kind {
+            DiffKind::MissingInTarget => found.counts.missing_in_target -= 1,
+            DiffKind::ExtraInTarget => found.counts.extra_in_target -= 1,
+            DiffKind::Changed => found.counts.changed -= 1,
+        }
+        if let Some(c) = f.copies {
+            dup_s += u64::from(c.source.saturating_sub(1));
+            dup_t += u64::from(c.target.saturating_sub(1));
+        }
+    }
+    match kind {
+        DiffKind::MissingInTarget => found.counts.missing_in_target += 1,
+        DiffKind::ExtraInTarget => found.counts.extra_in_target += 1,
+        DiffKind::Changed => found.counts.changed += 1,
+    }
+    found.duplicates.0 = found.duplicates.0.saturating_sub(dup_s) + (s.len() as u64).saturating_sub(1);
+    found.duplicates.1 = found.duplicates.1.saturating_sub(dup_t) + (t.len() as u64).saturating_sub(1);
+    found.findings[first] = Finding {
+        leaf,
+        kind,
+        key_hash,
+        copies: KeyCopies::of(s.len(), t.len()),
+    };
+    let mut i = 0;
+    found.findings.retain(|f| {
+        let keep = i == first || f.key_hash != key_hash;
+        i += 1;
+        keep
+    });
 }
 
 /// What one page of a range's reveals asks of each side: at most
@@ -467,6 +560,46 @@ mod tests {
                 changed: 1
             }
         );
+    }
+
+    #[test]
+    fn a_key_looked_up_in_every_period_becomes_one_finding_by_all_its_rows() {
+        // key 5: on the source in period 0, on the target in periods 1 and 2 (the
+        // merge pairs one); key 8: on the target only, in periods 1 and 2; key 9:
+        // extra in period 1 and held alike by both sides when looked up (in flight)
+        let mut c = Classifier::default();
+        c.add_range(0, &[d(5, 50)], &[]);
+        c.add_range(1, &[], &[d(5, 51), d(8, 80), d(9, 90)]);
+        c.add_range(2, &[], &[d(5, 52), d(8, 81)]);
+        let mut out = c.finish(100);
+        assert_eq!(keys_to_look_up(&out.findings, |_| true), vec![5, 8, 9]);
+        reclassify(&mut out, 5, 3, &[d(5, 50), d(7, 70)], &[d(5, 51), d(5, 52)]);
+        reclassify(&mut out, 8, 4, &[], &[d(8, 80), d(8, 81)]);
+        reclassify(&mut out, 9, 5, &[d(9, 90)], &[d(9, 90)]);
+        let copies = |s, t| KeyCopies::of(s, t);
+        assert_eq!(
+            out.findings,
+            vec![
+                Finding {
+                    copies: copies(1, 2),
+                    ..f(3, DiffKind::Changed, 5)
+                },
+                Finding {
+                    copies: copies(0, 2),
+                    ..f(4, DiffKind::ExtraInTarget, 8)
+                },
+                f(1, DiffKind::ExtraInTarget, 9),
+            ]
+        );
+        assert_eq!(
+            out.counts,
+            DiffCounts {
+                missing_in_target: 0,
+                extra_in_target: 2,
+                changed: 1
+            }
+        );
+        assert_eq!(out.duplicates, (0, 2));
     }
 
     #[test]

@@ -79,6 +79,22 @@ pub(super) struct RowsPhase {
     confirming: Option<Confirming>,
     #[serde(default)]
     in_flight: DiffCounts,
+    /// After classifying, the keys a period's range found missing or extra, looked up
+    /// in every period (F14): their ranges follow the drill's in `ranges`.
+    #[serde(default)]
+    lookup: Option<Lookup>,
+}
+
+/// The lookups of keys found missing or extra in a period's range: key `keys[j]` is
+/// range `from + j` (its bucket hash, no period), its digests asked like a range's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Lookup {
+    from: usize,
+    keys: Vec<u64>,
+    asked: usize,
+    done: usize,
+    /// The reveals are planned (every lookup folded in).
+    planned: bool,
 }
 
 /// One confirm round: after its wait, the digests of every range that holds a finding.
@@ -116,7 +132,13 @@ impl RowsPhase {
             rounds_done: 0,
             confirming: None,
             in_flight: DiffCounts::default(),
+            lookup: None,
         }
+    }
+
+    /// The ranges the drill found (the lookups' follow them).
+    fn drilled(&self) -> usize {
+        self.lookup.as_ref().map_or(self.ranges.len(), |l| l.from)
     }
 
     /// Takes in one side's answer to work item `n`; an answer cut short counts the
@@ -322,12 +344,12 @@ impl Engine {
 
     /// Takes in what has arrived, in range order, and asks for what the window allows.
     fn advance_rows(&mut self, out: &mut Out) -> Step {
-        let total = self.rows().ranges.len();
+        let total = self.rows().drilled();
         // classify every range, in order, whose two sides have arrived
         loop {
             let rows = self.rows();
             let i = rows.classified;
-            if !matches!(rows.digests.get(&i), Some((Some(_), Some(_)))) {
+            if i >= total || !matches!(rows.digests.get(&i), Some((Some(_), Some(_)))) {
                 break;
             }
             let (Some(s), Some(t)) = rows.digests.remove(&i).expect("present") else {
@@ -349,8 +371,44 @@ impl Engine {
             let detailed = self.detailed();
             let rows = self.rows();
             let found = std::mem::take(&mut rows.classifier).finish(sample_limit);
-            rows.work = rows::reveal_plan(&found.findings, total, detailed);
-            rows.found = Some(found);
+            // a key a period's range found on one side only is looked up in every
+            // period before it is listed (F14); nothing is asked when there is none
+            let keys = rows::keys_to_look_up(&found.findings, |r| {
+                rows.ranges.get(r).is_some_and(|s| s.period.is_some())
+            });
+            if keys.is_empty() {
+                rows.work = rows::reveal_plan(&found.findings, total, detailed);
+            } else {
+                for &h in &keys {
+                    let at = found
+                        .findings
+                        .iter()
+                        .find(|f| f.key_hash == h)
+                        .map(|f| f.leaf)
+                        .expect("a finding of the key");
+                    let segment = rows::lookup_segment(&rows.ranges[at], h);
+                    rows.ranges.push(segment);
+                }
+                self.say(
+                    out,
+                    format!(
+                        "looking up {} keys found on one side in a period, in every period",
+                        keys.len()
+                    ),
+                );
+                let rows = self.rows();
+                rows.lookup = Some(Lookup {
+                    from: total,
+                    keys,
+                    asked: 0,
+                    done: 0,
+                    planned: false,
+                });
+            }
+            self.rows().found = Some(found);
+        }
+        if !self.advance_lookups(out) {
+            return Ok(());
         }
         loop {
             self.take_reveals();
@@ -366,6 +424,76 @@ impl Engine {
                 return Ok(());
             }
         }
+    }
+
+    /// Folds in the lookups whose digests have arrived, in order, and asks for the next
+    /// ones (a few in flight); true once every lookup is folded in and the reveals are
+    /// planned (or there is no lookup).
+    fn advance_lookups(&mut self, out: &mut Out) -> bool {
+        let detailed = self.detailed();
+        let rows = self.rows();
+        let Some(l) = rows.lookup.as_mut() else {
+            return true;
+        };
+        if l.planned {
+            return true;
+        }
+        let found = rows.found.as_mut().expect("classified");
+        while l.done < l.keys.len() {
+            let range = l.from + l.done;
+            if !matches!(rows.digests.get(&range), Some((Some(_), Some(_)))) {
+                break;
+            }
+            let (Some(s), Some(t)) = rows.digests.remove(&range).expect("present") else {
+                unreachable!("both present")
+            };
+            rows::reclassify(found, l.keys[l.done], range, &s, &t);
+            l.done += 1;
+        }
+        if l.done < l.keys.len() {
+            self.ask_lookups(out);
+            return false;
+        }
+        l.planned = true;
+        rows.work = rows::reveal_plan(&found.findings, rows.ranges.len(), detailed);
+        true
+    }
+
+    /// Digests of the next lookups while fewer than [`LEAVES_IN_FLIGHT`] wait.
+    fn ask_lookups(&mut self, out: &mut Out) {
+        let r = self.resolved.as_ref().expect("resolved");
+        let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
+        let rows = self.rows.as_ref().expect("rows phase");
+        let l = rows.lookup.as_ref().expect("looking up");
+        let (from, to) = (l.asked, l.keys.len().min(l.done + LEAVES_IN_FLIGHT));
+        let first = l.from;
+        for j in from..to.max(from) {
+            let range = first + j;
+            let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
+            for side in [Side::Source, Side::Target] {
+                let request = RowDigestsRequest {
+                    dataset: self.dataset(side),
+                    columns: self.columns(side),
+                    key_len,
+                    method,
+                    segment: segment.clone(),
+                    level,
+                    seal: self.seal(side),
+                    run_id: String::new(),
+                };
+                self.ask(
+                    out,
+                    Command::RowDigests {
+                        round: 0,
+                        range,
+                        side,
+                        request,
+                    },
+                );
+            }
+        }
+        let l = self.rows().lookup.as_mut().expect("looking up");
+        l.asked = l.asked.max(to);
     }
 
     /// The wait before confirm round `round` is over: with a watermark, the sides'
@@ -539,10 +667,7 @@ impl Engine {
         let r = self.resolved.as_ref().expect("resolved");
         let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
         let rows = self.rows.as_ref().expect("rows phase");
-        let (from, to) = (
-            rows.asked,
-            rows.ranges.len().min(rows.classified + LEAVES_IN_FLIGHT),
-        );
+        let (from, to) = (rows.asked, rows.drilled().min(rows.classified + LEAVES_IN_FLIGHT));
         for range in from..to.max(from) {
             let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
             for side in [Side::Source, Side::Target] {

@@ -34,6 +34,9 @@ struct Fake {
     time_columns: Vec<String>,
     /// The replication position its watermark reads (none: no watermark configured).
     position: Option<tally_common::position::Position>,
+    /// Under `strategy: time`, a row's period label from its row hash (none: every row
+    /// in period "A").
+    period_of: Option<fn(u64) -> String>,
 }
 
 fn key_hash(k: i64) -> u64 {
@@ -53,7 +56,17 @@ impl Fake {
             revealed: std::cell::Cell::new(0),
             time_columns: Vec::new(),
             position: None,
+            period_of: None,
         }
+    }
+
+    fn label(&self, h: u64) -> String {
+        self.period_of.map_or_else(|| "A".to_string(), |f| f(h))
+    }
+
+    /// Whether row (`k`, `h`) is in `seg`: its key, bucket hash and period.
+    fn holds(&self, seg: &Segment, k: i64, h: u64) -> bool {
+        Fake::in_seg(seg, k) && seg.period.as_ref().is_none_or(|p| p.label == self.label(h))
     }
 
     fn in_seg(seg: &Segment, k: i64) -> bool {
@@ -62,7 +75,7 @@ impl Fake {
             .window
             .as_ref()
             .is_none_or(|w| w.column != "id" || w.upper.parse::<i64>().is_ok_and(|n| k <= n));
-        windowed && seg.contains(&key(k), key_hash(k))
+        windowed && seg.contains(&key(k), tally_common::segment::bucket_hash(key_hash(k)))
     }
 
     fn aggregate(&self, req: &AggregateRequest) -> AggregateResponse {
@@ -73,7 +86,7 @@ impl Fake {
                 .rows
                 .iter()
                 .copied()
-                .filter(|(k, _)| Fake::in_seg(seg, *k))
+                .filter(|(k, h)| self.holds(seg, *k, *h))
                 .collect();
             rows.sort();
             scanned += rows.len() as u64;
@@ -87,11 +100,25 @@ impl Fake {
                 Split::Cuts(c) => seg.cut_children(c),
                 Split::Hash(n) => seg.hash_children(*n),
                 Split::Whole => vec![seg.clone()],
-                Split::Period { .. } => unreachable!("no time strategy here"),
+                Split::Period { column, granularity } => {
+                    let labels: std::collections::BTreeSet<String> =
+                        rows.iter().map(|(_, h)| self.label(*h)).collect();
+                    labels
+                        .into_iter()
+                        .map(|label| Segment {
+                            period: Some(tally_common::segment::Period {
+                                column: column.clone(),
+                                granularity: *granularity,
+                                label,
+                            }),
+                            ..seg.clone()
+                        })
+                        .collect()
+                }
             };
             for (c, child) in children.into_iter().enumerate() {
                 let (mut count, mut sum, mut xor) = (0, 0u64, 0u64);
-                for (k, h) in rows.iter().filter(|(k, _)| Fake::in_seg(&child, *k)) {
+                for (k, h) in rows.iter().filter(|(k, h)| self.holds(&child, *k, *h)) {
                     let _ = k;
                     count += 1;
                     sum = sum.wrapping_add(*h);
@@ -119,7 +146,7 @@ impl Fake {
     fn digests(&self, seg: &Segment) -> Vec<RowDigest> {
         self.rows
             .iter()
-            .filter(|(k, _)| Fake::in_seg(seg, *k))
+            .filter(|(k, h)| self.holds(seg, *k, *h))
             .map(|(k, h)| RowDigest {
                 key_hash: key_hash(*k),
                 row_hash: *h,
@@ -178,7 +205,19 @@ impl Fake {
         };
         Describe {
             dataset: dataset.into(),
-            columns: vec![col("id"), col("amount")],
+            columns: if self.time_columns.is_empty() {
+                vec![col("id"), col("amount")]
+            } else {
+                vec![
+                    col("id"),
+                    col("amount"),
+                    Column {
+                        class: TypeClass::Timestamp,
+                        declared_type: "timestamp".into(),
+                        ..col("at")
+                    },
+                ]
+            },
             key: vec!["id".into()],
             row_estimate: self.rows.len() as u64,
             hash_methods: vec![HashMethod::Sha256_64, HashMethod::SealedSha256_64],

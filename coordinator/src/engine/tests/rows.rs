@@ -514,3 +514,59 @@ fn a_reveal_budget_already_spent_keeps_the_verdict_and_leaves_and_says_keys_were
     };
     assert!(events::reveal_answer(0, 0, Side::Source, Err(other)).is_err());
 }
+
+fn by_month() -> Spec {
+    spec(
+        "bisection: { strategy: time, factor: 2, threshold: 2, time_column: at, time_granularity: month }\n\
+         reporting: { level: with_keys, sample_limit: 100 }\n",
+    )
+}
+
+/// F14 of issue 31: under `strategy: time`, key 1423 once on the source (period A) and
+/// twice on the target (that row in A, a copy in period B). Period A matches, period B
+/// finds the key on the target only: looked up in every period, it is `changed` with
+/// its copies, never `extra_in_target` (the source holds it).
+#[test]
+fn a_key_repeated_on_one_side_in_another_period_is_classified_against_every_period() {
+    let mut s = Fake::new(2000);
+    s.time_columns = vec!["at".into()];
+    s.period_of = Some(|h| if h == 77_777 { "B".into() } else { "A".into() });
+    let mut t = s.clone();
+    t.rows.push((1423, 77_777));
+    let spec = by_month();
+    let tr = drive(&spec, &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    let c = r.difference_counts.as_ref().unwrap();
+    assert_eq!(
+        (c.missing_in_target, c.extra_in_target, c.changed),
+        (0, 0, 1),
+        "{c:?}"
+    );
+    let d = r.differences.as_ref().unwrap();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].kind, DiffKind::Changed);
+    assert_eq!(d[0].key, key(1423));
+    let copies = d[0].duplicates.expect("copies listed");
+    assert_eq!((copies.source, copies.target), (1, 2));
+    let dk = r.duplicate_keys.as_ref().expect("duplicates reported");
+    assert_eq!((dk.source, dk.target), (0, 1));
+}
+
+/// The lookup costs nothing when no period's range finds a key on one side only.
+#[test]
+fn under_strategy_time_a_changed_row_asks_no_lookup() {
+    let mut s = Fake::new(2000);
+    s.time_columns = vec!["at".into()];
+    let mut t = s.clone();
+    t.rows.iter_mut().find(|(k, _)| *k == 500).unwrap().1 = 1;
+    let spec = by_month();
+    let tr = drive(&spec, &s, &t);
+    let r = &tr.result;
+    assert_eq!(r.difference_counts.as_ref().unwrap().changed, 1, "{:?}", r.error);
+    let whole_period = calls(
+        &tr,
+        |c| matches!(c, Command::RowDigests { request, .. } if request.segment.period.is_none()),
+    );
+    assert_eq!(whole_period, 0);
+}
