@@ -22,10 +22,7 @@ use values::{Class, Engine, V};
 
 /// Runs the generator would make but holds back while the failure class they hit is
 /// open, by the class's name in issue 31; the coverage report counts them.
-pub fn held(case: &Case, c: &RunConfig) -> Option<&'static str> {
-    if matches!(c.strategy, Strategy::Time(_)) && !case.truth().duplicates.is_empty() {
-        return Some("F14 (strategy time: a key repeated across periods is reported extra or missing)");
-    }
+pub fn held(_case: &Case, _c: &RunConfig) -> Option<&'static str> {
     None
 }
 
