@@ -388,7 +388,9 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
                             warnings.push(format!("key column {name} is nullable on both sides"));
                         }
                         warnings.extend(notes);
-                        fidelity.push(ColumnFidelity {
+                        // mode count compares no value: only the keys' rendering counts
+                        let compared = i < key.len() || spec.mode != crate::spec::Mode::Count;
+                        fidelity.extend(compared.then(|| ColumnFidelity {
                             column: s.name.clone(),
                             reasons: crate::fidelity::reasons(&ColumnInput {
                                 is_key: i < key.len(),
@@ -398,7 +400,7 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
                                 zones: (&src.time_zone, &tgt.time_zone),
                                 empty_is_null: (empties_are_null(src), empties_are_null(tgt)),
                             }),
-                        });
+                        }));
                         columns.push(ResolvedColumn {
                             source_name: s.name.clone(),
                             target_name: t.name.clone(),
@@ -1463,6 +1465,19 @@ mod tests {
                 "trailing 0x00 bytes ignored (bytea / binary(4))".to_string()
             )]
         );
+    }
+
+    #[test]
+    fn mode_count_compares_no_value_so_only_its_keys_fidelity_counts() {
+        let f = (TypeClass::Float, "double precision", None);
+        let mut sp = spec();
+        sp.mode = crate::spec::Mode::Count;
+        let r = pair(&sp, f, f).unwrap();
+        assert_eq!(r.fidelity.unwrap().level, crate::fidelity::Level::Full);
+        let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        let t = describe("y", vec![col("id", TypeClass::Decimal, "numeric(20,0)", Some(0))]);
+        let f = resolve(&sp, &s, &t).unwrap().fidelity.unwrap();
+        assert_eq!(f.columns[0].reasons[0].code, Code::KeyCast);
     }
 
     #[test]
