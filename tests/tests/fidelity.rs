@@ -164,6 +164,16 @@ fn a_match_at_reduced_fidelity_says_so_in_its_json_its_summary_and_its_evidence(
     .unwrap();
     let result: Value =
         serde_json::from_slice(&STANDARD.decode(b["result"].as_str().unwrap()).unwrap()).unwrap();
+    // the target agent said its setting in its description, a typed field
+    let described: Value = b["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_slice::<Value>(&STANDARD.decode(e.as_str().unwrap()).unwrap()).unwrap())
+        .find(|e| e["event"] == "described")
+        .expect("a described event");
+    assert_eq!(described["target"]["empty_string_is_null"], true);
+    assert!(described["source"].get("empty_string_is_null").is_none());
     let p = &statement["predicate"];
     assert_eq!(p["verdict"], "match");
     assert_eq!(reduced(&p["fidelity"]), want);
