@@ -193,6 +193,7 @@ impl Agent for AgentService {
                 engine_warnings: engine_warnings(&ds),
                 key_histogram: histogram,
                 max_digest_rows: p.max_digest_rows,
+                empty_string_is_null: ds.config.empty_string_is_null,
             })
         }
         .instrument(span)

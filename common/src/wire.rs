@@ -244,6 +244,9 @@ pub struct Describe {
     /// The policy's `max_digest_rows` (0: not said by an older agent).
     #[serde(default)]
     pub max_digest_rows: u64,
+    /// The dataset's `empty_string_is_null`: its empty texts are rendered as NULL.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub empty_string_is_null: bool,
 }
 
 impl Describe {
@@ -314,6 +317,7 @@ impl TryFrom<pb::DescribeResponse> for Describe {
             engine_warnings: d.engine_warnings,
             key_histogram: d.key_histogram,
             max_digest_rows: d.max_digest_rows,
+            empty_string_is_null: d.empty_string_is_null,
         })
     }
 }
@@ -349,6 +353,7 @@ impl From<Describe> for pb::DescribeResponse {
             engine_warnings: d.engine_warnings,
             key_histogram: d.key_histogram,
             max_digest_rows: d.max_digest_rows,
+            empty_string_is_null: d.empty_string_is_null,
         }
     }
 }
@@ -1026,6 +1031,7 @@ mod tests {
             engine_warnings: vec!["not live-verified".into()],
             key_histogram: vec![-5, 0, 1_000_000_000_000_000],
             max_digest_rows: 100_000,
+            empty_string_is_null: true,
         }
     }
 

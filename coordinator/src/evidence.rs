@@ -23,6 +23,7 @@ use tally_common::wire::measures::{Labels, MeasureGroup};
 use crate::client::Digests;
 use crate::config::ClientTls;
 use crate::engine::Event;
+use crate::fidelity::Fidelity;
 use crate::result::{DiffCounts, RunResult};
 use crate::runlog::RunLog;
 
@@ -189,6 +190,11 @@ pub struct Predicate {
     pub run_id: String,
     pub spec_sha256: String,
     pub verdict: String,
+    /// The result's `fidelity`: `full`, or `reduced` naming each column compared below
+    /// what a side stores. Absent in statements signed before it (and for a run that
+    /// ended before its columns were resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<Fidelity>,
     pub hash_method: String,
     pub canonical_form_version: u32,
     /// The privacy level the run reported at.
@@ -495,6 +501,7 @@ pub async fn seal_run(
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),
+        fidelity: result.fidelity.clone(),
         hash_method: result.hash_method.clone(),
         canonical_form_version: tally_common::canonical::CANONICAL_FORM_VERSION,
         level: result.level.clone(),
@@ -988,6 +995,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             "difference_counts",
             serde_json::to_value(&p.difference_counts).unwrap_or_default(),
         )?;
+        same("fidelity", serde_json::to_value(&p.fidelity).unwrap_or_default())?;
+        if p.fidelity.as_ref().is_some_and(|f| !f.consistent()) {
+            return Err("the statement's fidelity is reduced without a column, or full with one".into());
+        }
         Ok("says what the statement says".to_string())
     })();
     if !c.check("result", outcome) {
@@ -1341,8 +1352,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         };
         if follows {
             Ok(format!(
-                "{} (totals {}, {} differing leaves), signed by {coordinator:?}",
+                "{}{} (totals {}, {} differing leaves), signed by {coordinator:?}",
                 p.verdict,
+                match &p.fidelity {
+                    Some(f) if f.is_reduced() => format!(" at reduced fidelity ({})", f.summary()),
+                    _ => String::new(),
+                },
                 if equal { "equal" } else { "differ" },
                 p.leaves
             ))
@@ -1358,7 +1373,59 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     if !c.check("verdict", verdict) {
         return None;
     }
+    if !c.check("fidelity", fidelity_claim(&events, &spec, p.fidelity.as_ref())) {
+        return None;
+    }
     Some(())
+}
+
+/// The fidelity the run's record gives: its `started` spec resolved against its
+/// `described` answers, as `tally run` resolves them; `None` for a record without a
+/// description (a run that ended before it).
+fn recorded_fidelity(events: &[Value], spec: &Value) -> Result<Option<Fidelity>, String> {
+    let Some(described) = events.iter().find(|e| e["event"] == "described") else {
+        return Ok(None);
+    };
+    let spec: crate::spec::Spec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
+    let side = |k: &str| {
+        serde_json::from_value::<tally_common::wire::Describe>(described[k].clone())
+            .map_err(|e| format!("the described event's {k}: {e}"))
+    };
+    let (s, t) = (side("source")?, side("target")?);
+    let spec = if spec.mode == crate::spec::Mode::Measures {
+        crate::engine::measures::resolve_spec(&spec)
+    } else {
+        spec
+    };
+    // a description that does not resolve (drift) ended the run with an error: no fidelity
+    Ok(crate::resolve::resolve(&spec, &s, &t)
+        .ok()
+        .and_then(|r| r.fidelity))
+}
+
+/// Whether the statement's fidelity is the one the record gives. A statement signed
+/// before fidelity was stated has none; it verifies, and the check says what the
+/// record gives instead, so such a pass is not read as a plain one.
+fn fidelity_claim(events: &[Value], spec: &Value, stated: Option<&Fidelity>) -> Result<String, String> {
+    let recorded = recorded_fidelity(events, spec)?;
+    let describe = |f: Option<&Fidelity>| match f {
+        None => "none".to_string(),
+        Some(f) if f.is_reduced() => format!("reduced: {}", f.summary()),
+        Some(_) => "full".to_string(),
+    };
+    match (stated, &recorded) {
+        (None, _) => Ok(format!(
+            "not stated (a statement from before fidelity); the record resolves to {}",
+            describe(recorded.as_ref())
+        )),
+        (Some(s), Some(r)) if s == r => Ok(describe(Some(s))),
+        (Some(s), r) => Err(format!(
+            "the statement says {}, the recorded spec and descriptions resolve to {}",
+            describe(Some(s)),
+            describe(r.as_ref())
+        )),
+    }
 }
 
 /// Whether the window both agents signed is the one the run's `started` spec asks for:
@@ -1457,5 +1524,88 @@ fn window_claim(
                 .or(spec.lag.as_ref().map(|l| format!("lag {l}")))
                 .unwrap_or_default()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tally_common::TypeClass;
+    use tally_common::checksum::HashMethod;
+    use tally_common::wire::{Column, Describe};
+
+    use super::*;
+
+    fn describe(class: TypeClass, declared: &str) -> Describe {
+        let col = |name: &str, class, declared: &str| Column {
+            name: name.into(),
+            class,
+            declared_type: declared.into(),
+            nullable: true,
+            scale: None,
+            fixed_char: false,
+            masked: false,
+        };
+        Describe {
+            dataset: "d".into(),
+            columns: vec![col("id", TypeClass::Integer, "bigint"), col("v", class, declared)],
+            key: vec!["id".into()],
+            hash_methods: vec![HashMethod::Sha256_64],
+            ..Default::default()
+        }
+    }
+
+    /// A run's record as the verifier reads it: `started` with its spec, then `described`.
+    fn record(target: TypeClass, declared: &str) -> (Vec<Value>, Value) {
+        let spec: crate::spec::Spec = tally_common::config_file::parse_yaml(
+            Path::new("s.yaml"),
+            "name: t\nsource: { agent: a, dataset: d }\ntarget: { agent: b, dataset: d }\n",
+        )
+        .unwrap();
+        let spec = serde_json::to_value(&spec).unwrap();
+        let described = serde_json::to_value(Event::Described {
+            source: Box::new(describe(TypeClass::Float, "double precision")),
+            target: Box::new(describe(target, declared)),
+        })
+        .unwrap();
+        (vec![json!({"event": "started", "spec": spec}), described], spec)
+    }
+
+    use std::path::Path;
+
+    #[test]
+    fn the_stated_fidelity_must_be_the_one_the_record_resolves_to() {
+        let (events, spec) = record(TypeClass::Float, "double");
+        let recorded = recorded_fidelity(&events, &spec).unwrap().unwrap();
+        assert!(recorded.is_reduced());
+        assert_eq!(
+            fidelity_claim(&events, &spec, Some(&recorded)),
+            Ok("reduced: v float at scale 6".to_string())
+        );
+        // a coordinator that states a plain pass where the record says otherwise
+        let full = Fidelity::of(Vec::new());
+        assert_eq!(
+            fidelity_claim(&events, &spec, Some(&full)),
+            Err(
+                "the statement says full, the recorded spec and descriptions resolve to reduced: v float at \
+                 scale 6"
+                    .to_string()
+            )
+        );
+        // a statement from before fidelity verifies, and says what the record gives
+        assert_eq!(
+            fidelity_claim(&events, &spec, None),
+            Ok(
+                "not stated (a statement from before fidelity); the record resolves to reduced: v float at \
+                scale 6"
+                    .to_string()
+            )
+        );
+        // a run that ended before its description states none, and may not claim one
+        let started = &events[..1];
+        assert!(fidelity_claim(started, &spec, None).is_ok());
+        assert!(fidelity_claim(started, &spec, Some(&full)).is_err());
+        // drift: the run ended with an error, no fidelity
+        let (events, spec) = record(TypeClass::Date, "date");
+        assert_eq!(recorded_fidelity(&events, &spec), Ok(None));
     }
 }

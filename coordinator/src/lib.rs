@@ -19,6 +19,7 @@ pub mod cron;
 pub mod engine;
 pub mod error;
 pub mod evidence;
+pub mod fidelity;
 pub mod in_process;
 pub mod ledger;
 pub mod planner;

@@ -9,6 +9,7 @@ use tally_common::segment::ColumnSpec;
 use tally_common::wire::{Column, Describe};
 
 use crate::error::RunError;
+use crate::fidelity::{ColumnFidelity, ColumnInput, Fidelity, empties_are_null};
 use crate::spec::{HashChoice, Override, Spec, Strategy};
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -30,6 +31,10 @@ pub struct Resolved {
     /// Not fatal: columns present on one side only, and every rule applied across
     /// classes or to a scale (exact decimals, zone conversions, overrides).
     pub warnings: Vec<String>,
+    /// Each column compared below what a side stores, and why (`None` only in the
+    /// state of a run checkpointed before fidelity was resolved).
+    #[serde(default)]
+    pub fidelity: Option<Fidelity>,
 }
 
 impl Resolved {
@@ -366,6 +371,7 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
         }
     }
     let mut columns = Vec::new();
+    let mut fidelity = Vec::new();
     for (i, name) in all.into_iter().enumerate() {
         let (s, t) = (find(src, name), find(tgt, name));
         match (s, t) {
@@ -382,6 +388,19 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
                             warnings.push(format!("key column {name} is nullable on both sides"));
                         }
                         warnings.extend(notes);
+                        // mode count compares no value: only the keys' rendering counts
+                        let compared = i < key.len() || spec.mode != crate::spec::Mode::Count;
+                        fidelity.extend(compared.then(|| ColumnFidelity {
+                            column: s.name.clone(),
+                            reasons: crate::fidelity::reasons(&ColumnInput {
+                                is_key: i < key.len(),
+                                source: s,
+                                target: t,
+                                format,
+                                zones: (&src.time_zone, &tgt.time_zone),
+                                empty_is_null: (empties_are_null(src), empties_are_null(tgt)),
+                            }),
+                        }));
                         columns.push(ResolvedColumn {
                             source_name: s.name.clone(),
                             target_name: t.name.clone(),
@@ -458,6 +477,7 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
         method,
         xor: method.has_xor() && src.xor_supported && tgt.xor_supported,
         warnings,
+        fidelity: Some(Fidelity::of(fidelity)),
     })
 }
 
@@ -541,6 +561,7 @@ mod tests {
     use tally_common::PrivacyLevel;
 
     use super::*;
+    use crate::fidelity::{Code, Reason};
 
     fn col(name: &str, class: TypeClass, declared: &str, scale: Option<u32>) -> Column {
         Column {
@@ -1145,6 +1166,357 @@ mod tests {
         let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
         let t = describe("y", vec![col("id", TypeClass::Decimal, "numeric(20,0)", Some(0))]);
         assert!(resolve(&spec(), &s, &t).is_ok());
+    }
+
+    /// The fidelity reasons of column `v` (the key `id` is a plain bigint pair).
+    fn reasons_of(r: &Resolved) -> Vec<(Code, String)> {
+        let f = r.fidelity.as_ref().expect("a resolution states its fidelity");
+        assert!(f.consistent(), "{f:?}");
+        assert!(f.columns.iter().all(|c| c.column == "v"), "{f:?}");
+        f.columns
+            .iter()
+            .flat_map(|c| c.reasons.iter().map(|x| (x.code, x.text.clone())))
+            .collect()
+    }
+
+    fn codes(r: &Resolved) -> Vec<Code> {
+        reasons_of(r).into_iter().map(|(c, _)| c).collect()
+    }
+
+    #[test]
+    fn a_plain_same_class_pair_at_full_precision_is_full() {
+        use TypeClass::*;
+        for (s, t) in [
+            ((Integer, "bigint", None), (Integer, "int", None)),
+            (
+                (Decimal, "numeric(12,2)", Some(2)),
+                (Decimal, "decimal(14,4)", Some(4)),
+            ),
+            ((Decimal, "numeric", None), (Decimal, "numeric(12,2)", Some(2))),
+            ((Text, "text", None), (Text, "varchar(40)", None)),
+            (
+                (Timestamp, "timestamp(6)", Some(6)),
+                (Timestamp, "datetime(3)", Some(3)),
+            ),
+            (
+                (TimestampTz, "timestamptz", None),
+                (TimestampTz, "timestamp", Some(6)),
+            ),
+            ((Date, "date", None), (Date, "date", None)),
+            ((Json, "jsonb", None), (Json, "json", None)),
+            ((Uuid, "uuid", None), (Uuid, "uuid", None)),
+            ((Binary, "bytea", None), (Binary, "varbinary(8)", None)),
+            ((Boolean, "boolean", None), (Boolean, "bit(1)", None)),
+            // every integer is a decimal of scale 0: nothing is lost
+            ((Integer, "bigint", None), (Decimal, "numeric(12,2)", Some(2))),
+        ] {
+            let r = pair(&spec(), s, t).unwrap();
+            let f = r.fidelity.clone().unwrap();
+            assert_eq!(f, Fidelity::of(Vec::new()), "{s:?} / {t:?}");
+            assert_eq!(f.level, crate::fidelity::Level::Full);
+            assert_eq!(
+                serde_json::to_value(&f).unwrap(),
+                serde_json::json!({"level": "full"})
+            );
+        }
+        // both sides CHAR(n): the padding is the type's own
+        let mut c = col("v", TypeClass::Text, "char(6)", None);
+        c.fixed_char = true;
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let r = resolve(
+            &spec(),
+            &describe("x", vec![id.clone(), c.clone()]),
+            &describe("y", vec![id, c]),
+        )
+        .unwrap();
+        assert!(codes(&r).is_empty(), "{:?}", reasons_of(&r));
+    }
+
+    #[test]
+    fn a_float_at_a_scale_is_reduced_fidelity() {
+        let f = (TypeClass::Float, "double precision", None);
+        let r = pair(&spec(), f, f).unwrap();
+        assert_eq!(
+            reasons_of(&r),
+            vec![(Code::FloatScale, "float at scale 6".to_string())]
+        );
+        let json = serde_json::to_value(r.fidelity.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"level": "reduced", "columns": [
+                {"column": "v", "reasons": [{"code": "float_scale", "text": "float at scale 6"}]}
+            ]})
+        );
+        // raised, still a finite scale
+        let r = pair(&with_override(Some(12), None), f, f).unwrap();
+        assert_eq!(reasons_of(&r)[0].1, "float at scale 12");
+    }
+
+    #[test]
+    fn a_decimal_below_a_sides_scale_is_reduced_fidelity() {
+        let n12_2 = (TypeClass::Decimal, "numeric(12,2)", Some(2));
+        let numeric = (TypeClass::Decimal, "numeric", None);
+        let int = (TypeClass::Integer, "bigint", None);
+        // only an override can cut a declared scale
+        let r = pair(&with_override(Some(1), None), n12_2, n12_2).unwrap();
+        assert_eq!(
+            reasons_of(&r),
+            vec![(
+                Code::DecimalScale,
+                "decimal at scale 1 (numeric(12,2) / numeric(12,2))".to_string()
+            )]
+        );
+        // raising it loses nothing
+        let r = pair(&with_override(Some(4), None), n12_2, n12_2).unwrap();
+        assert!(codes(&r).is_empty());
+        // an undeclared scale is unbounded: any scale cuts it; exact does not
+        let r = pair(&with_override(Some(8), None), numeric, n12_2).unwrap();
+        assert_eq!(codes(&r), vec![Code::DecimalScale]);
+        assert!(codes(&pair(&spec(), numeric, n12_2).unwrap()).is_empty());
+        // an integer declares 0
+        assert!(
+            codes(
+                &pair(
+                    &with_override(Some(0), None),
+                    int,
+                    (TypeClass::Decimal, "numeric(20,0)", Some(0))
+                )
+                .unwrap()
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_time_cut_below_a_sides_precision_is_reduced_fidelity() {
+        for class in [TypeClass::Timestamp, TypeClass::TimestampTz, TypeClass::Time] {
+            let p = |n: Option<u32>| (class, "t", n);
+            let r = pair(&with_override(None, Some(3)), p(Some(6)), p(Some(3))).unwrap();
+            assert_eq!(
+                reasons_of(&r),
+                vec![(Code::TimePrecision, "cut to precision 3 (t / t)".to_string())],
+                "{class}"
+            );
+            // an undeclared precision counts as 6
+            let r = pair(&with_override(None, Some(5)), p(None), p(Some(0))).unwrap();
+            assert_eq!(codes(&r), vec![Code::TimePrecision], "{class}");
+            // at or above both sides' precision: nothing is cut
+            let r = pair(&with_override(None, Some(3)), p(Some(3)), p(Some(0))).unwrap();
+            assert!(codes(&r).is_empty(), "{class}");
+            assert!(codes(&pair(&spec(), p(Some(3)), p(Some(0))).unwrap()).is_empty());
+        }
+    }
+
+    #[test]
+    fn every_cross_class_pair_is_reduced_fidelity() {
+        use TypeClass::*;
+        let cases = [
+            (
+                (Boolean, "boolean", None),
+                (Integer, "tinyint(1)", None),
+                vec![(
+                    Code::CrossClass,
+                    "integer compared as boolean (boolean / tinyint(1))",
+                )],
+            ),
+            (
+                (Json, "jsonb", None),
+                (Text, "longtext", None),
+                vec![(Code::CrossClass, "text parsed as json (jsonb / longtext)")],
+            ),
+            (
+                (Decimal, "numeric(12,2)", Some(2)),
+                (Float, "double", None),
+                vec![
+                    (
+                        Code::CrossClass,
+                        "float compared as decimal (numeric(12,2) / double)",
+                    ),
+                    (Code::FloatScale, "float at scale 2"),
+                ],
+            ),
+            (
+                // exact: the double's shortest decimal, nothing rounded, still two classes
+                (Float, "double", None),
+                (Decimal, "numeric", None),
+                vec![(Code::CrossClass, "float compared as decimal (double / numeric)")],
+            ),
+            (
+                (Text, "text", None),
+                (Binary, "bytea", None),
+                vec![(
+                    Code::CrossClass,
+                    "text compared as binary by its UTF-8 bytes (text / bytea)",
+                )],
+            ),
+            (
+                (TimestampTz, "timestamptz", Some(6)),
+                (Timestamp, "datetime(6)", Some(6)),
+                vec![(
+                    Code::CrossClass,
+                    "the target's timestamp read in UTC as timestamptz (timestamptz / datetime(6))",
+                )],
+            ),
+        ];
+        for (s, t, want) in cases {
+            let r = pair(&spec(), s, t).unwrap();
+            let want: Vec<(Code, String)> = want.into_iter().map(|(c, w)| (c, w.to_string())).collect();
+            assert_eq!(reasons_of(&r), want, "{s:?} / {t:?}");
+        }
+        // the zone named is the zone-less side's dataset's
+        let local = col("v", TypeClass::Timestamp, "timestamp", Some(6));
+        let utc = col("v", TypeClass::TimestampTz, "timestamp", Some(6));
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let mut s = describe("x", vec![id.clone(), local]);
+        s.time_zone = "+02:00".into();
+        let r = resolve(&spec(), &s, &describe("y", vec![id, utc])).unwrap();
+        assert!(
+            reasons_of(&r)[0]
+                .1
+                .starts_with("the source's timestamp read in +02:00")
+        );
+    }
+
+    #[test]
+    fn a_key_through_a_cast_and_an_integer_keyed_as_boolean_are_reduced_fidelity() {
+        let mut s = describe("x", vec![col("id", TypeClass::Integer, "bigint unsigned", None)]);
+        let mut t = describe("y", vec![col("id", TypeClass::Decimal, "numeric(20,0)", Some(0))]);
+        let f = resolve(&spec(), &s, &t).unwrap().fidelity.unwrap();
+        assert_eq!(f.columns.len(), 1);
+        assert_eq!(f.columns[0].column, "id");
+        assert_eq!(
+            f.columns[0].reasons,
+            vec![Reason {
+                code: Code::KeyCast,
+                text: "keyed through a cast to decimal (bigint unsigned / numeric(20,0))".into()
+            }]
+        );
+        s.columns[0] = col("id", TypeClass::Integer, "tinyint(1)", None);
+        t.columns[0] = col("id", TypeClass::Boolean, "boolean", None);
+        let f = resolve(&spec(), &s, &t).unwrap().fidelity.unwrap();
+        assert_eq!(f.columns[0].reasons[0].code, Code::CrossClass);
+    }
+
+    #[test]
+    fn empty_strings_taken_as_null_are_reduced_fidelity() {
+        let text = col("v", TypeClass::Text, "varchar(10)", None);
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let s = describe("x", vec![id.clone(), text.clone()]);
+        let mut t = describe("y", vec![id.clone(), text]);
+        t.empty_string_is_null = true;
+        let r = resolve(&spec(), &s, &t).unwrap();
+        assert_eq!(
+            reasons_of(&r),
+            vec![(
+                Code::EmptyStringAsNull,
+                "'' taken as NULL on the target (empty_string_is_null)".to_string()
+            )]
+        );
+        // an agent before the typed field says it in its engine warnings only
+        let mut old = describe("x", s.columns.clone());
+        old.engine_warnings =
+            vec!["its empty strings are compared as NULL (empty_string_is_null: true)".into()];
+        let r = resolve(&spec(), &old, &t).unwrap();
+        assert!(
+            reasons_of(&r)[0].1.contains("on both sides"),
+            "{:?}",
+            reasons_of(&r)
+        );
+        // it renders text only: a dataset's other classes keep their fidelity
+        let n = col("v", TypeClass::Integer, "int", None);
+        let mut t2 = describe("y", vec![id.clone(), n.clone()]);
+        t2.empty_string_is_null = true;
+        let r = resolve(&spec(), &describe("x", vec![id, n]), &t2).unwrap();
+        assert!(codes(&r).is_empty());
+    }
+
+    #[test]
+    fn padding_removed_from_a_side_without_it_is_reduced_fidelity() {
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let mut char6 = col("v", TypeClass::Text, "char(6)", None);
+        char6.fixed_char = true;
+        let varchar = col("v", TypeClass::Text, "varchar(10)", None);
+        let r = resolve(
+            &spec(),
+            &describe("x", vec![id.clone(), char6]),
+            &describe("y", vec![id.clone(), varchar]),
+        )
+        .unwrap();
+        assert_eq!(
+            reasons_of(&r),
+            vec![(
+                Code::Padding,
+                "trailing spaces ignored (char(6) / varchar(10))".to_string()
+            )]
+        );
+        let mut binary4 = col("v", TypeClass::Binary, "binary(4)", None);
+        binary4.fixed_char = true;
+        let bytea = col("v", TypeClass::Binary, "bytea", None);
+        let r = resolve(
+            &spec(),
+            &describe("x", vec![id.clone(), bytea]),
+            &describe("y", vec![id, binary4]),
+        )
+        .unwrap();
+        assert_eq!(
+            reasons_of(&r),
+            vec![(
+                Code::Padding,
+                "trailing 0x00 bytes ignored (bytea / binary(4))".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn mode_count_compares_no_value_so_only_its_keys_fidelity_counts() {
+        let f = (TypeClass::Float, "double precision", None);
+        let mut sp = spec();
+        sp.mode = crate::spec::Mode::Count;
+        let r = pair(&sp, f, f).unwrap();
+        assert_eq!(r.fidelity.unwrap().level, crate::fidelity::Level::Full);
+        let s = describe("x", vec![col("id", TypeClass::Integer, "bigint", None)]);
+        let t = describe("y", vec![col("id", TypeClass::Decimal, "numeric(20,0)", Some(0))]);
+        let f = resolve(&sp, &s, &t).unwrap().fidelity.unwrap();
+        assert_eq!(f.columns[0].reasons[0].code, Code::KeyCast);
+    }
+
+    #[test]
+    fn the_summary_names_every_reduced_column_in_order() {
+        let id = col("id", TypeClass::Integer, "bigint", None);
+        let s = describe(
+            "x",
+            vec![
+                id.clone(),
+                col("amount", TypeClass::Float, "double precision", None),
+                col("name", TypeClass::Text, "text", None),
+                col("at", TypeClass::Timestamp, "timestamp(6)", Some(6)),
+            ],
+        );
+        let mut t = describe(
+            "y",
+            vec![
+                id,
+                col("amount", TypeClass::Decimal, "decimal(12,2)", Some(2)),
+                col("name", TypeClass::Text, "varchar(10)", None),
+                col("at", TypeClass::Timestamp, "datetime(6)", Some(6)),
+            ],
+        );
+        t.empty_string_is_null = true;
+        let mut sp = spec();
+        sp.overrides.insert(
+            "at".into(),
+            Override {
+                scale: None,
+                precision: Some(3),
+            },
+        );
+        let f = resolve(&sp, &s, &t).unwrap().fidelity.unwrap();
+        assert_eq!(
+            f.summary(),
+            "amount float compared as decimal (double precision / decimal(12,2)) and float at scale 2, \
+             name '' taken as NULL on the target (empty_string_is_null), \
+             at cut to precision 3 (timestamp(6) / datetime(6))"
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tally_common::segment::{KeyTuple, Segment};
 
+use crate::fidelity::Fidelity;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -251,6 +253,11 @@ pub struct ErrorOut {
 pub struct RunResult {
     pub name: String,
     pub verdict: Verdict,
+    /// How faithfully the columns were compared: `full`, or `reduced` naming each
+    /// column below what a side stores and why. Absent when the run ended before its
+    /// columns were resolved (and in results stored before this field).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fidelity: Option<Fidelity>,
     pub hash_method: String,
     pub strategy: String,
     pub level: String,
@@ -330,7 +337,14 @@ impl RunResult {
             Verdict::Differ => "DIFFER",
             Verdict::Error => "ERROR",
         };
-        let _ = writeln!(o, "{}: {verdict}", self.name);
+        // a pass below what the sides store is never shown as a plain one
+        let reduced = match &self.fidelity {
+            Some(f) if f.is_reduced() && self.verdict != Verdict::Error => {
+                format!(" (fidelity reduced: {})", f.summary())
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(o, "{}: {verdict}{reduced}", self.name);
         let count = |s: &SideStats| s.count.map(|c| c.to_string()).unwrap_or_else(|| "?".into());
         let _ = writeln!(
             o,
@@ -535,6 +549,7 @@ mod tests {
         RunResult {
             name: "t".into(),
             verdict: Verdict::Differ,
+            fidelity: None,
             hash_method: "sha256_64".into(),
             strategy: "quantile".into(),
             level: "count_only".into(),
@@ -596,6 +611,63 @@ mod tests {
             text.contains("INCONSISTENT: no child differs although the parent did"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_match_at_reduced_fidelity_is_never_shown_as_a_plain_one() {
+        use crate::fidelity::{Code, ColumnFidelity, Reason};
+        let mut r = result(Vec::new());
+        r.verdict = Verdict::Match;
+        r.fidelity = Some(Fidelity::of(Vec::new()));
+        assert!(r.render().starts_with("t: MATCH\n"), "{}", r.render());
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["fidelity"], serde_json::json!({"level": "full"}));
+        let reason = |code, text: &str| Reason {
+            code,
+            text: text.into(),
+        };
+        r.fidelity = Some(Fidelity::of(vec![
+            ColumnFidelity {
+                column: "amount".into(),
+                reasons: vec![reason(Code::FloatScale, "float at scale 6")],
+            },
+            ColumnFidelity {
+                column: "id".into(),
+                reasons: Vec::new(),
+            },
+            ColumnFidelity {
+                column: "created_at".into(),
+                reasons: vec![reason(
+                    Code::TimePrecision,
+                    "cut to precision 3 (timestamp(6) / datetime(6))",
+                )],
+            },
+        ]));
+        let text = r.render();
+        assert!(
+            text.starts_with(
+                "t: MATCH (fidelity reduced: amount float at scale 6, created_at cut to precision 3 \
+                 (timestamp(6) / datetime(6)))\n"
+            ),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["fidelity"]["level"], "reduced");
+        assert_eq!(v["fidelity"]["columns"][0]["column"], "amount");
+        assert_eq!(v["fidelity"]["columns"][0]["reasons"][0]["code"], "float_scale");
+        assert_eq!(v["fidelity"]["columns"][1]["column"], "created_at");
+        // a differ carries it too; an error does not claim anything about columns
+        r.verdict = Verdict::Differ;
+        assert!(r.render().starts_with("t: DIFFER (fidelity reduced: amount"));
+        r.verdict = Verdict::Error;
+        assert!(r.render().starts_with("t: ERROR\n"));
+        // read back (a stored result), the same; one stored before the field has none
+        let back: RunResult = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(back.fidelity, r.fidelity);
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("fidelity");
+        let back: RunResult = serde_json::from_value(old).unwrap();
+        assert_eq!(back.fidelity, None);
     }
 
     #[test]

@@ -90,6 +90,7 @@ impl Engine {
         self.res.hash_method = resolved.method.name().to_string();
         self.res.xor_compared = resolved.xor;
         self.res.warnings = resolved.warnings.clone();
+        self.res.fidelity = resolved.fidelity.clone();
         // agents' numbers: an estimate near u64::MAX must trip the gate, not wrap past it
         let estimate = s.row_estimate.saturating_add(t.row_estimate);
         self.say(

@@ -148,7 +148,7 @@ impl ChildTotals {
 /// A spec in mode measures compares its group_by and measure columns: unless it lists
 /// `columns`, only those are resolved (so a column without a canonical form elsewhere
 /// in the table does not stop it).
-pub(super) fn resolve_spec(spec: &Spec) -> Spec {
+pub(crate) fn resolve_spec(spec: &Spec) -> Spec {
     let mut s = spec.clone();
     if s.columns.is_empty() {
         for c in spec

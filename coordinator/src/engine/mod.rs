@@ -78,6 +78,7 @@ pub fn empty_result(spec: &Spec) -> RunResult {
     RunResult {
         name: spec.name.clone(),
         verdict: Verdict::Error,
+        fidelity: None,
         hash_method: String::new(),
         strategy: spec.bisection.strategy.name().to_string(),
         level: spec.reporting.level.name().to_string(),
