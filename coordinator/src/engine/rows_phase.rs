@@ -459,38 +459,44 @@ impl Engine {
         true
     }
 
-    /// Digests of the next lookups while fewer than [`LEAVES_IN_FLIGHT`] wait.
-    fn ask_lookups(&mut self, out: &mut Out) {
+    /// Both sides' row digests of rows-phase range `range` (the rows phase and the
+    /// period lookups ask them alike).
+    fn ask_range_digests(&mut self, out: &mut Out, range: usize) {
         let r = self.resolved.as_ref().expect("resolved");
         let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
+        let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
+        for side in [Side::Source, Side::Target] {
+            let request = RowDigestsRequest {
+                dataset: self.dataset(side),
+                columns: self.columns(side),
+                key_len,
+                method,
+                segment: segment.clone(),
+                level,
+                seal: self.seal(side),
+                // the runtime names the run
+                run_id: String::new(),
+            };
+            self.ask(
+                out,
+                Command::RowDigests {
+                    round: 0,
+                    range,
+                    side,
+                    request,
+                },
+            );
+        }
+    }
+
+    /// Digests of the next lookups while fewer than [`LEAVES_IN_FLIGHT`] wait.
+    fn ask_lookups(&mut self, out: &mut Out) {
         let rows = self.rows.as_ref().expect("rows phase");
         let l = rows.lookup.as_ref().expect("looking up");
         let (from, to) = (l.asked, l.keys.len().min(l.done + LEAVES_IN_FLIGHT));
         let first = l.from;
         for j in from..to.max(from) {
-            let range = first + j;
-            let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
-            for side in [Side::Source, Side::Target] {
-                let request = RowDigestsRequest {
-                    dataset: self.dataset(side),
-                    columns: self.columns(side),
-                    key_len,
-                    method,
-                    segment: segment.clone(),
-                    level,
-                    seal: self.seal(side),
-                    run_id: String::new(),
-                };
-                self.ask(
-                    out,
-                    Command::RowDigests {
-                        round: 0,
-                        range,
-                        side,
-                        request,
-                    },
-                );
-            }
+            self.ask_range_digests(out, first + j);
         }
         let l = self.rows().lookup.as_mut().expect("looking up");
         l.asked = l.asked.max(to);
@@ -664,34 +670,10 @@ impl Engine {
     /// Digests of the next ranges while fewer than [`LEAVES_IN_FLIGHT`] wait to be
     /// classified (the ranges are classified in order).
     fn ask_digests(&mut self, out: &mut Out) {
-        let r = self.resolved.as_ref().expect("resolved");
-        let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
         let rows = self.rows.as_ref().expect("rows phase");
         let (from, to) = (rows.asked, rows.drilled().min(rows.classified + LEAVES_IN_FLIGHT));
         for range in from..to.max(from) {
-            let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
-            for side in [Side::Source, Side::Target] {
-                let request = RowDigestsRequest {
-                    dataset: self.dataset(side),
-                    columns: self.columns(side),
-                    key_len,
-                    method,
-                    segment: segment.clone(),
-                    level,
-                    seal: self.seal(side),
-                    // the runtime names the run
-                    run_id: String::new(),
-                };
-                self.ask(
-                    out,
-                    Command::RowDigests {
-                        round: 0,
-                        range,
-                        side,
-                        request,
-                    },
-                );
-            }
+            self.ask_range_digests(out, range);
         }
         let rows = self.rows();
         rows.asked = rows.asked.max(to);
