@@ -35,6 +35,11 @@ pub struct Resolved {
     /// state of a run checkpointed before fidelity was resolved).
     #[serde(default)]
     pub fidelity: Option<Fidelity>,
+    /// `bisection.strategy: auto` bisects by key hash, not by quantiles, because a key
+    /// column is neither an integer nor a text on some side (quantile cuts order keys by
+    /// integer value or text bytes); `false` also in the state of older runs.
+    #[serde(default)]
+    pub hash_bisection: bool,
 }
 
 impl Resolved {
@@ -471,6 +476,35 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
             )));
         }
     }
+    // quantile cuts (strategies quantile and time, and auto's default) order keys by
+    // integer value or text bytes: another key class is refused here, before any scan,
+    // rather than by an agent half-way (issue 31), and auto bisects by hash instead
+    let cuts_keys = spec.mode != crate::spec::Mode::Measures && spec.bisection.strategy != Strategy::Hash;
+    let uncuttable = columns[..key.len()].iter().find_map(|c| {
+        let (s, t) = (find(src, &c.source_name)?, find(tgt, &c.target_name)?);
+        let cuttable = |x: &Column| matches!(x.class, TypeClass::Integer | TypeClass::Text);
+        let same = s.class == t.class && matches!(c.format.class, TypeClass::Integer | TypeClass::Text);
+        (!(cuttable(s) && cuttable(t) && same)).then(|| {
+            format!(
+                "key column {} is {} ({}) on the source and {} ({}) on the target",
+                c.source_name, s.class, s.declared_type, t.class, t.declared_type
+            )
+        })
+    });
+    let mut hash_bisection = false;
+    if let (true, Some(why)) = (cuts_keys, uncuttable) {
+        if spec.bisection.strategy != Strategy::Auto {
+            return Err(RunError::Config(format!(
+                "bisection.strategy {}: {why}; quantile cuts need integer or text keys of one class on both sides: \
+                 use bisection.strategy: hash",
+                spec.bisection.strategy.name()
+            )));
+        }
+        warnings.push(format!(
+            "bisection.strategy auto: {why}, which quantile cuts cannot order: bisected by key hash"
+        ));
+        hash_bisection = true;
+    }
     Ok(Resolved {
         key_len: key.len(),
         columns,
@@ -478,6 +512,7 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
         xor: method.has_xor() && src.xor_supported && tgt.xor_supported,
         warnings,
         fidelity: Some(Fidelity::of(fidelity)),
+        hash_bisection,
     })
 }
 
@@ -622,6 +657,52 @@ mod tests {
         assert!(r.xor);
         assert_eq!(r.warnings.len(), 3, "{:?}", r.warnings);
         assert!(r.warnings[2].contains("key column id is nullable"));
+    }
+
+    #[test]
+    fn keys_quantile_cuts_cannot_order_are_refused_at_resolve_or_bisected_by_hash_under_auto() {
+        let with_key = |class, declared: &str, scale| describe("x", vec![col("id", class, declared, scale)]);
+        let int = with_key(TypeClass::Integer, "bigint", None);
+        let dec = with_key(TypeClass::Decimal, "numeric(20,0)", Some(0));
+        let uuid = with_key(TypeClass::Uuid, "uuid", None);
+        let text = with_key(TypeClass::Text, "text", None);
+        let with = |strategy| {
+            let mut sp = spec();
+            sp.bisection.strategy = strategy;
+            sp
+        };
+        for (s, t) in [(&int, &dec), (&dec, &int), (&uuid, &uuid), (&dec, &dec)] {
+            for strategy in [Strategy::Quantile, Strategy::Time] {
+                let e = resolve(&with(strategy), s, t).unwrap_err().to_string();
+                assert!(
+                    e.contains("key column id") && e.contains("use bisection.strategy: hash"),
+                    "{strategy:?}: {e}"
+                );
+            }
+            let r = resolve(&with(Strategy::Auto), s, t).unwrap();
+            assert!(
+                r.hash_bisection,
+                "auto bisects {:?} / {:?} keys by hash",
+                s.columns[0].class, t.columns[0].class
+            );
+            assert!(
+                r.warnings.iter().any(|w| w.contains("bisected by key hash")),
+                "{:?}",
+                r.warnings
+            );
+            let r = resolve(&with(Strategy::Hash), s, t).unwrap();
+            assert!(!r.hash_bisection);
+        }
+        // integer and text keys are cut by quantiles as asked
+        for k in [&int, &text] {
+            let r = resolve(&with(Strategy::Quantile), k, k).unwrap();
+            assert!(!r.hash_bisection);
+            assert!(!resolve(&with(Strategy::Auto), k, k).unwrap().hash_bisection);
+        }
+        // mode measures sends no key bound
+        let mut measures = with(Strategy::Quantile);
+        measures.mode = crate::spec::Mode::Measures;
+        assert!(resolve(&measures, &int, &dec).is_ok());
     }
 
     #[test]

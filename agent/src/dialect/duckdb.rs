@@ -155,6 +155,10 @@ impl Dialect for DuckDb {
             // DuckDB's text writes as `0001-12-31 (BC)` or `10000-…`, not canonically;
             // subtracting the offset in SQL also fails within a day of DuckDB's extremes
             TypeClass::TimestampTz if col.zone.as_deref().is_some_and(|z| z != "+00:00") => return None,
+            // a TIMESTAMP_NS is rendered in the agent from its count: a cast to TIMESTAMP
+            // drops the nanoseconds and rounds toward 1970, so `1969-12-31 23:59:59.999999999`
+            // became `1970-01-01T00:00:00.000000` (issue 31 F15)
+            TypeClass::Timestamp | TypeClass::TimestampTz if nanoseconds(&col.info) => return None,
             TypeClass::Timestamp | TypeClass::TimestampTz => {
                 // the session runs in UTC, so a TIMESTAMPTZ casts to its UTC wall time
                 // (and a TIMESTAMP read in UTC is its own wall time)
@@ -191,6 +195,12 @@ impl Dialect for DuckDb {
             // writes as its local reading with the zone's offset, and the reference
             // converts to UTC for every year
             (TypeClass::Timestamp, TypeClass::TimestampTz) if col.zone.is_some() => Some(x),
+            // a TIMESTAMP_NS: its count, which the connector writes with all nine digits
+            (TypeClass::Timestamp, TypeClass::Timestamp | TypeClass::TimestampTz)
+                if nanoseconds(&col.info) =>
+            {
+                Some(x)
+            }
             _ => None,
         }
     }
@@ -237,6 +247,11 @@ impl Dialect for DuckDb {
     fn int_text(&self, e: &str) -> String {
         format!("CAST({e} AS VARCHAR)")
     }
+}
+
+/// A `TIMESTAMP_NS` column (the only DuckDB type with a 9-digit fraction).
+fn nanoseconds(info: &ColumnInfo) -> bool {
+    info.class == TypeClass::Timestamp && info.scale == Some(9)
 }
 
 /// A row-string expression after a sealed method's key, as one BLOB (the row's UTF-8).

@@ -91,6 +91,9 @@ impl Engine {
         self.res.xor_compared = resolved.xor;
         self.res.warnings = resolved.warnings.clone();
         self.res.fidelity = resolved.fidelity.clone();
+        if resolved.hash_bisection {
+            self.res.strategy = Strategy::Hash.name().to_string();
+        }
         // agents' numbers: an estimate near u64::MAX must trip the gate, not wrap past it
         let estimate = s.row_estimate.saturating_add(t.row_estimate);
         self.say(
@@ -239,8 +242,9 @@ impl Engine {
     fn begin_drill(&mut self, out: &mut Out) -> Step {
         let (s, t) = self.described.as_ref().expect("described before the drill");
         let b = &self.spec.bisection;
+        let hashed = self.resolved.as_ref().is_some_and(|r| r.hash_bisection);
         let params = PlanParams {
-            strategy: b.strategy,
+            strategy: if hashed { Strategy::Hash } else { b.strategy },
             factor: b.factor,
             threshold: b.threshold,
             depth: b.depth,
