@@ -16,8 +16,15 @@ use tally_common::config_file::parse_yaml;
 use tally_common::segment::{ColumnSpec, Segment, Split};
 use tally_common::types::TypeClass;
 
-/// `(k0, c TIMESTAMP_NS)` and the canonical text of `c` at precision 9 and at 6.
-const ROWS: &[(i64, Option<&str>, Option<&str>, Option<&str>)] = &[
+/// A row's key, its `c TIMESTAMP_NS` and the canonical text of `c` at precision 9 and at 6.
+type Row = (
+    i64,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+const ROWS: &[Row] = &[
     (
         1,
         Some("1969-12-31 23:59:59.999999999"),
