@@ -1091,7 +1091,11 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     let mut n = 0usize;
     let mut sides: BTreeMap<String, (String, String, String, Option<tally_common::evidence::SignedSeal>)> =
         BTreeMap::new();
-    let mut seen: std::collections::HashSet<(String, String)> = std::collections::HashSet::new();
+    // an answer's identity is its signed payload (the bytes the signature covers), never
+    // the envelope's text: an ECDSA signature (r, s) is also valid as (r, n − s), and a
+    // payload has more than one base64 spelling, so anyone could list one agent-signed
+    // answer for two events under a second, equally valid envelope (issue 32 D1)
+    let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
     for v in &events {
         let Some(env) = answer_envelope(v) else { continue };
         let name = format!(
@@ -1131,9 +1135,11 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             if *listed != env {
                 return Err("is not the envelope the event recorded".into());
             }
-            let sig = env.signatures.first().map(|s| s.sig.clone()).unwrap_or_default();
-            if !seen.insert((env.payload.clone(), sig)) {
-                return Err("is the envelope of an earlier event: one answer counts once".into());
+            if !seen.insert(payload.clone()) {
+                return Err(
+                    "signs the same answer as an earlier event's (however its envelope is spelled): one answer counts once"
+                        .into(),
+                );
             }
             let side = v["side"].as_str().unwrap_or_default().to_string();
             if side != "source" && side != "target" {

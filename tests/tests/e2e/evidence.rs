@@ -158,6 +158,52 @@ fn resign_answers(events: &mut [Value], agent: &str, key: &TlsSigner) {
     }
 }
 
+/// The other valid ECDSA signature of the same message: DER `(r, s)` → `(r, n − s)`,
+/// for P-256 and P-384 keys (the curve told by the length of `r`).
+fn malleate(der: &[u8]) -> Vec<u8> {
+    fn int(b: &[u8]) -> (&[u8], &[u8]) {
+        assert_eq!(b[0], 0x02, "a DER INTEGER");
+        let n = b[1] as usize;
+        (&b[2..2 + n], &b[2 + n..])
+    }
+    fn enc(v: &[u8]) -> Vec<u8> {
+        let mut v: Vec<u8> = v.iter().copied().skip_while(|b| *b == 0).collect();
+        if v[0] & 0x80 != 0 {
+            v.insert(0, 0);
+        }
+        let mut out = vec![0x02, v.len() as u8];
+        out.extend(v);
+        out
+    }
+    assert_eq!(der[0], 0x30, "a DER SEQUENCE");
+    let (r, rest) = int(&der[2..]);
+    let (s, _) = int(rest);
+    let order: Vec<u8> = hex::decode(if r.len() <= 33 {
+        "ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551"
+    } else {
+        "ffffffffffffffffffffffffffffffffffffffffffffffffc7634d81f4372ddf581a0db248b0a77aecec196accc52973"
+    })
+    .unwrap();
+    // n − s, big-endian, s left-padded to n's width
+    let mut s_wide = vec![0u8; order.len()];
+    let s = &s[s.len().saturating_sub(order.len())..];
+    s_wide[order.len() - s.len()..].copy_from_slice(s);
+    let mut diff = vec![0u8; order.len()];
+    let mut borrow = 0i16;
+    for k in (0..order.len()).rev() {
+        let mut d = i16::from(order[k]) - i16::from(s_wide[k]) - borrow;
+        borrow = i16::from(d < 0);
+        if d < 0 {
+            d += 256;
+        }
+        diff[k] = d as u8;
+    }
+    let body: Vec<u8> = [enc(r), enc(&diff)].concat();
+    let mut out = vec![0x30, body.len() as u8];
+    out.extend(body);
+    out
+}
+
 fn write(dir: &Path, name: &str, b: &Value) -> PathBuf {
     let p = dir.join(format!("{name}.json"));
     std::fs::write(&p, serde_json::to_vec_pretty(b).unwrap()).unwrap();
@@ -608,6 +654,36 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
             let mut p = payload(&ev[i]["envelope"]);
             p["time"] = json!("2020-01-01T00:00:00Z");
             ev[i]["envelope"] = sign(AGENT_RESULT, &p, "dc1", &dc1_key);
+        }),
+        "agent_results[",
+    ));
+    // the malleated signature is valid: the forgery below is refused for the copy alone
+    cases.push((
+        "(control) an answer under its malleated signature, listed once",
+        forger(&|ev, _| {
+            let i = ev
+                .iter()
+                .position(|e| e["event"] == "digests" && e["side"] == "source")
+                .unwrap();
+            let sig = &mut ev[i]["envelope"]["signatures"][0]["sig"];
+            *sig = b64e(&malleate(&b64d(sig)));
+        }),
+        "",
+    ));
+    // D1 (issue 32): one agent-signed answer listed for a second event under a second,
+    // equally valid signature: ECDSA's (r, n − s), which anyone computes from (r, s)
+    cases.push((
+        "an answer listed again under its malleated signature",
+        forger(&|ev, _| {
+            let i = ev
+                .iter()
+                .position(|e| e["event"] == "digests" && e["side"] == "source")
+                .unwrap();
+            let mut copy = ev[i].clone();
+            let sig = &mut copy["envelope"]["signatures"][0]["sig"];
+            *sig = b64e(&malleate(&b64d(sig)));
+            assert_ne!(copy["envelope"], ev[i]["envelope"]);
+            ev.insert(i + 1, copy);
         }),
         "agent_results[",
     ));
