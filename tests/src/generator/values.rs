@@ -783,7 +783,11 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
             let max = if narrow { i32::MAX as i64 } else { i64::MAX };
             (V::Int(if *i == max { i - 1 } else { i + 1 }), "off by one")
         }
-        (Class::IntDec { .. }, V::Int(i)) => (V::Int(i + 1), "off by one"),
+        // the decimal side holds 10 integer digits at scale 2 (numeric(12,2))
+        (Class::IntDec { .. }, V::Int(i)) => (
+            V::Int(if *i >= 9_999_999_999 { i - 1 } else { i + 1 }),
+            "off by one",
+        ),
         (Class::Instant, V::Ts(t)) => {
             let step = *r.pick(&[1, -1, 3_600_000_000, -MICROS_PER_DAY]);
             let lo = days_from_civil(1970, 1, 2) as i64 * MICROS_PER_DAY;
