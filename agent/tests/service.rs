@@ -92,6 +92,8 @@ async fn sqlite_table(path: &Path) {
             i % 7
         ));
     }
+    // an empty string, a NULL and a text (`empty_string_is_null` datasets)
+    sql.push_str("CREATE TABLE es (id INTEGER PRIMARY KEY, v TEXT);\nINSERT INTO es VALUES (1, ''), (2, NULL), (3, 'x');\n");
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&mut c)
         .await
@@ -2217,4 +2219,160 @@ async fn hostile_concurrent_reveals_cannot_race_past_the_budgets() {
     assert_eq!(released, 70, "concurrent runs released {sizes:?}");
     assert_eq!(sizes, vec![20, 50]);
     assert_eq!(logged_reveal_rows(&f, "budget"), 120);
+}
+
+// ---- the hostile coordinator against `empty_string_is_null` --------------------------------
+//
+// Table `es` holds (1, ''), (2, NULL), (3, 'x') on SQLite, PostgreSQL and MariaDB.
+// `{e}_es` sets `empty_string_is_null: true`, `{e}_es_kept` does not. The setting is the
+// agent's: the coordinator can neither make Describe drop or claim it nor, with any
+// request, have row 1 compared other than as (1, NULL).
+
+/// Table `es` on PostgreSQL and MariaDB (databases named `db`) and SQLite, as datasets
+/// with and without `empty_string_is_null`; PostgreSQL and MariaDB push down by default,
+/// so a request's `in_process` picks the path.
+fn empty_string_datasets(db: &str) -> String {
+    let create = |q: &str| {
+        format!(
+            "CREATE TABLE es (id BIGINT PRIMARY KEY, v {q});\nINSERT INTO es VALUES (1, ''), (2, NULL), (3, 'x');\n"
+        )
+    };
+    let pg = tally_e2e::db::postgres();
+    let pg_url = pg.create_database(db);
+    pg.exec(Some(db), &create("TEXT"));
+    let my = tally_e2e::db::mariadb();
+    let my_url = my.create_database(db);
+    my.exec(Some(db), &create("VARCHAR(64)"));
+    let mut out = String::new();
+    for (e, url) in [("lite", "{LITE}".to_string()), ("pg", pg_url), ("my", my_url)] {
+        let hashing = if e == "lite" { "auto" } else { "pushdown" };
+        for (name, setting) in [("es", true), ("es_kept", false)] {
+            out.push_str(&format!(
+                "\x20 {e}_{name}: {{ url: '{url}', table: es, key: [id], hashing: {hashing}, empty_string_is_null: {setting}, policy: {{ max_level: with_keys }} }}\n"
+            ));
+        }
+    }
+    out
+}
+
+/// Columns [id, v], v compared as `class`.
+fn es_cols(class: pb::TypeClass, fixed_char: bool) -> Vec<pb::ColumnRef> {
+    let c = |n: &str, class: pb::TypeClass, fixed_char: bool| pb::ColumnRef {
+        name: n.into(),
+        type_class: class as i32,
+        scale: 0,
+        fixed_char,
+        exact: false,
+    };
+    vec![c("id", pb::TypeClass::Integer, false), c("v", class, fixed_char)]
+}
+
+/// Row `id`'s checksum in `dataset` as the request asks for it: the sum of the one-row
+/// key range, and the row hash of its digest.
+async fn es_row(
+    c: &mut AgentClient<Channel>,
+    dataset: &str,
+    id: i64,
+    columns: Vec<pb::ColumnRef>,
+    in_process: bool,
+) -> Result<(u64, u64), tonic::Status> {
+    let seg = keys(Some(id), Some(id + 1));
+    let a = c
+        .aggregate(pb::AggregateRequest {
+            columns: columns.clone(),
+            in_process,
+            ..agg(dataset, seg.clone(), Split::Whole)
+        })
+        .await?
+        .into_inner();
+    assert_eq!(a.buckets[0].count, 1);
+    let mut s = c
+        .row_digests(pb::RowDigestsRequest {
+            columns,
+            segment: Some(pb::Segment::from(&seg)),
+            ..digests(dataset)
+        })
+        .await?
+        .into_inner();
+    let mut rows = Vec::new();
+    while let Some(b) = s.message().await? {
+        rows.extend(b.digests.iter().map(|d| d.row_hash));
+    }
+    assert_eq!(rows.len(), 1);
+    Ok((a.buckets[0].sum, rows[0]))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_a_request_cannot_turn_empty_string_is_null_off() {
+    let f = start(&empty_string_datasets("hostile_empty")).await;
+    let mut c = client_named(&f, "coordinator").await;
+    for e in ["lite", "pg", "my"] {
+        let (es, kept) = (format!("{e}_es"), format!("{e}_es_kept"));
+        // Describe states the agent's setting: the request names a dataset, nothing more
+        let d = |name: &str| pb::DescribeRequest { dataset: name.into() };
+        let on = c.describe(d(&es)).await.unwrap().into_inner();
+        assert!(on.empty_string_is_null, "{e}: the setting is claimed");
+        assert!(
+            on.engine_warnings
+                .iter()
+                .any(|w| w.contains("empty_string_is_null: true")),
+            "{e}: {:?}",
+            on.engine_warnings
+        );
+        let off = c.describe(d(&kept)).await.unwrap().into_inner();
+        assert!(!off.empty_string_is_null, "{e}: the setting is not claimed");
+        // what the peer zone computes for (1, NULL) and (1, '')
+        let as_null = |ds: &str| peer_hasher(ds).row(row_string([Some("1"), None]).as_bytes());
+        let as_empty = |ds: &str| peer_hasher(ds).row(row_string([Some("1"), Some("")]).as_bytes());
+        let null_row = |ds: &str| peer_hasher(ds).row(row_string([Some("2"), None]).as_bytes());
+        // every way a coordinator can ask for the text column: '' is NULL on `es`
+        for in_process in [false, true] {
+            for fixed_char in [false, true] {
+                let cols = es_cols(pb::TypeClass::Text, fixed_char);
+                let what = format!("{e} in_process={in_process} fixed_char={fixed_char}");
+                let (sum, digest) = es_row(&mut c, &es, 1, cols.clone(), in_process).await.unwrap();
+                assert_eq!((sum, digest), (as_null(&es), as_null(&es)), "{what}: '' is NULL");
+                let (sum, _) = es_row(&mut c, &es, 2, cols.clone(), in_process).await.unwrap();
+                assert_eq!(sum, null_row(&es), "{what}: NULL stays NULL");
+                // the control: without the setting '' is ''
+                let (sum, digest) = es_row(&mut c, &kept, 1, cols, in_process).await.unwrap();
+                assert_eq!(
+                    (sum, digest),
+                    (as_empty(&kept), as_empty(&kept)),
+                    "{what}: control"
+                );
+            }
+            // the text column asked as binary or JSON (cross-class renderings the
+            // setting does not cover): refused on `es`, whatever the row
+            for class in [pb::TypeClass::Binary, pb::TypeClass::Json] {
+                for id in [1, 3] {
+                    let what = format!("{e} in_process={in_process} v as {class:?}, row {id}");
+                    let err = match es_row(&mut c, &es, id, es_cols(class, false), in_process).await {
+                        Ok((sum, _)) => panic!(
+                            "{what}: answered, and '' is not NULL there: {}",
+                            id == 1 && sum != as_null(&es)
+                        ),
+                        Err(err) => err,
+                    };
+                    assert_eq!(err.code(), Code::InvalidArgument, "{what}: {}", err.message());
+                    assert!(
+                        err.message().contains("empty_string_is_null"),
+                        "{e}: {}",
+                        err.message()
+                    );
+                }
+            }
+            // the control: on `es_kept` the binary rendering of '' is not NULL's
+            let (sum, _) = es_row(
+                &mut c,
+                &kept,
+                1,
+                es_cols(pb::TypeClass::Binary, false),
+                in_process,
+            )
+            .await
+            .unwrap();
+            assert_ne!(sum, as_null(&kept), "{e}: binary control");
+        }
+    }
 }
