@@ -183,7 +183,15 @@ impl Dataset {
         })?;
         let mut cols = info.bind(&self.name, columns, key_len, &zone)?;
         if self.config.empty_string_is_null {
-            for c in cols.iter_mut().filter(|c| c.spec.format.class == TypeClass::Text) {
+            // the setting follows the stored class: a text column asked as binary or
+            // JSON (which do not apply it) would compare '' apart from NULL
+            for c in cols.iter_mut().filter(|c| c.info.class == TypeClass::Text) {
+                if c.spec.format.class != TypeClass::Text {
+                    return Err(AgentError::InvalidArgument(format!(
+                        "dataset {} compares its empty strings as NULL (empty_string_is_null): text column {} is compared as text only, not as {}",
+                        self.name, c.info.name, c.spec.format.class
+                    )));
+                }
                 c.spec.format.empty_is_null = true;
             }
         }

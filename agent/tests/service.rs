@@ -92,6 +92,8 @@ async fn sqlite_table(path: &Path) {
             i % 7
         ));
     }
+    // an empty string, a NULL and a text (`empty_string_is_null` datasets)
+    sql.push_str("CREATE TABLE es (id INTEGER PRIMARY KEY, v TEXT);\nINSERT INTO es VALUES (1, ''), (2, NULL), (3, 'x');\n");
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&mut c)
         .await
@@ -1910,4 +1912,467 @@ async fn the_key_histogram_leaves_only_with_key_bounds() {
     let hidden = c.describe(d("pg_hidden")).await.unwrap().into_inner();
     assert!(hidden.key_histogram.is_empty(), "{:?}", hidden.key_histogram);
     assert!(hidden.key_min.is_none());
+}
+
+// ---- the hostile coordinator against the reveal budgets (DESIGN §2) -----------------------
+//
+// `budget` releases the key values of table `t` (200 rows, every one of them "differing"
+// as far as a coordinator can claim) within `max_reveal_rows: 50` per run and
+// `max_reveal_rows_per_hour: 120`. Each attack asks for more, with a coordinator's
+// certificate, and counts exactly what came out. A RevealRequest carries no run id: the
+// run is its seal's nonce, the one thing a coordinator can vary to look like a new run.
+
+const BUDGETS: &str = "\x20 budget: { url: '{LITE}', table: t, key: [id], policy: { max_level: detailed, max_reveal_rows: 50, max_reveal_rows_per_hour: 120 } }\n\
+     \x20 budget_open: { url: '{LITE}', table: t, key: [id], policy: { max_level: with_keys, max_reveal_rows: 50, max_reveal_rows_per_hour: 120, allow_unsealed: true } }\n";
+
+/// A page of a reveal: these key hashes of run `nonce`, as many rows as hashes.
+fn page(hashes: &[u64], nonce: &[u8]) -> pb::RevealRequest {
+    pb::RevealRequest {
+        limit: hashes.len() as u32,
+        level: pb::PrivacyLevel::WithKeys as i32,
+        seal: Some(seal_with(nonce)),
+        ..reveal("budget", hashes.to_vec(), false)
+    }
+}
+
+/// The rows of an answer, each one asked for and released once.
+fn rows_of(r: &pb::RevealResponse, asked: &[u64]) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for row in &r.rows {
+        assert!(asked.contains(&row.key_hash), "a row that was not asked for");
+        assert!(seen.insert(row.key_hash), "a row released twice in one answer");
+    }
+    r.rows.len()
+}
+
+/// An answer with every row it asked for.
+fn whole_page(r: &pb::RevealResponse, rows: usize) {
+    assert_eq!(r.rows.len(), rows);
+    assert!(!r.truncated, "a whole page is not truncated");
+    assert_eq!(r.withheld_by, "", "nothing was withheld");
+}
+
+/// An answer a budget cut short at `rows`, naming the budget.
+fn cut_short(r: &pb::RevealResponse, rows: usize, budget: &str) {
+    assert_eq!(r.rows.len(), rows, "rows released by the page {budget} cut");
+    assert!(r.truncated, "a cut-short answer says it is truncated");
+    assert_eq!(r.withheld_by, budget, "a cut-short answer names its budget");
+}
+
+/// A call refused by a spent budget, naming it and no count.
+fn spent(e: &tonic::Status, budget: &str) {
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains(budget), "want {budget}: {}", e.message());
+    if budget == "max_reveal_rows" {
+        assert!(!e.message().contains("per_hour"), "{}", e.message());
+    }
+    no_digits(e);
+}
+
+/// The rows the release log says the reveals of `dataset` released.
+fn logged_reveal_rows(f: &Fixture, dataset: &str) -> u64 {
+    lines(f)
+        .iter()
+        .filter(|l| l["dataset"] == dataset && l["rpc"].as_str().is_some_and(|r| r.starts_with("Reveal")))
+        .map(|l| l["released"]["rows"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_paging_through_a_large_differing_set_stops_at_the_run_budget() {
+    let f = start(BUDGETS).await;
+    let mut c = client_named(&f, "coordinator").await;
+    let hashes = all_key_hashes(&mut c, "budget", seal()).await;
+    assert_eq!(hashes.len(), 200);
+    // the attack: all 200 rows of one run, in pages of 30 as a rows phase would ask
+    let mut answers = Vec::new();
+    for chunk in hashes.chunks(30) {
+        answers.push((chunk, c.reveal_keys(page(chunk, &NONCE)).await));
+    }
+    assert_eq!(answers.len(), 7);
+    let mut released = 0;
+    for (i, (asked, a)) in answers.iter().enumerate() {
+        match (i, a) {
+            (0, Ok(r)) => whole_page(r.get_ref(), 30),
+            (1, Ok(r)) => cut_short(r.get_ref(), 20, "max_reveal_rows"),
+            (_, Err(e)) => spent(e, "max_reveal_rows"),
+            (i, a) => panic!("page {i}: {a:?}"),
+        }
+        if let Ok(r) = a {
+            released += rows_of(r.get_ref(), asked);
+        }
+    }
+    assert_eq!(released, 50, "the run's budget is 50 rows");
+    // one page as large as the whole set, in the same run: nothing more
+    let mut all = page(&hashes, &NONCE);
+    all.limit = u32::MAX;
+    spent(&c.reveal_keys(all).await.unwrap_err(), "max_reveal_rows");
+    // the same nonce with another peer dataset: other key hashes, the same run
+    let other_peer = pb::Seal {
+        peer_dataset: "accounts".into(),
+        ..seal()
+    };
+    let hashes2 = all_key_hashes(&mut c, "budget", other_peer.clone()).await;
+    assert!(hashes2.iter().all(|h| !hashes.contains(h)));
+    let e = c
+        .reveal_keys(pb::RevealRequest {
+            seal: Some(other_peer),
+            ..page(&hashes2[..10], &NONCE)
+        })
+        .await
+        .unwrap_err();
+    spent(&e, "max_reveal_rows");
+    assert_eq!(logged_reveal_rows(&f, "budget"), 50, "the release log agrees");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_single_row_reveals_add_up_to_the_run_budget_and_no_more() {
+    let f = start(BUDGETS).await;
+    let mut c = client_named(&f, "coordinator").await;
+    let hashes = all_key_hashes(&mut c, "budget", seal()).await;
+    // the attack: the same request split into one call per row
+    let mut released = 0;
+    for h in &hashes[..49] {
+        let r = c.reveal_keys(page(&[*h], &NONCE)).await.unwrap().into_inner();
+        whole_page(&r, 1);
+        released += rows_of(&r, &[*h]);
+    }
+    // five rows asked, one left
+    let r = c
+        .reveal_keys(page(&hashes[49..54], &NONCE))
+        .await
+        .unwrap()
+        .into_inner();
+    cut_short(&r, 1, "max_reveal_rows");
+    released += rows_of(&r, &hashes[49..54]);
+    for h in &hashes[54..] {
+        spent(
+            &c.reveal_keys(page(&[*h], &NONCE)).await.unwrap_err(),
+            "max_reveal_rows",
+        );
+    }
+    assert_eq!(released, 50);
+    assert_eq!(logged_reveal_rows(&f, "budget"), 50);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_asking_again_for_released_rows_spends_the_budget_again() {
+    let f = start(BUDGETS).await;
+    let mut c = client_named(&f, "coordinator").await;
+    let hashes = all_key_hashes(&mut c, "budget", seal()).await;
+    let first = &hashes[..30];
+    let r = c.reveal_keys(page(first, &NONCE)).await.unwrap().into_inner();
+    whole_page(&r, 30);
+    // the same page again, as row values this time (the two reveal RPCs share one
+    // budget): a re-release is a release, so 20 rows are left
+    let again = c
+        .reveal_rows(pb::RevealRequest {
+            level: pb::PrivacyLevel::Detailed as i32,
+            consent_acknowledged: true,
+            ..page(first, &NONCE)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    cut_short(&again, 20, "max_reveal_rows");
+    assert_eq!(rows_of(&again, first), 20);
+    assert!(again.rows.iter().all(|r| r.values.len() == 3));
+    // and a third time, as keys: spent
+    spent(
+        &c.reveal_keys(page(first, &NONCE)).await.unwrap_err(),
+        "max_reveal_rows",
+    );
+    assert_eq!(logged_reveal_rows(&f, "budget"), 50);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_a_fresh_run_per_call_or_no_seal_meets_the_hourly_budget() {
+    let f = start(BUDGETS).await;
+    let mut c = client_named(&f, "coordinator").await;
+    // the attack: a new run (a fresh nonce, its key hashes from RowDigests) per call,
+    // 60 rows asked each time
+    let mut got = Vec::new();
+    for i in 1..=5u8 {
+        let nonce = [i; 16];
+        let hashes = all_key_hashes(&mut c, "budget", seal_with(&nonce)).await;
+        got.push((
+            hashes[..60].to_vec(),
+            c.reveal_keys(page(&hashes[..60], &nonce)).await,
+        ));
+    }
+    let mut released = 0;
+    for (i, (asked, a)) in got.iter().enumerate() {
+        match (i, a) {
+            // each run's own budget cuts at 50, until the hour's 120 cuts the third
+            (0 | 1, Ok(r)) => cut_short(r.get_ref(), 50, "max_reveal_rows"),
+            (2, Ok(r)) => cut_short(r.get_ref(), 20, "max_reveal_rows_per_hour"),
+            (3 | 4, Err(e)) => spent(e, "max_reveal_rows_per_hour"),
+            (i, a) => panic!("run {i}: {a:?}"),
+        }
+        if let Ok(r) = a {
+            released += rows_of(r.get_ref(), asked);
+        }
+    }
+    assert_eq!(released, 120, "the hour's budget is 120 rows");
+    // without a seal there is no run at all (where the dataset allows unsealed calls):
+    // the call's budget is max_reveal_rows, the hour's holds across calls
+    let plain: Vec<u64> = (1..=200i64)
+        .map(|id| key_hash(row_string([Some(id.to_string().as_str())]).as_bytes()))
+        .collect();
+    let open = |hashes: &[u64]| pb::RevealRequest {
+        dataset: "budget_open".into(),
+        seal: None,
+        ..page(hashes, &NONCE)
+    };
+    let mut released = 0;
+    for (i, chunk) in plain.chunks(60).enumerate() {
+        match (i, c.reveal_keys(open(chunk)).await) {
+            (0 | 1, Ok(r)) => {
+                cut_short(r.get_ref(), 50, "max_reveal_rows");
+                released += rows_of(r.get_ref(), chunk);
+            }
+            (2, Ok(r)) => {
+                cut_short(r.get_ref(), 20, "max_reveal_rows_per_hour");
+                released += rows_of(r.get_ref(), chunk);
+            }
+            (3, Err(e)) => spent(&e, "max_reveal_rows_per_hour"),
+            (i, a) => panic!("unsealed call {i}: {a:?}"),
+        }
+    }
+    assert_eq!(released, 120);
+    assert_eq!(logged_reveal_rows(&f, "budget"), 120);
+    assert_eq!(logged_reveal_rows(&f, "budget_open"), 120);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_concurrent_reveals_cannot_race_past_the_budgets() {
+    let f = start(BUDGETS).await;
+    let mut c = client_named(&f, "coordinator").await;
+    let hashes = all_key_hashes(&mut c, "budget", seal()).await;
+    // the attack: every page of one run at once, each racing the others for the budget
+    let calls: Vec<_> = hashes
+        .chunks(30)
+        .map(|chunk| {
+            let (mut c, asked) = (c.clone(), chunk.to_vec());
+            tokio::spawn(async move {
+                let a = c.reveal_keys(page(&asked, &NONCE)).await;
+                (asked, a.map(tonic::Response::into_inner))
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    let (mut sizes, mut released) = (Vec::new(), 0);
+    for (asked, a) in &answers {
+        match a {
+            Ok(r) => {
+                released += rows_of(r, asked);
+                sizes.push(r.rows.len());
+                if r.rows.len() < asked.len() {
+                    cut_short(r, r.rows.len(), "max_reveal_rows");
+                }
+            }
+            Err(e) => spent(e, "max_reveal_rows"),
+        }
+    }
+    sizes.sort();
+    assert_eq!(released, 50, "concurrent calls released {sizes:?}");
+    assert_eq!(sizes, vec![20, 30], "one whole page, one cut short");
+    // and fresh runs (nonces other than NONCE) at once against the hour's 70 rows left: the first to reserve
+    // gets its run's 50, the next the hour's last 20, the rest nothing
+    let mut runs = Vec::new();
+    for i in 11..=18u8 {
+        let nonce = [i; 16];
+        let h = all_key_hashes(&mut c, "budget", seal_with(&nonce)).await;
+        runs.push((nonce, h[..60].to_vec()));
+    }
+    let calls: Vec<_> = runs
+        .into_iter()
+        .map(|(nonce, asked)| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                let a = c.reveal_keys(page(&asked, &nonce)).await;
+                (asked, a.map(tonic::Response::into_inner))
+            })
+        })
+        .collect();
+    let (mut sizes, mut released) = (Vec::new(), 0);
+    for call in calls {
+        let (asked, a) = call.await.unwrap();
+        match a {
+            Ok(r) => {
+                released += rows_of(&r, &asked);
+                sizes.push(r.rows.len());
+                let budget = if r.rows.len() == 50 {
+                    "max_reveal_rows"
+                } else {
+                    "max_reveal_rows_per_hour"
+                };
+                cut_short(&r, r.rows.len(), budget);
+            }
+            Err(e) => spent(&e, "max_reveal_rows_per_hour"),
+        }
+    }
+    sizes.sort();
+    assert_eq!(released, 70, "concurrent runs released {sizes:?}");
+    assert_eq!(sizes, vec![20, 50]);
+    assert_eq!(logged_reveal_rows(&f, "budget"), 120);
+}
+
+// ---- the hostile coordinator against `empty_string_is_null` --------------------------------
+//
+// Table `es` holds (1, ''), (2, NULL), (3, 'x') on SQLite, PostgreSQL and MariaDB.
+// `{e}_es` sets `empty_string_is_null: true`, `{e}_es_kept` does not. The setting is the
+// agent's: the coordinator can neither make Describe drop or claim it nor, with any
+// request, have row 1 compared other than as (1, NULL).
+
+/// Table `es` on PostgreSQL and MariaDB (databases named `db`) and SQLite, as datasets
+/// with and without `empty_string_is_null`; PostgreSQL and MariaDB push down by default,
+/// so a request's `in_process` picks the path.
+fn empty_string_datasets(db: &str) -> String {
+    let create = |q: &str| {
+        format!(
+            "CREATE TABLE es (id BIGINT PRIMARY KEY, v {q});\nINSERT INTO es VALUES (1, ''), (2, NULL), (3, 'x');\n"
+        )
+    };
+    let pg = tally_e2e::db::postgres();
+    let pg_url = pg.create_database(db);
+    pg.exec(Some(db), &create("TEXT"));
+    let my = tally_e2e::db::mariadb();
+    let my_url = my.create_database(db);
+    my.exec(Some(db), &create("VARCHAR(64)"));
+    let mut out = String::new();
+    for (e, url) in [("lite", "{LITE}".to_string()), ("pg", pg_url), ("my", my_url)] {
+        let hashing = if e == "lite" { "auto" } else { "pushdown" };
+        for (name, setting) in [("es", true), ("es_kept", false)] {
+            out.push_str(&format!(
+                "\x20 {e}_{name}: {{ url: '{url}', table: es, key: [id], hashing: {hashing}, empty_string_is_null: {setting}, policy: {{ max_level: with_keys }} }}\n"
+            ));
+        }
+    }
+    out
+}
+
+/// Columns [id, v], v compared as `class`.
+fn es_cols(class: pb::TypeClass, fixed_char: bool) -> Vec<pb::ColumnRef> {
+    let c = |n: &str, class: pb::TypeClass, fixed_char: bool| pb::ColumnRef {
+        name: n.into(),
+        type_class: class as i32,
+        scale: 0,
+        fixed_char,
+        exact: false,
+    };
+    vec![c("id", pb::TypeClass::Integer, false), c("v", class, fixed_char)]
+}
+
+/// Row `id`'s checksum in `dataset` as the request asks for it: the sum of the one-row
+/// key range, and the row hash of its digest.
+async fn es_row(
+    c: &mut AgentClient<Channel>,
+    dataset: &str,
+    id: i64,
+    columns: Vec<pb::ColumnRef>,
+    in_process: bool,
+) -> Result<(u64, u64), tonic::Status> {
+    let seg = keys(Some(id), Some(id + 1));
+    let a = c
+        .aggregate(pb::AggregateRequest {
+            columns: columns.clone(),
+            in_process,
+            ..agg(dataset, seg.clone(), Split::Whole)
+        })
+        .await?
+        .into_inner();
+    assert_eq!(a.buckets[0].count, 1);
+    let mut s = c
+        .row_digests(pb::RowDigestsRequest {
+            columns,
+            segment: Some(pb::Segment::from(&seg)),
+            ..digests(dataset)
+        })
+        .await?
+        .into_inner();
+    let mut rows = Vec::new();
+    while let Some(b) = s.message().await? {
+        rows.extend(b.digests.iter().map(|d| d.row_hash));
+    }
+    assert_eq!(rows.len(), 1);
+    Ok((a.buckets[0].sum, rows[0]))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_a_request_cannot_turn_empty_string_is_null_off() {
+    let f = start(&empty_string_datasets("hostile_empty")).await;
+    let mut c = client_named(&f, "coordinator").await;
+    for e in ["lite", "pg", "my"] {
+        let (es, kept) = (format!("{e}_es"), format!("{e}_es_kept"));
+        // Describe states the agent's setting: the request names a dataset, nothing more
+        let d = |name: &str| pb::DescribeRequest { dataset: name.into() };
+        let on = c.describe(d(&es)).await.unwrap().into_inner();
+        assert!(on.empty_string_is_null, "{e}: the setting is claimed");
+        assert!(
+            on.engine_warnings
+                .iter()
+                .any(|w| w.contains("empty_string_is_null: true")),
+            "{e}: {:?}",
+            on.engine_warnings
+        );
+        let off = c.describe(d(&kept)).await.unwrap().into_inner();
+        assert!(!off.empty_string_is_null, "{e}: the setting is not claimed");
+        // what the peer zone computes for (1, NULL) and (1, '')
+        let as_null = |ds: &str| peer_hasher(ds).row(row_string([Some("1"), None]).as_bytes());
+        let as_empty = |ds: &str| peer_hasher(ds).row(row_string([Some("1"), Some("")]).as_bytes());
+        let null_row = |ds: &str| peer_hasher(ds).row(row_string([Some("2"), None]).as_bytes());
+        // every way a coordinator can ask for the text column: '' is NULL on `es`
+        for in_process in [false, true] {
+            for fixed_char in [false, true] {
+                let cols = es_cols(pb::TypeClass::Text, fixed_char);
+                let what = format!("{e} in_process={in_process} fixed_char={fixed_char}");
+                let (sum, digest) = es_row(&mut c, &es, 1, cols.clone(), in_process).await.unwrap();
+                assert_eq!((sum, digest), (as_null(&es), as_null(&es)), "{what}: '' is NULL");
+                let (sum, _) = es_row(&mut c, &es, 2, cols.clone(), in_process).await.unwrap();
+                assert_eq!(sum, null_row(&es), "{what}: NULL stays NULL");
+                // the control: without the setting '' is ''
+                let (sum, digest) = es_row(&mut c, &kept, 1, cols, in_process).await.unwrap();
+                assert_eq!(
+                    (sum, digest),
+                    (as_empty(&kept), as_empty(&kept)),
+                    "{what}: control"
+                );
+            }
+            // the text column asked as binary or JSON (cross-class renderings the
+            // setting does not cover): refused on `es`, whatever the row
+            for class in [pb::TypeClass::Binary, pb::TypeClass::Json] {
+                for id in [1, 3] {
+                    let what = format!("{e} in_process={in_process} v as {class:?}, row {id}");
+                    let err = match es_row(&mut c, &es, id, es_cols(class, false), in_process).await {
+                        Ok((sum, _)) => panic!(
+                            "{what}: answered, and '' is not NULL there: {}",
+                            id == 1 && sum != as_null(&es)
+                        ),
+                        Err(err) => err,
+                    };
+                    assert_eq!(err.code(), Code::InvalidArgument, "{what}: {}", err.message());
+                    assert!(
+                        err.message().contains("empty_string_is_null"),
+                        "{e}: {}",
+                        err.message()
+                    );
+                }
+            }
+            // the control: on `es_kept` the binary rendering of '' is not NULL's
+            let (sum, _) = es_row(
+                &mut c,
+                &kept,
+                1,
+                es_cols(pb::TypeClass::Binary, false),
+                in_process,
+            )
+            .await
+            .unwrap();
+            assert_ne!(sum, as_null(&kept), "{e}: binary control");
+        }
+    }
 }
