@@ -388,6 +388,22 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
                     zones: (&src.time_zone, &tgt.time_zone),
                 };
                 match resolve_format(&cx, s, t) {
+                    // a side that reads '' as NULL does so for text compared as text only;
+                    // its agent refuses the text asked as binary or JSON (the rule would
+                    // not hold there), so the run is refused here, before any scan
+                    Ok((format, _))
+                        if format.class != TypeClass::Text
+                            && [(src, s), (tgt, t)]
+                                .iter()
+                                .any(|(d, c)| c.class == TypeClass::Text && empties_are_null(d)) =>
+                    {
+                        uncomparable.push(format!(
+                            "column {name} is text on a side whose dataset has empty_string_is_null: true, \
+                             which holds for text compared as text only, not as {}; exclude it (exclude: [{name}]) \
+                             or compare it through a query: dataset",
+                            format.class
+                        ));
+                    }
                     Ok((format, notes)) => {
                         if i < key.len() && s.nullable && t.nullable {
                             warnings.push(format!("key column {name} is nullable on both sides"));
@@ -657,6 +673,36 @@ mod tests {
         assert!(r.xor);
         assert_eq!(r.warnings.len(), 3, "{:?}", r.warnings);
         assert!(r.warnings[2].contains("key column id is nullable"));
+    }
+
+    #[test]
+    fn text_of_a_side_reading_empty_strings_as_null_is_refused_as_binary_or_json() {
+        let mut s = describe(
+            "x",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("doc", TypeClass::Text, "longtext", None),
+                col("name", TypeClass::Text, "text", None),
+            ],
+        );
+        s.empty_string_is_null = true;
+        let t = describe(
+            "y",
+            vec![
+                col("id", TypeClass::Integer, "bigint", None),
+                col("doc", TypeClass::Json, "jsonb", None),
+                col("name", TypeClass::Text, "text", None),
+            ],
+        );
+        let e = resolve(&spec(), &s, &t).unwrap_err().to_string();
+        assert!(
+            e.contains("column doc") && e.contains("empty_string_is_null"),
+            "{e}"
+        );
+        assert!(!e.contains("column name"), "text compared as text is fine: {e}");
+        // without the setting the pair is compared as JSON
+        s.empty_string_is_null = false;
+        assert!(resolve(&spec(), &s, &t).is_ok());
     }
 
     #[test]
