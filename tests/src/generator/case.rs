@@ -358,14 +358,25 @@ impl Case {
         truth
     }
 
-    /// A row's compared values (every non-key column not excluded), an empty text
-    /// as NULL where the side's dataset says `empty_string_is_null`.
+    /// A row's compared values (every non-key column not excluded): a text's
+    /// trailing spaces (U+0020 only) removed where either side declares it `CHAR(n)`
+    /// (canonical-form.md, Padding: on both sides), then an empty text as NULL where
+    /// the side's dataset says `empty_string_is_null` (after the padding is removed).
     fn compared(&self, row: &[Cell], side: usize) -> Vec<V> {
         (self.nkeys..self.columns.len())
             .filter(|c| !self.exclude.contains(c))
-            .map(|c| match &row[c].v {
-                V::Text(t) if t.is_empty() && self.empty_is_null[side] => V::Null,
-                v => v.clone(),
+            .map(|c| {
+                let col = &self.columns[c];
+                let v = match &row[c].v {
+                    V::Text(t) if col.class == Class::CharText && col.alt.contains(&true) => {
+                        V::Text(t.trim_end_matches(' ').to_string())
+                    }
+                    v => v.clone(),
+                };
+                match v {
+                    V::Text(t) if t.is_empty() && self.empty_is_null[side] => V::Null,
+                    v => v,
+                }
             })
             .collect()
     }
@@ -445,8 +456,11 @@ fn value(r: &mut Rng, class: Class, special: Option<Engine>) -> V {
 /// A column of a class; a key column keeps its class (the key's values are drawn for it).
 fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engine, key: bool) -> Column {
     // an integer column narrower on one side holds values both sides store
+    let pads = [source.pads_char(), target.pads_char()];
     let class = match class {
         Class::Int { narrow: false } if !key && r.chance(0.2) => Class::Int { narrow: true },
+        // padding needs a side that pads
+        Class::CharText if key || pads == [false, false] => Class::Text,
         c => c,
     };
     let v = r.below(6) as u8;
@@ -456,6 +470,11 @@ fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engin
         Class::IntDec { .. } | Class::DecDbl { .. } => {
             let a = r.chance(0.5);
             [a, !a]
+        }
+        Class::CharText => {
+            let a = *r.pick(&[[true, false], [false, true], [true, true]]);
+            let a = [a[0] && pads[0], a[1] && pads[1]];
+            if a == [false, false] { pads } else { a }
         }
         _ => [false, false],
     };

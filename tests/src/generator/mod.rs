@@ -76,6 +76,14 @@ impl Coverage {
             );
             for col in &case.columns[case.nkeys..] {
                 self.add("class", col.class.label());
+                if col.class == Class::CharText {
+                    let pads = match col.alt {
+                        [true, true] => "both sides",
+                        [true, false] => "source only",
+                        _ => "target only",
+                    };
+                    self.add("char(n)", pads);
+                }
             }
             self.add("key", case.key_shape.label());
             for m in &case.mutations {

@@ -54,6 +54,12 @@ impl Engine {
     pub fn pushes_down(self) -> bool {
         self != Engine::Lite
     }
+
+    /// Whether the engine has a `CHAR(n)` that pads (SQLite has no padding, DuckDB's
+    /// `CHAR(n)` is `VARCHAR`).
+    pub fn pads_char(self) -> bool {
+        matches!(self, Engine::Pg | Engine::My)
+    }
 }
 
 /// A type class, with what the generator keeps fixed across both sides.
@@ -69,6 +75,10 @@ pub enum Class {
     },
     Double,
     Text,
+    /// text, declared `CHAR(n)` on the sides with [`SideForm::alt`] (only engines that
+    /// pad: PostgreSQL and MariaDB) and `VARCHAR`/`text` on the others; at least one
+    /// side pads, so trailing spaces are not data on either side (canonical-form.md §1)
+    CharText,
     Bool,
     Date,
     /// a timestamp without zone, microseconds
@@ -93,7 +103,7 @@ pub enum Class {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SideForm {
     /// Instant: the column has a zone; IntDec: the side is the decimal; DecDbl: the
-    /// side is the double
+    /// side is the double; CharText: the side is `CHAR(n)`
     pub alt: bool,
     /// the dataset's `time_zone` offset in minutes (a zone-less instant's local time)
     pub offset_minutes: i32,
@@ -107,6 +117,7 @@ impl Class {
             Class::Dec { .. } => "decimal",
             Class::Double => "double",
             Class::Text => "text",
+            Class::CharText => "char/text",
             Class::Bool => "bool",
             Class::Date => "date",
             Class::Ts => "timestamp",
@@ -132,6 +143,7 @@ impl Class {
             Class::Dec { scale: 4 },
             Class::Double,
             Class::Text,
+            Class::CharText,
             Class::Bool,
             Class::Date,
             Class::Ts,
@@ -154,6 +166,15 @@ impl Class {
                 Engine::Lite | Engine::Duck => "TIMESTAMPTZ".into(),
             },
             Class::Instant => Class::Ts.sql_type(e, variant),
+            Class::CharText if f.alt => match e {
+                Engine::Pg => ["char(24)", "character(24)"][variant as usize % 2].into(),
+                Engine::My => format!(
+                    "CHAR(24) CHARACTER SET utf8mb4 COLLATE {}",
+                    MY_COLLATIONS[variant as usize % MY_COLLATIONS.len()]
+                ),
+                Engine::Lite | Engine::Duck => unreachable!("{} has no padded CHAR(n)", e.name()),
+            },
+            Class::CharText => Class::Text.sql_type(e, variant),
             Class::IntDec { scale } if f.alt => Class::Dec { scale }.sql_type(e, variant),
             Class::IntDec { .. } => Class::Int { narrow: false }.sql_type(e, variant),
             Class::DecDbl { .. } if f.alt => Class::Double.sql_type(e, variant),
@@ -199,7 +220,7 @@ impl Class {
             (Class::Bytes, _) => "BLOB",
             (Class::Uuid, Pg) => "uuid",
             (Class::Uuid, _) => "UUID",
-            (Class::Instant | Class::IntDec { .. } | Class::DecDbl { .. }, _) => {
+            (Class::Instant | Class::IntDec { .. } | Class::DecDbl { .. } | Class::CharText, _) => {
                 return self.side_type(
                     e,
                     variant,
@@ -585,7 +606,7 @@ pub fn random_text(r: &mut Rng, max_len: usize) -> String {
 }
 
 const TEXT_EDGES: &[&str] = &[
-    "", " ", "a ", " a", "\t", "é", "e\u{301}", "~", "1:~", "0:", "NULL", "\\N", "a\nb",
+    "", " ", "a ", " a", "a  ", "a \t", "\t ", "\t", "é", "e\u{301}", "~", "1:~", "0:", "NULL", "\\N", "a\nb",
 ];
 
 /// A value of a class: often an edge of the class, sometimes NULL.
@@ -667,7 +688,7 @@ pub fn random_value(r: &mut Rng, class: Class) -> V {
                 V::Dbl(m / *r.pick(&[1.0, 3.0, 7.0, 1000.0, 1e6]))
             }
         }
-        Class::Text => {
+        Class::Text | Class::CharText => {
             if edge {
                 V::Text(r.pick(TEXT_EDGES).to_string())
             } else {
@@ -802,7 +823,7 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
             let y = if y.is_finite() { y } else { x * (1.0 - 1e-9) };
             (V::Dbl(y), "nudged")
         }
-        (Class::Text, V::Text(s)) => {
+        (Class::Text | Class::CharText, V::Text(s)) => {
             let (t, why) = text_changed(r, s);
             (V::Text(t), why)
         }
