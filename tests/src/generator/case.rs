@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use super::rng::Rng;
 use super::values::{
-    Cell, Class, Engine, SideForm, V, changed, random_text, random_value, special_value, spelling,
+    Cell, Class, Engine, MICROS_PER_DAY, SideForm, V, canonical_time, changed, date_range, date_text,
+    random_text, random_value, special_value, spelling, ts_text,
 };
 
 /// A column on both sides.
@@ -114,6 +115,35 @@ pub struct Case {
     pub zones: [&'static str; 2],
     /// each dataset's `empty_string_is_null` (agent config)
     pub empty_is_null: [bool; 2],
+    /// the spec's `window` (live-data.md §2): only rows whose column is at most the
+    /// bound are compared, on both sides
+    pub window: Option<Window>,
+}
+
+/// A window over an integer, date, timestamp or instant column.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub col: usize,
+    /// the bound as a value of the column's class
+    pub bound: V,
+    /// the spec's `as_of`, as written (a timestamp sometimes with digits past the
+    /// microsecond, which the agents cut)
+    pub as_of: String,
+}
+
+impl Window {
+    /// Whether a value is inside the window: integers by value, dates and times by
+    /// their canonical texts compared bytewise; NULL is outside every window.
+    pub fn holds(&self, class: Class, v: &V) -> bool {
+        match (v, &self.bound) {
+            (V::Null, _) => false,
+            (V::Int(a), V::Int(b)) => a <= b,
+            _ => {
+                let text = |v: &V| canonical_time(class, v).expect("a time value");
+                text(v).as_bytes() <= text(&self.bound).as_bytes()
+            }
+        }
+    }
 }
 
 /// Zones a dataset may be read in (fixed offsets: the agent takes no named zones).
@@ -202,10 +232,14 @@ impl Case {
             exclude: Vec::new(),
             zones,
             empty_is_null,
+            window: None,
         };
         if case.columns.len() > case.nkeys + 1 && r.chance(0.2) {
             let c = case.nkeys + r.below((case.columns.len() - case.nkeys) as u64) as usize;
             case.exclude.push(c);
+        }
+        if r.chance(0.3) {
+            case.window = case.random_window(&mut r);
         }
         let nmut = if r.chance(0.2) { 0 } else { 1 + r.below(8) as usize };
         for _ in 0..nmut {
@@ -216,7 +250,100 @@ impl Case {
         case
     }
 
+    /// A window over a column that can have one (a key or compared integer, date,
+    /// timestamp or instant), bounded at one of its values or a unit either side.
+    fn random_window(&self, r: &mut Rng) -> Option<Window> {
+        let cols: Vec<usize> = (0..self.columns.len())
+            .filter(|c| *c < self.nkeys || !self.exclude.contains(c))
+            .filter(|c| {
+                matches!(
+                    self.columns[*c].class,
+                    Class::Int { .. } | Class::Date | Class::Ts | Class::Instant
+                )
+            })
+            .collect();
+        if cols.is_empty() {
+            return None;
+        }
+        let col = *r.pick(&cols);
+        let class = self.columns[col].class;
+        let (lo, hi) = date_range();
+        let finite = |v: &V| match v {
+            V::Int(_) => true,
+            V::Date(d) => (lo..=hi).contains(d),
+            V::Ts(t) => (lo as i64 * MICROS_PER_DAY..(hi as i64 + 1) * MICROS_PER_DAY).contains(t),
+            _ => false,
+        };
+        let held: Vec<&V> = self
+            .base
+            .iter()
+            .map(|(s, _)| &s[col].v)
+            .filter(|v| finite(v))
+            .collect();
+        let at = if held.is_empty() || r.chance(0.1) {
+            loop {
+                let v = random_value(r, class);
+                if finite(&v) {
+                    break v;
+                }
+            }
+        } else {
+            (*r.pick(&held)).clone()
+        };
+        let step = *r.pick(&[0i64, 0, -1, 1]);
+        let bound = match at {
+            V::Int(i) => V::Int(i.saturating_add(step)),
+            V::Date(d) => V::Date((d + step as i32).clamp(lo, hi)),
+            V::Ts(t) => V::Ts(t + step),
+            v => v,
+        };
+        if !finite(&bound) {
+            return None;
+        }
+        let as_of = match (&bound, class) {
+            (V::Int(i), _) => i.to_string(),
+            (V::Date(d), _) => date_text(*d),
+            (V::Ts(t), Class::Instant) => format!("{}Z", ts_text(*t).replace(' ', "T")),
+            // digits past the microsecond are cut to the column's precision
+            (V::Ts(t), _) if r.chance(0.3) => format!("{}999", ts_text(*t)),
+            (V::Ts(t), _) => ts_text(*t),
+            _ => unreachable!(),
+        };
+        Some(Window { col, bound, as_of })
+    }
+
+    /// A change that moves a row across the window's edge: one inside to just past
+    /// the bound, one outside (or NULL) onto it.
+    fn across_window(&self, r: &mut Rng) -> Option<Mutation> {
+        let w = self.window.as_ref()?;
+        if w.col < self.nkeys || self.base.is_empty() {
+            return None;
+        }
+        let class = self.columns[w.col].class;
+        let (row, _) = &self.base[r.below(self.base.len() as u64) as usize];
+        let to = if w.holds(class, &row[w.col].v) {
+            match (&w.bound, class) {
+                (V::Int(i), Class::Int { narrow: true }) if *i < i32::MAX as i64 => V::Int(i + 1),
+                (V::Int(i), Class::Int { narrow: false }) if *i < i64::MAX => V::Int(i + 1),
+                (V::Date(d), _) if *d < date_range().1 => V::Date(d + 1),
+                (V::Ts(t), _) => V::Ts(t + 1),
+                _ => return None,
+            }
+        } else {
+            w.bound.clone()
+        };
+        Some(Mutation::Change {
+            key: key_of(row, self.nkeys),
+            col: w.col,
+            to,
+            why: "across the window",
+        })
+    }
+
     fn random_mutation(&self, r: &mut Rng) -> Option<Mutation> {
+        if self.window.is_some() && r.chance(0.25) {
+            return self.across_window(r);
+        }
         let kind = r.below(10);
         if kind == 9 {
             let key = loop {
@@ -328,7 +455,12 @@ impl Case {
         let [src, tgt] = self.sides();
         let group = |rows: &[Vec<Cell>], side: usize| {
             let mut m: BTreeMap<String, Vec<Vec<V>>> = BTreeMap::new();
-            for row in rows {
+            // a window leaves out each side's rows past its bound
+            let inside = |row: &&Vec<Cell>| match &self.window {
+                Some(w) => w.holds(self.columns[w.col].class, &row[w.col].v),
+                None => true,
+            };
+            for row in rows.iter().filter(inside) {
                 m.entry(key_json(&key_of(row, self.nkeys)))
                     .or_default()
                     .push(self.compared(row, side));

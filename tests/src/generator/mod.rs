@@ -98,6 +98,12 @@ impl Coverage {
             if case.empty_is_null.contains(&true) {
                 self.add("option", "empty_string_is_null");
             }
+            if let Some(w) = &case.window {
+                self.add("option", "window");
+                let col = &case.columns[w.col];
+                let key = if w.col < case.nkeys { " key" } else { "" };
+                self.add("window", format!("{}{key}", col.class.label()));
+            }
             let truth = match refusal(case, c) {
                 Some(_) => "refusal",
                 None if case.truth().is_match() => "match",
@@ -356,6 +362,9 @@ pub fn shrink(case: &Case, c: &RunConfig) -> Case {
         {
             continue;
         }
+        if best.window.as_ref().is_some_and(|w| w.col == col) {
+            continue;
+        }
         let cand = without_column(&best, col);
         if still(&cand) {
             best = cand;
@@ -382,6 +391,9 @@ fn without_column(case: &Case, col: usize) -> Case {
         t.remove(col);
     }
     let shift = |i: usize| if i > col { i - 1 } else { i };
+    if let Some(w) = &mut c.window {
+        w.col = shift(w.col);
+    }
     c.exclude = c
         .exclude
         .iter()

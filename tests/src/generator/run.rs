@@ -292,11 +292,13 @@ fn dataset_yaml(
         .iter()
         .map(|c| c.name.as_str())
         .collect();
+    // the policy lists the time columns and a window's column (live-data.md, Privacy)
     let time_columns: Vec<&str> = case
         .columns
         .iter()
-        .filter(|c| c.class.is_time())
-        .map(|c| c.name.as_str())
+        .enumerate()
+        .filter(|(n, c)| c.class.is_time() || case.window.as_ref().is_some_and(|w| w.col == *n))
+        .map(|(_, c)| c.name.as_str())
         .collect();
     let from = match c.form {
         Form::Table => format!("table: {}", table(i, side)),
@@ -344,6 +346,16 @@ pub fn spec(case: &Case, i: usize, c: &RunConfig) -> String {
             .map(|&c| case.columns[c].name.as_str())
             .collect();
         s.push_str(&format!("exclude: [{}]\n", names.join(", ")));
+    }
+    if let Some(w) = &case.window {
+        let as_of = match w.bound {
+            super::values::V::Int(_) => w.as_of.clone(),
+            _ => format!("'{}'", w.as_of),
+        };
+        s.push_str(&format!(
+            "window: {{ column: {}, as_of: {as_of} }}\n",
+            case.columns[w.col].name
+        ));
     }
     s
 }

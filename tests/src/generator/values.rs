@@ -394,6 +394,35 @@ pub fn date_range() -> (i32, i32) {
     (days_from_civil(1, 1, 1), days_from_civil(9999, 12, 31))
 }
 
+/// The canonical text (canonical-form.md §1) of a date, timestamp or instant value:
+/// ISO 8601 expanded years outside 0001-9999 (astronomical numbering), infinities by
+/// name, `T` and six fractional digits, `Z` for an instant; a MariaDB zero date as stored.
+pub fn canonical_time(class: Class, v: &V) -> Option<String> {
+    let year = |y: i64| match y {
+        0..=9999 => format!("{y:04}"),
+        y if y < 0 => format!("-{:04}", -y),
+        y => format!("+{y}"),
+    };
+    let date = |d: i32| {
+        let (y, m, dd) = civil_from_days(d);
+        format!("{}-{m:02}-{dd:02}", year(y))
+    };
+    let zone = if class == Class::Instant { "Z" } else { "" };
+    Some(match v {
+        V::Date(DATE_INF) | V::Ts(TS_INF) => "infinity".into(),
+        V::Date(d) if *d == -DATE_INF => "-infinity".into(),
+        V::Ts(t) if *t == -TS_INF => "-infinity".into(),
+        V::Date(d) => date(*d),
+        V::Ts(t) => {
+            let text = ts_text(*t);
+            let time = &text[text.find(' ').unwrap() + 1..];
+            format!("{}T{time}{zone}", date(t.div_euclid(MICROS_PER_DAY) as i32))
+        }
+        V::Raw(text) => text.replace(' ', "T"),
+        _ => return None,
+    })
+}
+
 pub fn date_text(days: i32) -> String {
     let (y, m, d) = civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
