@@ -220,6 +220,19 @@ impl Case {
                 (side(&mut r), side(&mut r))
             })
             .collect::<Vec<_>>();
+        // MariaDB's JSON reads as text in a `query:` (docs/engines.md), and text against
+        // text compares the spelling: between two MariaDB datasets both sides spell a
+        // document alike, so the truth is the same whatever the form
+        let mut base = base;
+        if source == Engine::My && target == Engine::My {
+            for (s, t) in &mut base {
+                for (c, col) in columns.iter().enumerate() {
+                    if col.class == Class::Json {
+                        t[c].spelling = s[c].spelling;
+                    }
+                }
+            }
+        }
         let mut case = Case {
             seed,
             source,

@@ -8,6 +8,7 @@
 //! (src/bin/tally-gen.rs) hunts with fresh seeds for as long as it is given.
 
 pub mod case;
+pub mod json;
 pub mod rng;
 pub mod run;
 pub mod values;

@@ -79,6 +79,9 @@ pub enum Class {
     /// pad: PostgreSQL and MariaDB) and `VARCHAR`/`text` on the others; at least one
     /// side pads, so trailing spaces are not data on either side (canonical-form.md §1)
     CharText,
+    /// a JSON document, compared in RFC 8785 form (json, jsonb, MariaDB's checked
+    /// LONGTEXT, SQLite's and DuckDB's JSON)
+    Json,
     Bool,
     Date,
     /// a timestamp without zone, microseconds
@@ -118,6 +121,7 @@ impl Class {
             Class::Double => "double",
             Class::Text => "text",
             Class::CharText => "char/text",
+            Class::Json => "json",
             Class::Bool => "bool",
             Class::Date => "date",
             Class::Ts => "timestamp",
@@ -144,6 +148,7 @@ impl Class {
             Class::Double,
             Class::Text,
             Class::CharText,
+            Class::Json,
             Class::Bool,
             Class::Date,
             Class::Ts,
@@ -207,6 +212,8 @@ impl Class {
             }
             (Class::Text, Lite) => "TEXT",
             (Class::Text, Duck) => "VARCHAR",
+            (Class::Json, Pg) => ["json", "jsonb"][variant as usize % 2],
+            (Class::Json, _) => "JSON",
             (Class::Bool, Pg) => "boolean",
             (Class::Bool, _) => "BOOLEAN",
             (Class::Date, Pg) => "date",
@@ -256,6 +263,8 @@ pub enum V {
     Ts(i64),
     Bytes(Vec<u8>),
     Uuid(u128),
+    /// a JSON document, written in the cell's spelling
+    Json(super::json::J),
     /// a value only one engine has, stored alike on both sides of a case between two
     /// databases of that engine: its literal text (MariaDB zero dates)
     Raw(String),
@@ -563,6 +572,11 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
         ),
         (V::Dbl(x), Lite) => dbl_text(if alt && *x == 0.0 { -0.0 } else { *x }),
         (V::Text(s), My) => format!("CONVERT(X'{}' USING utf8mb4)", hex(s.as_bytes())),
+        (V::Json(j), My) => format!(
+            "CONVERT(X'{}' USING utf8mb4)",
+            hex(j.spelled(c.spelling).as_bytes())
+        ),
+        (V::Json(j), _) => quote(&j.spelled(c.spelling)),
         (V::Text(s), _) => quote(s),
         (V::Bool(b), Lite) => (*b as u8).to_string(),
         (V::Bool(b), _) => if *b { "TRUE" } else { "FALSE" }.into(),
@@ -618,6 +632,7 @@ pub fn bind(class: Class, c: &Cell, f: SideForm) -> Bind {
         V::Bytes(b) => Bind::Blob(b.clone()),
         V::Uuid(u) => Bind::Text(uuid_text(*u, alt)),
         V::Raw(text) => Bind::Text(text.clone()),
+        V::Json(j) => Bind::Text(j.spelled(c.spelling)),
     }
 }
 
@@ -724,6 +739,7 @@ pub fn random_value(r: &mut Rng, class: Class) -> V {
                 V::Text(random_text(r, 10))
             }
         }
+        Class::Json => V::Json(super::json::random(r, 2)),
         Class::Bool => V::Bool(r.chance(0.5)),
         Class::Date => {
             if edge {
@@ -856,6 +872,7 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
             let (t, why) = text_changed(r, s);
             (V::Text(t), why)
         }
+        (Class::Json, V::Json(j)) => (V::Json(j.changed()), "json changed"),
         (Class::Bool, V::Bool(b)) => (V::Bool(!b), "flipped"),
         (Class::Date, V::Date(d)) => {
             let (lo, hi) = date_range();
@@ -928,6 +945,7 @@ pub fn spelling(r: &mut Rng, v: &V) -> u8 {
     match v {
         V::Dec(_) | V::Uuid(_) => r.chance(0.3) as u8,
         V::Dbl(x) if *x == 0.0 => r.chance(0.5) as u8,
+        V::Json(_) => r.below(3) as u8,
         _ => 0,
     }
 }
