@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::rng::Rng;
 use super::values::{
-    Cell, Class, Engine, MICROS_PER_DAY, SideForm, V, canonical_time, changed, date_range, date_text,
+    Cell, Class, Engine, MICROS_PER_DAY, SideForm, TS_INF, V, canonical_time, changed, date_range, date_text,
     random_text, random_value, special_value, spelling, ts_text,
 };
 
@@ -118,6 +118,9 @@ pub struct Case {
     /// the spec's `window` (live-data.md §2): only rows whose column is at most the
     /// bound are compared, on both sides
     pub window: Option<Window>,
+    /// the spec's `overrides`: a compared decimal's scale or a timestamp's precision
+    /// (docs/results.md), by column
+    pub overrides: Vec<(usize, u8)>,
 }
 
 /// A window over an integer, date, timestamp or instant column.
@@ -135,12 +138,17 @@ impl Window {
     /// Whether a value is inside the window: integers by value, dates and times by
     /// their canonical texts compared bytewise; NULL is outside every window.
     pub fn holds(&self, class: Class, v: &V) -> bool {
-        match (v, &self.bound) {
+        self.holds_at(class, v, &self.bound)
+    }
+
+    /// The same with the value and the bound as rendered (cut to an overridden precision).
+    fn holds_at(&self, class: Class, v: &V, bound: &V) -> bool {
+        match (v, bound) {
             (V::Null, _) => false,
             (V::Int(a), V::Int(b)) => a <= b,
             _ => {
                 let text = |v: &V| canonical_time(class, v).expect("a time value");
-                text(v).as_bytes() <= text(&self.bound).as_bytes()
+                text(v).as_bytes() <= text(bound).as_bytes()
             }
         }
     }
@@ -246,6 +254,7 @@ impl Case {
             zones,
             empty_is_null,
             window: None,
+            overrides: Vec::new(),
         };
         if case.columns.len() > case.nkeys + 1 && r.chance(0.2) {
             let c = case.nkeys + r.below((case.columns.len() - case.nkeys) as u64) as usize;
@@ -253,6 +262,9 @@ impl Case {
         }
         if r.chance(0.3) {
             case.window = case.random_window(&mut r);
+        }
+        if r.chance(0.25) {
+            case.overrides = case.random_overrides(&mut r);
         }
         let nmut = if r.chance(0.2) { 0 } else { 1 + r.below(8) as usize };
         for _ in 0..nmut {
@@ -323,6 +335,78 @@ impl Case {
             _ => unreachable!(),
         };
         Some(Window { col, bound, as_of })
+    }
+
+    /// Overrides of one or two compared decimals (a scale from 0 to 5: below, at or
+    /// above the declared one) or timestamps (a precision from 0 to 6).
+    fn random_overrides(&self, r: &mut Rng) -> Vec<(usize, u8)> {
+        let cols: Vec<usize> = (self.nkeys..self.columns.len())
+            .filter(|c| !self.exclude.contains(c))
+            .filter(|c| {
+                matches!(
+                    self.columns[*c].class,
+                    Class::Dec { .. }
+                        | Class::DecDbl { .. }
+                        | Class::IntDec { .. }
+                        | Class::Ts
+                        | Class::Instant
+                )
+            })
+            .collect();
+        let mut out: Vec<(usize, u8)> = Vec::new();
+        for _ in 0..1 + r.below(2) {
+            if cols.is_empty() {
+                break;
+            }
+            let c = *r.pick(&cols);
+            let n = match self.columns[c].class {
+                Class::Ts | Class::Instant => r.below(7) as u8,
+                _ => r.below(6) as u8,
+            };
+            if !out.iter().any(|(o, _)| *o == c) {
+                out.push((c, n));
+            }
+        }
+        out
+    }
+
+    /// A value as column `col` is rendered: a decimal rounded half away from zero at
+    /// an overridden scale, a timestamp's digits past an overridden precision cut.
+    pub fn rendered(&self, col: usize, v: &V) -> V {
+        let Some(&(_, n)) = self.overrides.iter().find(|(c, _)| *c == col) else {
+            return v.clone();
+        };
+        match (self.columns[col].class, v) {
+            (Class::Dec { scale } | Class::DecDbl { scale }, V::Dec(u)) if n < scale => {
+                let d = 10i64.pow((scale - n) as u32);
+                let (q, rem) = (u / d, u % d);
+                V::Dec(if rem.abs() * 2 >= d { q + u.signum() } else { q })
+            }
+            (Class::Dec { scale } | Class::DecDbl { scale }, V::Dec(u)) => {
+                V::Dec(u * 10i64.pow((n - scale) as u32))
+            }
+            (Class::Ts | Class::Instant, V::Ts(t)) if t.abs() != TS_INF => {
+                V::Ts(t - t.rem_euclid(10i64.pow(6 - n as u32)))
+            }
+            (Class::Ts, V::Raw(text)) => {
+                let dot = text.find('.').expect("a fraction");
+                let keep = if n == 0 { dot } else { dot + 1 + n as usize };
+                V::Raw(text[..keep].to_string())
+            }
+            _ => v.clone(),
+        }
+    }
+
+    /// Whether a row of one side is inside the window (every row without one).
+    fn in_window(&self, row: &[Cell]) -> bool {
+        match &self.window {
+            Some(w) => w.holds_at(
+                self.columns[w.col].class,
+                &self.rendered(w.col, &row[w.col].v),
+                &self.rendered(w.col, &w.bound),
+            ),
+            None => true,
+        }
     }
 
     /// A change that moves a row across the window's edge: one inside to just past
@@ -469,10 +553,7 @@ impl Case {
         let group = |rows: &[Vec<Cell>], side: usize| {
             let mut m: BTreeMap<String, Vec<Vec<V>>> = BTreeMap::new();
             // a window leaves out each side's rows past its bound
-            let inside = |row: &&Vec<Cell>| match &self.window {
-                Some(w) => w.holds(self.columns[w.col].class, &row[w.col].v),
-                None => true,
-            };
+            let inside = |row: &&Vec<Cell>| self.in_window(row);
             for row in rows.iter().filter(inside) {
                 m.entry(key_json(&key_of(row, self.nkeys)))
                     .or_default()
@@ -512,7 +593,7 @@ impl Case {
             .filter(|c| !self.exclude.contains(c))
             .map(|c| {
                 let col = &self.columns[c];
-                let v = match &row[c].v {
+                let v = match &self.rendered(c, &row[c].v) {
                     V::Text(t) if col.class == Class::CharText && col.alt.contains(&true) => {
                         V::Text(t.trim_end_matches(' ').to_string())
                     }

@@ -99,6 +99,12 @@ impl Coverage {
             if case.empty_is_null.contains(&true) {
                 self.add("option", "empty_string_is_null");
             }
+            for &(col, n) in &case.overrides {
+                self.add("option", "overrides");
+                let class = case.columns[col].class;
+                let what = if class.is_time() { "precision" } else { "scale" };
+                self.add("override", format!("{} {what} {n}", class.label()));
+            }
             if let Some(w) = &case.window {
                 self.add("option", "window");
                 let col = &case.columns[w.col];
@@ -395,6 +401,12 @@ fn without_column(case: &Case, col: usize) -> Case {
     if let Some(w) = &mut c.window {
         w.col = shift(w.col);
     }
+    c.overrides = c
+        .overrides
+        .iter()
+        .filter(|(o, _)| *o != col)
+        .map(|&(o, n)| (shift(o), n))
+        .collect();
     c.exclude = c
         .exclude
         .iter()

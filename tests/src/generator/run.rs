@@ -347,6 +347,21 @@ pub fn spec(case: &Case, i: usize, c: &RunConfig) -> String {
             .collect();
         s.push_str(&format!("exclude: [{}]\n", names.join(", ")));
     }
+    if !case.overrides.is_empty() {
+        let items: Vec<String> = case
+            .overrides
+            .iter()
+            .map(|&(c, n)| {
+                let what = if case.columns[c].class.is_time() {
+                    "precision"
+                } else {
+                    "scale"
+                };
+                format!("{}: {{ {what}: {n} }}", case.columns[c].name)
+            })
+            .collect();
+        s.push_str(&format!("overrides: {{ {} }}\n", items.join(", ")));
+    }
     if let Some(w) = &case.window {
         let as_of = match w.bound {
             super::values::V::Int(_) => w.as_of.clone(),
