@@ -8,6 +8,7 @@
 //! (src/bin/tally-gen.rs) hunts with fresh seeds for as long as it is given.
 
 pub mod case;
+pub mod fidelity;
 pub mod json;
 pub mod rng;
 pub mod run;
@@ -110,6 +111,15 @@ impl Coverage {
                 let col = &case.columns[w.col];
                 let key = if w.col < case.nkeys { " key" } else { "" };
                 self.add("window", format!("{}{key}", col.class.label()));
+            }
+            if refusal(case, c).is_none() {
+                let f = fidelity::expected(case, c);
+                if f.is_empty() {
+                    self.add("fidelity", "full");
+                }
+                for code in f.values().flatten().collect::<std::collections::BTreeSet<_>>() {
+                    self.add("fidelity", *code);
+                }
             }
             let truth = match refusal(case, c) {
                 Some(_) => "refusal",

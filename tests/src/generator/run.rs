@@ -516,18 +516,44 @@ fn run_one(
         )
     };
     if truth.is_match() {
-        return (verdict != "match" || out.code != 0 || !reported.is_empty())
-            .then(|| fail("false fail", describe(&reported)))
-            .flatten();
-    }
-    if verdict == "match" {
+        if verdict != "match" || out.code != 0 || !reported.is_empty() {
+            return fail("false fail", describe(&reported));
+        }
+    } else if verdict == "match" {
         return fail("false pass", describe(&reported));
-    }
-    if verdict != "differ" || out.code != 1 {
+    } else if verdict != "differ" || out.code != 1 {
         return fail("wrong verdict", describe(&reported));
-    }
-    if reported != truth.diffs || dups != truth.duplicates {
+    } else if reported != truth.diffs || dups != truth.duplicates {
         return fail("wrong keys", describe(&reported));
     }
-    None
+    wrong_fidelity(case, cfg, j).and_then(|d| fail("wrong fidelity", d))
+}
+
+/// Whether the run's `fidelity` names exactly the columns and reason codes the case
+/// makes (canonical-form.md §10): `reduced` with them, or `full` without any.
+fn wrong_fidelity(case: &Case, cfg: &RunConfig, j: &serde_json::Value) -> Option<String> {
+    let want = super::fidelity::expected(case, cfg);
+    let got: std::collections::BTreeMap<String, BTreeSet<String>> = j["fidelity"]["columns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let codes = c["reasons"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|r| r["code"].as_str().unwrap_or("?").to_string())
+                .collect();
+            (c["column"].as_str().unwrap_or("?").to_string(), codes)
+        })
+        .collect();
+    let want_s: std::collections::BTreeMap<String, BTreeSet<String>> = want
+        .iter()
+        .map(|(c, w)| (c.clone(), w.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let level = if want.is_empty() { "full" } else { "reduced" };
+    (j["fidelity"]["level"] != level || got != want_s)
+        .then(|| format!("fidelity expected {level} {want_s:?}; reported {}", j["fidelity"]))
 }
