@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use super::rng::Rng;
 use super::values::{
-    Cell, Class, Engine, SideForm, V, changed, random_text, random_value, special_value, spelling,
+    Cell, Class, Engine, MICROS_PER_DAY, SideForm, TS_INF, V, canonical_time, changed, date_range, date_text,
+    random_text, random_value, special_value, spelling, ts_text,
 };
 
 /// A column on both sides.
@@ -114,6 +115,43 @@ pub struct Case {
     pub zones: [&'static str; 2],
     /// each dataset's `empty_string_is_null` (agent config)
     pub empty_is_null: [bool; 2],
+    /// the spec's `window` (live-data.md §2): only rows whose column is at most the
+    /// bound are compared, on both sides
+    pub window: Option<Window>,
+    /// the spec's `overrides`: a compared decimal's scale or a timestamp's precision
+    /// (docs/results.md), by column
+    pub overrides: Vec<(usize, u8)>,
+}
+
+/// A window over an integer, date, timestamp or instant column.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub col: usize,
+    /// the bound as a value of the column's class
+    pub bound: V,
+    /// the spec's `as_of`, as written (a timestamp sometimes with digits past the
+    /// microsecond, which the agents cut)
+    pub as_of: String,
+}
+
+impl Window {
+    /// Whether a value is inside the window: integers by value, dates and times by
+    /// their canonical texts compared bytewise; NULL is outside every window.
+    pub fn holds(&self, class: Class, v: &V) -> bool {
+        self.holds_at(class, v, &self.bound)
+    }
+
+    /// The same with the value and the bound as rendered (cut to an overridden precision).
+    fn holds_at(&self, class: Class, v: &V, bound: &V) -> bool {
+        match (v, bound) {
+            (V::Null, _) => false,
+            (V::Int(a), V::Int(b)) => a <= b,
+            _ => {
+                let text = |v: &V| canonical_time(class, v).expect("a time value");
+                text(v).as_bytes() <= text(bound).as_bytes()
+            }
+        }
+    }
 }
 
 /// Zones a dataset may be read in (fixed offsets: the agent takes no named zones).
@@ -190,6 +228,19 @@ impl Case {
                 (side(&mut r), side(&mut r))
             })
             .collect::<Vec<_>>();
+        // MariaDB's JSON reads as text in a `query:` (docs/engines.md), and text against
+        // text compares the spelling: between two MariaDB datasets both sides spell a
+        // document alike, so the truth is the same whatever the form
+        let mut base = base;
+        if source == Engine::My && target == Engine::My {
+            for (s, t) in &mut base {
+                for (c, col) in columns.iter().enumerate() {
+                    if col.class == Class::Json {
+                        t[c].spelling = s[c].spelling;
+                    }
+                }
+            }
+        }
         let mut case = Case {
             seed,
             source,
@@ -202,10 +253,18 @@ impl Case {
             exclude: Vec::new(),
             zones,
             empty_is_null,
+            window: None,
+            overrides: Vec::new(),
         };
         if case.columns.len() > case.nkeys + 1 && r.chance(0.2) {
             let c = case.nkeys + r.below((case.columns.len() - case.nkeys) as u64) as usize;
             case.exclude.push(c);
+        }
+        if r.chance(0.3) {
+            case.window = case.random_window(&mut r);
+        }
+        if r.chance(0.25) {
+            case.overrides = case.random_overrides(&mut r);
         }
         let nmut = if r.chance(0.2) { 0 } else { 1 + r.below(8) as usize };
         for _ in 0..nmut {
@@ -216,7 +275,172 @@ impl Case {
         case
     }
 
+    /// A window over a column that can have one (a key or compared integer, date,
+    /// timestamp or instant), bounded at one of its values or a unit either side.
+    fn random_window(&self, r: &mut Rng) -> Option<Window> {
+        let cols: Vec<usize> = (0..self.columns.len())
+            .filter(|c| *c < self.nkeys || !self.exclude.contains(c))
+            .filter(|c| {
+                matches!(
+                    self.columns[*c].class,
+                    Class::Int { .. } | Class::Date | Class::Ts | Class::Instant
+                )
+            })
+            .collect();
+        if cols.is_empty() {
+            return None;
+        }
+        let col = *r.pick(&cols);
+        let class = self.columns[col].class;
+        let (lo, hi) = date_range();
+        let finite = |v: &V| match v {
+            V::Int(_) => true,
+            V::Date(d) => (lo..=hi).contains(d),
+            V::Ts(t) => (lo as i64 * MICROS_PER_DAY..(hi as i64 + 1) * MICROS_PER_DAY).contains(t),
+            _ => false,
+        };
+        let held: Vec<&V> = self
+            .base
+            .iter()
+            .map(|(s, _)| &s[col].v)
+            .filter(|v| finite(v))
+            .collect();
+        let at = if held.is_empty() || r.chance(0.1) {
+            loop {
+                let v = random_value(r, class);
+                if finite(&v) {
+                    break v;
+                }
+            }
+        } else {
+            (*r.pick(&held)).clone()
+        };
+        let step = *r.pick(&[0i64, 0, -1, 1]);
+        let bound = match at {
+            V::Int(i) => V::Int(i.saturating_add(step)),
+            V::Date(d) => V::Date((d + step as i32).clamp(lo, hi)),
+            V::Ts(t) => V::Ts(t + step),
+            v => v,
+        };
+        if !finite(&bound) {
+            return None;
+        }
+        let as_of = match (&bound, class) {
+            (V::Int(i), _) => i.to_string(),
+            (V::Date(d), _) => date_text(*d),
+            (V::Ts(t), Class::Instant) => format!("{}Z", ts_text(*t).replace(' ', "T")),
+            // digits past the microsecond are cut to the column's precision
+            (V::Ts(t), _) if r.chance(0.3) => format!("{}999", ts_text(*t)),
+            (V::Ts(t), _) => ts_text(*t),
+            _ => unreachable!(),
+        };
+        Some(Window { col, bound, as_of })
+    }
+
+    /// Overrides of one or two compared decimals (a scale from 0 to 5: below, at or
+    /// above the declared one) or timestamps (a precision from 0 to 6).
+    fn random_overrides(&self, r: &mut Rng) -> Vec<(usize, u8)> {
+        let cols: Vec<usize> = (self.nkeys..self.columns.len())
+            .filter(|c| !self.exclude.contains(c))
+            .filter(|c| {
+                matches!(
+                    self.columns[*c].class,
+                    Class::Dec { .. }
+                        | Class::DecDbl { .. }
+                        | Class::IntDec { .. }
+                        | Class::Ts
+                        | Class::Instant
+                )
+            })
+            .collect();
+        let mut out: Vec<(usize, u8)> = Vec::new();
+        for _ in 0..1 + r.below(2) {
+            if cols.is_empty() {
+                break;
+            }
+            let c = *r.pick(&cols);
+            let n = match self.columns[c].class {
+                Class::Ts | Class::Instant => r.below(7) as u8,
+                _ => r.below(6) as u8,
+            };
+            if !out.iter().any(|(o, _)| *o == c) {
+                out.push((c, n));
+            }
+        }
+        out
+    }
+
+    /// A value as column `col` is rendered: a decimal rounded half away from zero at
+    /// an overridden scale, a timestamp's digits past an overridden precision cut.
+    pub fn rendered(&self, col: usize, v: &V) -> V {
+        let Some(&(_, n)) = self.overrides.iter().find(|(c, _)| *c == col) else {
+            return v.clone();
+        };
+        match (self.columns[col].class, v) {
+            (Class::Dec { scale } | Class::DecDbl { scale }, V::Dec(u)) if n < scale => {
+                let d = 10i64.pow((scale - n) as u32);
+                let (q, rem) = (u / d, u % d);
+                V::Dec(if rem.abs() * 2 >= d { q + u.signum() } else { q })
+            }
+            (Class::Dec { scale } | Class::DecDbl { scale }, V::Dec(u)) => {
+                V::Dec(u * 10i64.pow((n - scale) as u32))
+            }
+            (Class::Ts | Class::Instant, V::Ts(t)) if t.abs() != TS_INF => {
+                V::Ts(t - t.rem_euclid(10i64.pow(6 - n as u32)))
+            }
+            (Class::Ts, V::Raw(text)) => {
+                let dot = text.find('.').expect("a fraction");
+                let keep = if n == 0 { dot } else { dot + 1 + n as usize };
+                V::Raw(text[..keep].to_string())
+            }
+            _ => v.clone(),
+        }
+    }
+
+    /// Whether a row of one side is inside the window (every row without one).
+    fn in_window(&self, row: &[Cell]) -> bool {
+        match &self.window {
+            Some(w) => w.holds_at(
+                self.columns[w.col].class,
+                &self.rendered(w.col, &row[w.col].v),
+                &self.rendered(w.col, &w.bound),
+            ),
+            None => true,
+        }
+    }
+
+    /// A change that moves a row across the window's edge: one inside to just past
+    /// the bound, one outside (or NULL) onto it.
+    fn across_window(&self, r: &mut Rng) -> Option<Mutation> {
+        let w = self.window.as_ref()?;
+        if w.col < self.nkeys || self.base.is_empty() {
+            return None;
+        }
+        let class = self.columns[w.col].class;
+        let (row, _) = &self.base[r.below(self.base.len() as u64) as usize];
+        let to = if w.holds(class, &row[w.col].v) {
+            match (&w.bound, class) {
+                (V::Int(i), Class::Int { narrow: true }) if *i < i32::MAX as i64 => V::Int(i + 1),
+                (V::Int(i), Class::Int { narrow: false }) if *i < i64::MAX => V::Int(i + 1),
+                (V::Date(d), _) if *d < date_range().1 => V::Date(d + 1),
+                (V::Ts(t), _) => V::Ts(t + 1),
+                _ => return None,
+            }
+        } else {
+            w.bound.clone()
+        };
+        Some(Mutation::Change {
+            key: key_of(row, self.nkeys),
+            col: w.col,
+            to,
+            why: "across the window",
+        })
+    }
+
     fn random_mutation(&self, r: &mut Rng) -> Option<Mutation> {
+        if self.window.is_some() && r.chance(0.25) {
+            return self.across_window(r);
+        }
         let kind = r.below(10);
         if kind == 9 {
             let key = loop {
@@ -328,7 +552,9 @@ impl Case {
         let [src, tgt] = self.sides();
         let group = |rows: &[Vec<Cell>], side: usize| {
             let mut m: BTreeMap<String, Vec<Vec<V>>> = BTreeMap::new();
-            for row in rows {
+            // a window leaves out each side's rows past its bound
+            let inside = |row: &&Vec<Cell>| self.in_window(row);
+            for row in rows.iter().filter(inside) {
                 m.entry(key_json(&key_of(row, self.nkeys)))
                     .or_default()
                     .push(self.compared(row, side));
@@ -358,14 +584,25 @@ impl Case {
         truth
     }
 
-    /// A row's compared values (every non-key column not excluded), an empty text
-    /// as NULL where the side's dataset says `empty_string_is_null`.
+    /// A row's compared values (every non-key column not excluded): a text's
+    /// trailing spaces (U+0020 only) removed where either side declares it `CHAR(n)`
+    /// (canonical-form.md, Padding: on both sides), then an empty text as NULL where
+    /// the side's dataset says `empty_string_is_null` (after the padding is removed).
     fn compared(&self, row: &[Cell], side: usize) -> Vec<V> {
         (self.nkeys..self.columns.len())
             .filter(|c| !self.exclude.contains(c))
-            .map(|c| match &row[c].v {
-                V::Text(t) if t.is_empty() && self.empty_is_null[side] => V::Null,
-                v => v.clone(),
+            .map(|c| {
+                let col = &self.columns[c];
+                let v = match &self.rendered(c, &row[c].v) {
+                    V::Text(t) if col.class == Class::CharText && col.alt.contains(&true) => {
+                        V::Text(t.trim_end_matches(' ').to_string())
+                    }
+                    v => v.clone(),
+                };
+                match v {
+                    V::Text(t) if t.is_empty() && self.empty_is_null[side] => V::Null,
+                    v => v,
+                }
             })
             .collect()
     }
@@ -445,8 +682,11 @@ fn value(r: &mut Rng, class: Class, special: Option<Engine>) -> V {
 /// A column of a class; a key column keeps its class (the key's values are drawn for it).
 fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engine, key: bool) -> Column {
     // an integer column narrower on one side holds values both sides store
+    let pads = [source.pads_char(), target.pads_char()];
     let class = match class {
         Class::Int { narrow: false } if !key && r.chance(0.2) => Class::Int { narrow: true },
+        // padding needs a side that pads
+        Class::CharText if key || pads == [false, false] => Class::Text,
         c => c,
     };
     let v = r.below(6) as u8;
@@ -456,6 +696,11 @@ fn column(r: &mut Rng, name: String, class: Class, source: Engine, target: Engin
         Class::IntDec { .. } | Class::DecDbl { .. } => {
             let a = r.chance(0.5);
             [a, !a]
+        }
+        Class::CharText => {
+            let a = *r.pick(&[[true, false], [false, true], [true, true]]);
+            let a = [a[0] && pads[0], a[1] && pads[1]];
+            if a == [false, false] { pads } else { a }
         }
         _ => [false, false],
     };

@@ -8,6 +8,8 @@
 //! (src/bin/tally-gen.rs) hunts with fresh seeds for as long as it is given.
 
 pub mod case;
+pub mod fidelity;
+pub mod json;
 pub mod rng;
 pub mod run;
 pub mod values;
@@ -76,6 +78,14 @@ impl Coverage {
             );
             for col in &case.columns[case.nkeys..] {
                 self.add("class", col.class.label());
+                if col.class == Class::CharText {
+                    let pads = match col.alt {
+                        [true, true] => "both sides",
+                        [true, false] => "source only",
+                        _ => "target only",
+                    };
+                    self.add("char(n)", pads);
+                }
             }
             self.add("key", case.key_shape.label());
             for m in &case.mutations {
@@ -89,6 +99,27 @@ impl Coverage {
             }
             if case.empty_is_null.contains(&true) {
                 self.add("option", "empty_string_is_null");
+            }
+            for &(col, n) in &case.overrides {
+                self.add("option", "overrides");
+                let class = case.columns[col].class;
+                let what = if class.is_time() { "precision" } else { "scale" };
+                self.add("override", format!("{} {what} {n}", class.label()));
+            }
+            if let Some(w) = &case.window {
+                self.add("option", "window");
+                let col = &case.columns[w.col];
+                let key = if w.col < case.nkeys { " key" } else { "" };
+                self.add("window", format!("{}{key}", col.class.label()));
+            }
+            if refusal(case, c).is_none() {
+                let f = fidelity::expected(case, c);
+                if f.is_empty() {
+                    self.add("fidelity", "full");
+                }
+                for code in f.values().flatten().collect::<std::collections::BTreeSet<_>>() {
+                    self.add("fidelity", *code);
+                }
             }
             let truth = match refusal(case, c) {
                 Some(_) => "refusal",
@@ -348,6 +379,9 @@ pub fn shrink(case: &Case, c: &RunConfig) -> Case {
         {
             continue;
         }
+        if best.window.as_ref().is_some_and(|w| w.col == col) {
+            continue;
+        }
         let cand = without_column(&best, col);
         if still(&cand) {
             best = cand;
@@ -374,6 +408,15 @@ fn without_column(case: &Case, col: usize) -> Case {
         t.remove(col);
     }
     let shift = |i: usize| if i > col { i - 1 } else { i };
+    if let Some(w) = &mut c.window {
+        w.col = shift(w.col);
+    }
+    c.overrides = c
+        .overrides
+        .iter()
+        .filter(|(o, _)| *o != col)
+        .map(|&(o, n)| (shift(o), n))
+        .collect();
     c.exclude = c
         .exclude
         .iter()

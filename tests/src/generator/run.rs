@@ -292,11 +292,13 @@ fn dataset_yaml(
         .iter()
         .map(|c| c.name.as_str())
         .collect();
+    // the policy lists the time columns and a window's column (live-data.md, Privacy)
     let time_columns: Vec<&str> = case
         .columns
         .iter()
-        .filter(|c| c.class.is_time())
-        .map(|c| c.name.as_str())
+        .enumerate()
+        .filter(|(n, c)| c.class.is_time() || case.window.as_ref().is_some_and(|w| w.col == *n))
+        .map(|(_, c)| c.name.as_str())
         .collect();
     let from = match c.form {
         Form::Table => format!("table: {}", table(i, side)),
@@ -344,6 +346,31 @@ pub fn spec(case: &Case, i: usize, c: &RunConfig) -> String {
             .map(|&c| case.columns[c].name.as_str())
             .collect();
         s.push_str(&format!("exclude: [{}]\n", names.join(", ")));
+    }
+    if !case.overrides.is_empty() {
+        let items: Vec<String> = case
+            .overrides
+            .iter()
+            .map(|&(c, n)| {
+                let what = if case.columns[c].class.is_time() {
+                    "precision"
+                } else {
+                    "scale"
+                };
+                format!("{}: {{ {what}: {n} }}", case.columns[c].name)
+            })
+            .collect();
+        s.push_str(&format!("overrides: {{ {} }}\n", items.join(", ")));
+    }
+    if let Some(w) = &case.window {
+        let as_of = match w.bound {
+            super::values::V::Int(_) => w.as_of.clone(),
+            _ => format!("'{}'", w.as_of),
+        };
+        s.push_str(&format!(
+            "window: {{ column: {}, as_of: {as_of} }}\n",
+            case.columns[w.col].name
+        ));
     }
     s
 }
@@ -489,18 +516,44 @@ fn run_one(
         )
     };
     if truth.is_match() {
-        return (verdict != "match" || out.code != 0 || !reported.is_empty())
-            .then(|| fail("false fail", describe(&reported)))
-            .flatten();
-    }
-    if verdict == "match" {
+        if verdict != "match" || out.code != 0 || !reported.is_empty() {
+            return fail("false fail", describe(&reported));
+        }
+    } else if verdict == "match" {
         return fail("false pass", describe(&reported));
-    }
-    if verdict != "differ" || out.code != 1 {
+    } else if verdict != "differ" || out.code != 1 {
         return fail("wrong verdict", describe(&reported));
-    }
-    if reported != truth.diffs || dups != truth.duplicates {
+    } else if reported != truth.diffs || dups != truth.duplicates {
         return fail("wrong keys", describe(&reported));
     }
-    None
+    wrong_fidelity(case, cfg, j).and_then(|d| fail("wrong fidelity", d))
+}
+
+/// Whether the run's `fidelity` names exactly the columns and reason codes the case
+/// makes (canonical-form.md §10): `reduced` with them, or `full` without any.
+fn wrong_fidelity(case: &Case, cfg: &RunConfig, j: &serde_json::Value) -> Option<String> {
+    let want = super::fidelity::expected(case, cfg);
+    let got: std::collections::BTreeMap<String, BTreeSet<String>> = j["fidelity"]["columns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let codes = c["reasons"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|r| r["code"].as_str().unwrap_or("?").to_string())
+                .collect();
+            (c["column"].as_str().unwrap_or("?").to_string(), codes)
+        })
+        .collect();
+    let want_s: std::collections::BTreeMap<String, BTreeSet<String>> = want
+        .iter()
+        .map(|(c, w)| (c.clone(), w.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let level = if want.is_empty() { "full" } else { "reduced" };
+    (j["fidelity"]["level"] != level || got != want_s)
+        .then(|| format!("fidelity expected {level} {want_s:?}; reported {}", j["fidelity"]))
 }

@@ -54,6 +54,12 @@ impl Engine {
     pub fn pushes_down(self) -> bool {
         self != Engine::Lite
     }
+
+    /// Whether the engine has a `CHAR(n)` that pads (SQLite has no padding, DuckDB's
+    /// `CHAR(n)` is `VARCHAR`).
+    pub fn pads_char(self) -> bool {
+        matches!(self, Engine::Pg | Engine::My)
+    }
 }
 
 /// A type class, with what the generator keeps fixed across both sides.
@@ -69,6 +75,13 @@ pub enum Class {
     },
     Double,
     Text,
+    /// text, declared `CHAR(n)` on the sides with [`SideForm::alt`] (only engines that
+    /// pad: PostgreSQL and MariaDB) and `VARCHAR`/`text` on the others; at least one
+    /// side pads, so trailing spaces are not data on either side (canonical-form.md §1)
+    CharText,
+    /// a JSON document, compared in RFC 8785 form (json, jsonb, MariaDB's checked
+    /// LONGTEXT, SQLite's and DuckDB's JSON)
+    Json,
     Bool,
     Date,
     /// a timestamp without zone, microseconds
@@ -93,7 +106,7 @@ pub enum Class {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SideForm {
     /// Instant: the column has a zone; IntDec: the side is the decimal; DecDbl: the
-    /// side is the double
+    /// side is the double; CharText: the side is `CHAR(n)`
     pub alt: bool,
     /// the dataset's `time_zone` offset in minutes (a zone-less instant's local time)
     pub offset_minutes: i32,
@@ -107,6 +120,8 @@ impl Class {
             Class::Dec { .. } => "decimal",
             Class::Double => "double",
             Class::Text => "text",
+            Class::CharText => "char/text",
+            Class::Json => "json",
             Class::Bool => "bool",
             Class::Date => "date",
             Class::Ts => "timestamp",
@@ -132,6 +147,8 @@ impl Class {
             Class::Dec { scale: 4 },
             Class::Double,
             Class::Text,
+            Class::CharText,
+            Class::Json,
             Class::Bool,
             Class::Date,
             Class::Ts,
@@ -154,6 +171,15 @@ impl Class {
                 Engine::Lite | Engine::Duck => "TIMESTAMPTZ".into(),
             },
             Class::Instant => Class::Ts.sql_type(e, variant),
+            Class::CharText if f.alt => match e {
+                Engine::Pg => ["char(24)", "character(24)"][variant as usize % 2].into(),
+                Engine::My => format!(
+                    "CHAR(24) CHARACTER SET utf8mb4 COLLATE {}",
+                    MY_COLLATIONS[variant as usize % MY_COLLATIONS.len()]
+                ),
+                Engine::Lite | Engine::Duck => unreachable!("{} has no padded CHAR(n)", e.name()),
+            },
+            Class::CharText => Class::Text.sql_type(e, variant),
             Class::IntDec { scale } if f.alt => Class::Dec { scale }.sql_type(e, variant),
             Class::IntDec { .. } => Class::Int { narrow: false }.sql_type(e, variant),
             Class::DecDbl { .. } if f.alt => Class::Double.sql_type(e, variant),
@@ -186,6 +212,8 @@ impl Class {
             }
             (Class::Text, Lite) => "TEXT",
             (Class::Text, Duck) => "VARCHAR",
+            (Class::Json, Pg) => ["json", "jsonb"][variant as usize % 2],
+            (Class::Json, _) => "JSON",
             (Class::Bool, Pg) => "boolean",
             (Class::Bool, _) => "BOOLEAN",
             (Class::Date, Pg) => "date",
@@ -199,7 +227,7 @@ impl Class {
             (Class::Bytes, _) => "BLOB",
             (Class::Uuid, Pg) => "uuid",
             (Class::Uuid, _) => "UUID",
-            (Class::Instant | Class::IntDec { .. } | Class::DecDbl { .. }, _) => {
+            (Class::Instant | Class::IntDec { .. } | Class::DecDbl { .. } | Class::CharText, _) => {
                 return self.side_type(
                     e,
                     variant,
@@ -235,6 +263,8 @@ pub enum V {
     Ts(i64),
     Bytes(Vec<u8>),
     Uuid(u128),
+    /// a JSON document, written in the cell's spelling
+    Json(super::json::J),
     /// a value only one engine has, stored alike on both sides of a case between two
     /// databases of that engine: its literal text (MariaDB zero dates)
     Raw(String),
@@ -371,6 +401,35 @@ pub fn civil_from_days(z: i32) -> (i64, u32, u32) {
 /// The first and last day every live engine stores (0001-01-01, 9999-12-31).
 pub fn date_range() -> (i32, i32) {
     (days_from_civil(1, 1, 1), days_from_civil(9999, 12, 31))
+}
+
+/// The canonical text (canonical-form.md §1) of a date, timestamp or instant value:
+/// ISO 8601 expanded years outside 0001-9999 (astronomical numbering), infinities by
+/// name, `T` and six fractional digits, `Z` for an instant; a MariaDB zero date as stored.
+pub fn canonical_time(class: Class, v: &V) -> Option<String> {
+    let year = |y: i64| match y {
+        0..=9999 => format!("{y:04}"),
+        y if y < 0 => format!("-{:04}", -y),
+        y => format!("+{y}"),
+    };
+    let date = |d: i32| {
+        let (y, m, dd) = civil_from_days(d);
+        format!("{}-{m:02}-{dd:02}", year(y))
+    };
+    let zone = if class == Class::Instant { "Z" } else { "" };
+    Some(match v {
+        V::Date(DATE_INF) | V::Ts(TS_INF) => "infinity".into(),
+        V::Date(d) if *d == -DATE_INF => "-infinity".into(),
+        V::Ts(t) if *t == -TS_INF => "-infinity".into(),
+        V::Date(d) => date(*d),
+        V::Ts(t) => {
+            let text = ts_text(*t);
+            let time = &text[text.find(' ').unwrap() + 1..];
+            format!("{}T{time}{zone}", date(t.div_euclid(MICROS_PER_DAY) as i32))
+        }
+        V::Raw(text) => text.replace(' ', "T"),
+        _ => return None,
+    })
 }
 
 pub fn date_text(days: i32) -> String {
@@ -513,6 +572,11 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
         ),
         (V::Dbl(x), Lite) => dbl_text(if alt && *x == 0.0 { -0.0 } else { *x }),
         (V::Text(s), My) => format!("CONVERT(X'{}' USING utf8mb4)", hex(s.as_bytes())),
+        (V::Json(j), My) => format!(
+            "CONVERT(X'{}' USING utf8mb4)",
+            hex(j.spelled(c.spelling).as_bytes())
+        ),
+        (V::Json(j), _) => quote(&j.spelled(c.spelling)),
         (V::Text(s), _) => quote(s),
         (V::Bool(b), Lite) => (*b as u8).to_string(),
         (V::Bool(b), _) => if *b { "TRUE" } else { "FALSE" }.into(),
@@ -568,6 +632,7 @@ pub fn bind(class: Class, c: &Cell, f: SideForm) -> Bind {
         V::Bytes(b) => Bind::Blob(b.clone()),
         V::Uuid(u) => Bind::Text(uuid_text(*u, alt)),
         V::Raw(text) => Bind::Text(text.clone()),
+        V::Json(j) => Bind::Text(j.spelled(c.spelling)),
     }
 }
 
@@ -585,7 +650,7 @@ pub fn random_text(r: &mut Rng, max_len: usize) -> String {
 }
 
 const TEXT_EDGES: &[&str] = &[
-    "", " ", "a ", " a", "\t", "é", "e\u{301}", "~", "1:~", "0:", "NULL", "\\N", "a\nb",
+    "", " ", "a ", " a", "a  ", "a \t", "\t ", "\t", "é", "e\u{301}", "~", "1:~", "0:", "NULL", "\\N", "a\nb",
 ];
 
 /// A value of a class: often an edge of the class, sometimes NULL.
@@ -667,13 +732,14 @@ pub fn random_value(r: &mut Rng, class: Class) -> V {
                 V::Dbl(m / *r.pick(&[1.0, 3.0, 7.0, 1000.0, 1e6]))
             }
         }
-        Class::Text => {
+        Class::Text | Class::CharText => {
             if edge {
                 V::Text(r.pick(TEXT_EDGES).to_string())
             } else {
                 V::Text(random_text(r, 10))
             }
         }
+        Class::Json => V::Json(super::json::random(r, 2)),
         Class::Bool => V::Bool(r.chance(0.5)),
         Class::Date => {
             if edge {
@@ -806,10 +872,11 @@ pub fn changed(r: &mut Rng, class: Class, v: &V) -> (V, &'static str) {
             let y = if y.is_finite() { y } else { x * (1.0 - 1e-9) };
             (V::Dbl(y), "nudged")
         }
-        (Class::Text, V::Text(s)) => {
+        (Class::Text | Class::CharText, V::Text(s)) => {
             let (t, why) = text_changed(r, s);
             (V::Text(t), why)
         }
+        (Class::Json, V::Json(j)) => (V::Json(j.changed()), "json changed"),
         (Class::Bool, V::Bool(b)) => (V::Bool(!b), "flipped"),
         (Class::Date, V::Date(d)) => {
             let (lo, hi) = date_range();
@@ -882,6 +949,7 @@ pub fn spelling(r: &mut Rng, v: &V) -> u8 {
     match v {
         V::Dec(_) | V::Uuid(_) => r.chance(0.3) as u8,
         V::Dbl(x) if *x == 0.0 => r.chance(0.5) as u8,
+        V::Json(_) => r.below(3) as u8,
         _ => 0,
     }
 }
