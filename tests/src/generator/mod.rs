@@ -31,16 +31,31 @@ pub fn held(_case: &Case, _c: &RunConfig) -> Option<&'static str> {
 /// A run Tally must refuse, by design: (the error code, the column it must name).
 /// MariaDB's protocol describes a query's `UUID` column as `CHAR(36)` text, and text
 /// against a UUID on the other side is schema drift (docs/engines.md).
+///
+/// The same text (a MariaDB query's JSON) against JSON on the other side, where the
+/// text's dataset reads '' as NULL (`empty_string_is_null`): that rule holds for text
+/// compared as text only, so the run is refused naming the column (docs/canonical-form.md).
 pub fn refusal(case: &Case, c: &RunConfig) -> Option<(&'static str, String)> {
     let my = [case.source, case.target].map(|e| e == Engine::My);
     if c.form != Form::Query || my[0] == my[1] {
         return None;
     }
-    case.columns[case.nkeys..]
-        .iter()
-        .enumerate()
-        .find(|(i, col)| col.class == Class::Uuid && !case.exclude.contains(&(i + case.nkeys)))
-        .map(|(_, col)| ("schema_drift", col.name.clone()))
+    let compared = || {
+        case.columns[case.nkeys..]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !case.exclude.contains(&(i + case.nkeys)))
+            .map(|(_, col)| col)
+    };
+    let text_side = usize::from(my[1]);
+    let drift = compared()
+        .find(|col| col.class == Class::Uuid)
+        .map(|col| ("schema_drift", col.name.clone()));
+    let json = compared()
+        .find(|col| col.class == Class::Json && case.empty_is_null[text_side])
+        .map(|col| ("no_canonical_form", col.name.clone()));
+    // schema drift is reported before columns without a canonical form
+    drift.or(json)
 }
 
 /// What a hunt covered: how many runs exercised each dimension.
