@@ -10,7 +10,7 @@ use tally_agent::dialect;
 use tally_agent::schema::{ColumnInfo, DatasetInfo};
 use tally_common::canonical::FieldFormat;
 use tally_common::checksum::{HashMethod, Hasher};
-use tally_common::segment::{ColumnSpec, Segment, Split};
+use tally_common::segment::{ColumnSpec, KeyPart, Segment, Split};
 use tally_common::types::TypeClass;
 use tally_e2e::engines::{Database, EngineFixture, sqlite::Sqlite};
 
@@ -124,4 +124,66 @@ async fn a_timestamp_is_read_in_the_datasets_time_zone() {
         .await
         .unwrap();
     assert_eq!(out.buckets[0].agg.count(), 1);
+}
+
+/// F17: a key's parts follow the one rule of every engine: an integer only where the
+/// column is an integer compared as one, the canonical text otherwise. SQLite made any
+/// INTEGER-stored key an integer part, so an integer keyed against another engine's
+/// decimal (whose parts are the decimal's text) paired no row: every row was reported
+/// missing on one side and extra on the other.
+#[tokio::test]
+async fn key_parts_are_integers_only_for_integers_compared_as_integers() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Sqlite.create("keys", dir.path()).await;
+    l.exec("CREATE TABLE k (id INTEGER PRIMARY KEY, d DECIMAL(12,0));\nINSERT INTO k VALUES (7, 7);\n")
+        .await;
+    let h = Hasher::unsealed(HashMethod::Sha256_64);
+    for (key, format, expected) in [
+        ("id", FieldFormat::new(TypeClass::Integer), KeyPart::Int(7)),
+        // an integer keyed against a decimal: the decimal's text
+        (
+            "id",
+            FieldFormat::new(TypeClass::Decimal),
+            KeyPart::Text("7".into()),
+        ),
+        (
+            "d",
+            FieldFormat::new(TypeClass::Decimal),
+            KeyPart::Text("7".into()),
+        ),
+    ] {
+        let config: tally_agent::config::DatasetConfig = tally_common::config_file::parse_yaml(
+            std::path::Path::new("x"),
+            &format!("{{ url: '{}', table: k, key: [{key}] }}", l.url),
+        )
+        .unwrap();
+        let source = config.source();
+        let ds = Dataset::new("k".into(), config, source, Connector::open(&l.url).unwrap());
+        let mut s = ds.session().await.unwrap();
+        let b = ds
+            .bind(
+                &mut s,
+                vec![ColumnSpec {
+                    name: key.into(),
+                    format,
+                }],
+                1,
+            )
+            .await
+            .unwrap();
+        let wanted: std::collections::HashSet<u64> =
+            [h.key(tally_common::canonical::row_string([Some("7")]).as_bytes())].into();
+        let (rows, _) = ds
+            .rows_by_key_hash(&mut s, &b, &h, &Segment::whole(), &wanted, 10)
+            .await
+            .unwrap();
+        s.finish().await.unwrap();
+        let keys: Vec<&Vec<KeyPart>> = rows.iter().map(|(_, r)| &r.key).collect();
+        assert_eq!(
+            keys,
+            vec![&vec![expected]],
+            "key {key} compared as {:?}",
+            format.class
+        );
+    }
 }

@@ -791,7 +791,12 @@ impl<'a> RowBuilder<'a> {
 /// compared as one: an integer column keyed against the other side's decimal (DESIGN
 /// §3) is compared by its decimal text, as that side's is, and may hold what no `i64`
 /// does (MySQL `BIGINT UNSIGNED` against PostgreSQL `numeric(20,0)`).
-fn key_into(row: &CanonRow, cols: &[BoundColumn], key_len: usize, key: &mut KeyTuple) -> Result<()> {
+pub(crate) fn key_into(
+    row: &CanonRow,
+    cols: &[BoundColumn],
+    key_len: usize,
+    key: &mut KeyTuple,
+) -> Result<()> {
     for (i, c) in cols.iter().enumerate().take(key_len) {
         let integer = c.info.class == TypeClass::Integer && c.spec.format.class == TypeClass::Integer;
         key.push(match row.field(i) {

@@ -9,7 +9,7 @@ use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
 use super::sqlx_conn::{self, SpanlessRows, SqlxConn};
-use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, RowSink, obey};
+use super::{CONNECT_TIMEOUT, CanonRow, EngineConn, EngineConnector, RowSink, key_into, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::{Dialect, FetchShape, Sql, relation, sqlite::Sqlite};
 use crate::error::{AgentError, Result};
@@ -293,7 +293,6 @@ fn column_info(name: String, declared: String, nullable: bool) -> ColumnInfo {
 fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usize) -> Result<CanonRow> {
     let db = |e| AgentError::from_db(dataset, e);
     let mut fields = Vec::with_capacity(cols.len());
-    let mut key = Vec::with_capacity(key_len);
     for (i, c) in cols.iter().enumerate() {
         let raw = row.try_get_raw(i).map_err(db)?;
         let storage = if raw.is_null() {
@@ -305,13 +304,6 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
             "NULL" => None,
             "INTEGER" => {
                 let v: i64 = row.try_get(i).map_err(db)?;
-                if i < key_len {
-                    key.push(if c.info.class == TypeClass::Text {
-                        KeyPart::Text(v.to_string())
-                    } else {
-                        KeyPart::Int(v)
-                    });
-                }
                 canonical_value(&c.spec.format, &Value::Int(i128::from(v)))
                     .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
@@ -327,17 +319,6 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
             }
             _ => {
                 let v: String = row.try_get(i).map_err(db)?;
-                if i < key_len {
-                    key.push(match c.info.class {
-                        TypeClass::Integer => KeyPart::Int(v.parse().map_err(|_| {
-                            AgentError::InvalidArgument(format!(
-                                "key column {} holds a non-integer",
-                                c.info.name
-                            ))
-                        })?),
-                        _ => KeyPart::Text(v.clone()),
-                    });
-                }
                 // a timestamp without zone compared as one with zone is read in the
                 // dataset's time_zone, as on every other engine (a text that already
                 // carries an offset is then refused, never read twice)
@@ -346,17 +327,14 @@ fn decode_row(dataset: &str, row: &SqliteRow, cols: &[BoundColumn], key_len: usi
                     .map_err(|e| canonical_error(dataset, &c.info.name, e))?
             }
         };
-        if i < key_len && text.is_none() {
-            return Err(AgentError::InvalidArgument(format!(
-                "key column {} holds NULL",
-                c.info.name
-            )));
-        }
-        if i < key_len && key.len() != i + 1 {
-            // REAL or BLOB keys: compare by canonical text
-            key.push(KeyPart::Text(text.clone().unwrap_or_default()));
-        }
         fields.push(text);
     }
-    Ok(CanonRow::new(key, &fields))
+    // key parts by the one rule of every engine (issue 31 F17: an INTEGER-stored key
+    // was an integer part here whatever it was compared as, so an integer keyed against
+    // another engine's decimal, whose parts are the decimal's text, paired no row)
+    let mut out = CanonRow::new(Vec::with_capacity(key_len), &fields);
+    let mut key = Vec::with_capacity(key_len);
+    key_into(&out, cols, key_len, &mut key)?;
+    out.key = key;
+    Ok(out)
 }

@@ -17,7 +17,7 @@ pub mod values;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use case::{Case, Mutation};
+use case::{Case, KeyShape, Mutation};
 use rng::Rng;
 use run::{Failure, Form, GRANULARITIES, Hashing, RunConfig, Strategy};
 use values::{Class, Engine, V};
@@ -35,10 +35,17 @@ pub fn held(_case: &Case, _c: &RunConfig) -> Option<&'static str> {
 /// The same text (a MariaDB query's JSON) against JSON on the other side, where the
 /// text's dataset reads '' as NULL (`empty_string_is_null`): that rule holds for text
 /// compared as text only, so the run is refused naming the column (docs/canonical-form.md).
+///
+/// An integer keyed against a decimal under strategy quantile or time: quantile cuts
+/// cannot order its decimal text, so the run is refused naming the key column before
+/// any scan (after the checks above, which resolve makes first).
 pub fn refusal(case: &Case, c: &RunConfig) -> Option<(&'static str, String)> {
+    let key = (case.key_shape == KeyShape::IntDec
+        && matches!(c.strategy, Strategy::Quantile | Strategy::Time(_)))
+    .then(|| ("config", case.columns[0].name.clone()));
     let my = [case.source, case.target].map(|e| e == Engine::My);
     if c.form != Form::Query || my[0] == my[1] {
-        return None;
+        return key;
     }
     let compared = || {
         case.columns[case.nkeys..]
@@ -55,7 +62,7 @@ pub fn refusal(case: &Case, c: &RunConfig) -> Option<(&'static str, String)> {
         .find(|col| col.class == Class::Json && case.empty_is_null[text_side])
         .map(|col| ("no_canonical_form", col.name.clone()));
     // schema drift is reported before columns without a canonical form
-    drift.or(json)
+    drift.or(json).or(key)
 }
 
 /// What a hunt covered: how many runs exercised each dimension.
@@ -170,6 +177,10 @@ pub fn configs(case: &Case, r: &mut Rng) -> Vec<RunConfig> {
         }
         for form in [Form::Table, Form::Query] {
             let mut strategies = vec![Strategy::Quantile, Strategy::Hash];
+            // keys quantile cuts cannot order: auto must bisect them by hash
+            if case.key_shape == KeyShape::IntDec {
+                strategies.push(Strategy::Auto);
+            }
             if case.time_column().is_some() {
                 strategies.push(Strategy::Time(
                     GRANULARITIES[r.below(GRANULARITIES.len() as u64) as usize],

@@ -34,6 +34,8 @@ pub enum Form {
 pub enum Strategy {
     Quantile,
     Hash,
+    /// the default: quantile, or hash where the keys cannot be cut by quantiles
+    Auto,
     Time(&'static str),
 }
 
@@ -44,6 +46,7 @@ impl Strategy {
         match self {
             Strategy::Quantile => "quantile".into(),
             Strategy::Hash => "hash".into(),
+            Strategy::Auto => "auto".into(),
             Strategy::Time(g) => format!("time/{g}"),
         }
     }
