@@ -46,6 +46,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // colour codes only where a person reads a terminal, never in a log file or a pipe
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tally_agent::install_crypto_provider();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

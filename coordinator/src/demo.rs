@@ -41,12 +41,14 @@ const ENGINE: &str = if cfg!(feature = "duckdb") {
     "sqlite"
 };
 
-fn agent_yaml(name: &str, db: &Path, release_log: &Path) -> String {
+/// An agent's config; `peer` is the other agent, the one sealed-run peer its dataset
+/// accepts (`policy.peers`).
+fn agent_yaml(name: &str, peer: &str, db: &Path, release_log: &Path) -> String {
     format!(
         "listen: 127.0.0.1:0\n\
          tls: {{ ca: ca.pem, cert: {name}.pem, key: {name}-key.pem, zone_key: {name}-zone.key, allowed_clients: [coordinator] }}\n\
          release_log: {}\n\
-         datasets:\n  orders:\n    url: '{ENGINE}://{}'\n    table: orders\n    key: [id]\n    policy: {{ max_level: with_keys }}\n",
+         datasets:\n  orders:\n    url: '{ENGINE}://{}'\n    table: orders\n    key: [id]\n    policy: {{ max_level: with_keys, peers: ['{peer}/orders'] }}\n",
         release_log.display(),
         db.display()
     )
@@ -75,8 +77,10 @@ async fn write_datasets(dir: &Path, rows: i64) -> anyhow::Result<Planted> {
 
 async fn start_agent(dir: &Path, name: &str) -> anyhow::Result<(String, tokio::sync::oneshot::Sender<()>)> {
     let path = dir.join(format!("{name}.yaml"));
+    let peer = if name == "dc1" { "vpc2" } else { "dc1" };
     let text = agent_yaml(
         name,
+        peer,
         &dir.join(format!("{name}.{ENGINE}")),
         &dir.join(format!("{name}-release.jsonl")),
     );

@@ -362,6 +362,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn,sqlx=error".into()),
         )
         .with_writer(std::io::stderr)
+        // colour codes only where a person reads a terminal, never in a log file or a pipe
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tally_agent::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()

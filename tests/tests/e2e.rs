@@ -592,6 +592,9 @@ fn tally_demo_finds_exactly_what_it_planted() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // a newcomer's first output: no warning about their setup, no colour codes in a pipe
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("WARN") && !stderr.contains('\u{1b}'), "{stderr}");
     let j: Value = serde_json::from_str(&stdout).unwrap();
     let counts = &j["difference_counts"];
     assert_eq!(
