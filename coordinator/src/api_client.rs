@@ -373,29 +373,107 @@ impl ApiClient {
             s => Err(self.refused(s, &body)),
         }
     }
+}
 
-    /// Polls run `id` until it finishes, calling `level` once for each new level. A
-    /// server that cannot be reached is polled again for up to a minute.
+/// The replicas of one `tally serve` group (`--server URL,URL,…`), followed through a
+/// leader change: a request goes to the replica that last answered, and moves on to
+/// the next when that one cannot be reached.
+#[derive(Debug)]
+pub struct ApiGroup {
+    members: Vec<ApiClient>,
+    at: std::sync::atomic::AtomicUsize,
+}
+
+impl ApiGroup {
+    /// A client of every comma-separated URL of `servers` (one is a group of one).
+    pub fn new(servers: &str, opts: ClientOptions) -> Result<ApiGroup, ApiError> {
+        let members = servers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| ApiClient::new(s, opts.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if members.is_empty() {
+            return Err(ApiError::Url(servers.to_string(), "no URL".into()));
+        }
+        Ok(ApiGroup {
+            members,
+            at: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn current(&self) -> &ApiClient {
+        &self.members[self.at.load(std::sync::atomic::Ordering::Relaxed) % self.members.len()]
+    }
+
+    fn next(&self) {
+        self.at.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The replica asked last.
+    pub fn server(&self) -> &str {
+        self.current().server()
+    }
+
+    /// Starts a run on the first replica that can be reached. Only a replica that
+    /// could not be connected to is passed over: a request that reached one may have
+    /// started the run, and is never sent twice.
+    pub async fn start(&self, spec: &str) -> Result<String, ApiError> {
+        let mut last = None;
+        for _ in 0..self.members.len() {
+            match self.current().start(spec).await {
+                Err(e @ ApiError::Unreachable { .. }) => {
+                    last = Some(e);
+                    self.next();
+                }
+                r => return r,
+            }
+        }
+        Err(last.expect("at least one member"))
+    }
+
+    /// Cancels run `id` through the first replica that can be reached.
+    pub async fn cancel(&self, id: &str) -> Result<(), ApiError> {
+        let mut last = None;
+        for _ in 0..self.members.len() {
+            match self.current().cancel(id).await {
+                Err(e @ ApiError::Unreachable { .. }) => {
+                    last = Some(e);
+                    self.next();
+                }
+                r => return r,
+            }
+        }
+        Err(last.expect("at least one member"))
+    }
+
+    /// Polls run `id`, which this client started, until it finishes, calling `level`
+    /// once for each new level. Through a leader change the run is out of reach for a
+    /// while: a replica that cannot be reached or breaks off its answer, a replica that
+    /// has not yet applied the run's start (404) and one without a leader (503) are
+    /// passed over to the next, for up to [`REACH_GRACE`] in a row; then the last
+    /// answer is the error.
     pub async fn follow(&self, id: &str, mut level: impl FnMut(&LevelOut)) -> Result<RunResult, ApiError> {
         let mut seen = 0;
-        let mut unreachable_since: Option<std::time::Instant> = None;
+        let mut out_of_reach_since: Option<std::time::Instant> = None;
         loop {
-            match self.poll(id).await {
+            match self.current().poll(id).await {
                 Ok(RunState::Done(result)) => {
                     // the levels finished between the last poll and the end
                     result.levels.iter().skip(seen).for_each(&mut level);
                     return Ok(*result);
                 }
                 Ok(RunState::Running(levels)) => {
-                    unreachable_since = None;
+                    out_of_reach_since = None;
                     levels.iter().skip(seen).for_each(&mut level);
                     seen = seen.max(levels.len());
                 }
-                Err(e @ ApiError::Unreachable { .. }) => {
-                    let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                Err(e) if transient(&e) => {
+                    let since = *out_of_reach_since.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() > REACH_GRACE {
                         return Err(e);
                     }
+                    self.next();
                 }
                 Err(e) => return Err(e),
             }
@@ -404,9 +482,81 @@ impl ApiClient {
     }
 }
 
+/// What a replica answers while its group changes leader, for a run that exists.
+fn transient(e: &ApiError) -> bool {
+    match e {
+        ApiError::Unreachable { .. } | ApiError::Protocol { .. } => true,
+        ApiError::Refused { status, .. } => matches!(status, 404 | 502 | 503 | 504),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_is_every_url_of_the_list_and_each_is_checked() {
+        let g = ApiGroup::new(
+            "http://127.0.0.1:7400, http://127.0.0.1:7401,",
+            ClientOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(g.members.len(), 2);
+        assert_eq!(g.server(), "http://127.0.0.1:7400");
+        g.next();
+        assert_eq!(g.server(), "http://127.0.0.1:7401");
+        g.next();
+        assert_eq!(g.server(), "http://127.0.0.1:7400");
+        let e = ApiGroup::new("http://127.0.0.1:7400,ftp://x:1", ClientOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("ftp://x:1"), "{e}");
+        assert!(ApiGroup::new(" , ", ClientOptions::default()).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_run_is_started_on_the_first_replica_that_can_be_reached() {
+        // a port nothing listens on, then a server that starts the run
+        let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead_port = dead.local_addr().unwrap().port();
+        drop(dead);
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live_port = live.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut sock, _) = live.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = sock.read(&mut buf).await.unwrap();
+            let body = r#"{"id":"r-1"}"#;
+            let answer = format!(
+                "HTTP/1.1 202 Accepted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            sock.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let g = ApiGroup::new(
+            &format!("http://127.0.0.1:{dead_port},http://127.0.0.1:{live_port}"),
+            ClientOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(g.start("name: x").await.unwrap(), "r-1");
+        assert_eq!(g.server(), format!("http://127.0.0.1:{live_port}"));
+    }
+
+    #[test]
+    fn a_leader_change_is_waited_out_and_other_refusals_are_not() {
+        let refused = |status| ApiError::Refused {
+            server: "s".into(),
+            status,
+            message: String::new(),
+        };
+        for s in [404, 502, 503, 504] {
+            assert!(transient(&refused(s)), "{s}");
+        }
+        for s in [400, 401, 403, 409, 500] {
+            assert!(!transient(&refused(s)), "{s}");
+        }
+        assert!(!transient(&ApiError::Credentials("x".into())));
+    }
 
     #[test]
     fn server_urls_are_checked_before_any_connection() {

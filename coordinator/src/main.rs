@@ -52,8 +52,9 @@ enum Command {
         resume: Option<String>,
         /// Run on `tally serve` at URL (https://HOST:PORT) instead of here: the spec is
         /// submitted, its levels followed, its result printed as a local run prints it.
+        /// A group's replicas as URL,URL,…: the run is followed through a leader change.
         /// Ctrl-C cancels the run on the server.
-        #[arg(long, value_name = "URL", conflicts_with_all = ["config", "data_dir", "resume"])]
+        #[arg(long, value_name = "URL[,URL…]", conflicts_with_all = ["config", "data_dir", "resume"])]
         server: Option<String>,
         #[command(flatten)]
         remote: RemoteArgs,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use hyper::Method;
-use tally_coordinator::api_client::{ApiClient, ClientOptions};
+use tally_coordinator::api_client::{ApiClient, ApiGroup, ClientOptions};
 use tally_coordinator::result::LevelOut;
 use tally_coordinator::spec::Spec;
 
@@ -182,7 +182,7 @@ pub async fn cmd_run_server(
         token,
         cert: args.cert.zip(args.key),
     };
-    let client = match ApiClient::new(server, opts) {
+    let client = match ApiGroup::new(server, opts) {
         Ok(c) => c,
         Err(e) => return fail(e.to_string()),
     };

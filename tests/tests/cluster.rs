@@ -290,11 +290,44 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     let li = first as usize - 1;
     eprintln!("leader: replica {first}");
 
-    // a follower takes the run and forwards it to the leader
-    let follower = &replicas[(li + 1) % 3];
-    let (code, body) = request(follower.api, None, "POST", "/v1/runs", Some(TOKEN), SPEC).unwrap();
-    assert_eq!(code, 202, "{body}");
-    let id = body["id"].as_str().unwrap().to_string();
+    // `tally run --server` with the group's replicas, a follower first: the follower
+    // takes the run and forwards it to the leader, and the client follows the run
+    // through the leader's kill below to its result and exit code (issue 34)
+    let follower = (li + 1) % 3;
+    let servers = (0..3)
+        .map(|k| format!("http://127.0.0.1:{}", replicas[(follower + k) % 3].api))
+        .collect::<Vec<_>>()
+        .join(",");
+    std::fs::write(dir.join("failover.yaml"), SPEC).unwrap();
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let mut cli = Command::new(bins::tally())
+        .args(["run", "--json", "--server", &servers, "--token-file"])
+        .arg(dir.join("token"))
+        .arg(dir.join("failover.yaml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = cli.stderr.take().unwrap();
+    let cli_stderr = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let id = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("tally run --server printed no `run … started` line within 60 s");
+        if let Some(rest) = line.strip_prefix("tally run: run ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
     assert!(
         id.contains(&format!("-{first}-")),
         "the leader named the run: {id}"
@@ -337,6 +370,17 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     let j = &doc["result"];
     assert_eq!(j["verdict"], "differ", "{j}");
     assert_eq!(differences(j), expected());
+    // the client that followed the run through the kill exits with its verdict (1) and
+    // prints its result, not an error of the leader change
+    let out = cli.wait_with_output().unwrap();
+    let cli_err = cli_stderr.join().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "tally run --server {servers}:\n{cli_err}"
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(differences(&printed), expected(), "{cli_err}");
     let n_levels = j["levels"].as_array().unwrap().len();
     assert!(n_levels >= 3, "{n_levels} levels");
     // after the kill each side is asked at most the levels not committed by then, each
