@@ -448,10 +448,12 @@ impl ApiGroup {
     }
 
     /// Polls run `id`, which this client started, until it finishes, calling `level`
-    /// once for each new level. Through a leader change the run is out of reach for a
-    /// while: a replica that cannot be reached or breaks off its answer, a replica that
-    /// has not yet applied the run's start (404) and one without a leader (503) are
-    /// passed over to the next, for up to [`REACH_GRACE`] in a row; then the last
+    /// once for each new level. The replicas are asked in turn, one per poll: a leader
+    /// cut off from its group still answers "running" with its frozen levels, while the
+    /// others finish the run. Through a leader change the run is out of reach for a
+    /// while: a replica that cannot be reached or breaks off its answer, one that has
+    /// not yet applied the run's start (404) and one without a leader (502-504) count
+    /// as out of reach, and when every poll for [`REACH_GRACE`] in a row was, the last
     /// answer is the error.
     pub async fn follow(&self, id: &str, mut level: impl FnMut(&LevelOut)) -> Result<RunResult, ApiError> {
         let mut seen = 0;
@@ -473,10 +475,10 @@ impl ApiGroup {
                     if since.elapsed() > REACH_GRACE {
                         return Err(e);
                     }
-                    self.next();
                 }
                 Err(e) => return Err(e),
             }
+            self.next();
             tokio::time::sleep(POLL_EVERY).await;
         }
     }

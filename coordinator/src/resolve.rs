@@ -507,8 +507,16 @@ pub fn resolve(spec: &Spec, src: &Describe, tgt: &Describe) -> Result<Resolved, 
             )
         })
     });
+    // a dataset whose policy keeps its key values in its zone: auto bisects by hash
+    // (quantile and time were refused by check_policies, naming the policy key)
+    let hidden = [src, tgt].into_iter().find(|d| !d.expose_key_bounds).map(|d| {
+        format!(
+            "dataset {} keeps its key values in its zone (expose_key_bounds: false)",
+            d.dataset
+        )
+    });
     let mut hash_bisection = false;
-    if let (true, Some(why)) = (cuts_keys, uncuttable) {
+    if let (true, Some(why)) = (cuts_keys, uncuttable.or(hidden)) {
         if spec.bisection.strategy != Strategy::Auto {
             return Err(RunError::Config(format!(
                 "bisection.strategy {}: {why}; quantile cuts need integer or text keys of one class on both sides: \
@@ -565,8 +573,9 @@ pub fn check_policies(spec: &Spec, sides: [(&str, &Describe); 2]) -> Result<(), 
             }
         }
         // mode measures sends no key bound
+        // auto bisects such a dataset by hash (resolve)
         if !d.expose_key_bounds
-            && spec.bisection.strategy != Strategy::Hash
+            && matches!(spec.bisection.strategy, Strategy::Quantile | Strategy::Time)
             && spec.mode != crate::spec::Mode::Measures
         {
             return Err(RunError::PolicyRefused {
@@ -633,6 +642,8 @@ mod tests {
             key: vec!["id".into()],
             hash_methods: vec![HashMethod::Sha256_64, HashMethod::Md5_48],
             xor_supported: true,
+            // an agent's default policy
+            expose_key_bounds: true,
             ..Default::default()
         }
     }
@@ -1658,10 +1669,29 @@ mod tests {
         let mut hidden = s.clone();
         hidden.max_level = PrivacyLevel::WithKeys;
         hidden.expose_key_bounds = false;
-        let e = check_policies(&sp, [("a", &hidden), ("b", &hidden)])
+        // quantile would send key bounds: refused; auto bisects by hash instead
+        let mut quantile = sp.clone();
+        quantile.bisection.strategy = Strategy::Quantile;
+        let e = check_policies(&quantile, [("a", &hidden), ("b", &hidden)])
             .unwrap_err()
             .to_string();
         assert!(e.contains("expose_key_bounds"), "{e}");
+        assert!(check_policies(&sp, [("a", &hidden), ("b", &hidden)]).is_ok());
+        let with_id = |d: &Describe| {
+            let mut d = d.clone();
+            d.columns = vec![col("id", TypeClass::Integer, "bigint", None)];
+            d
+        };
+        let r = resolve(&sp, &with_id(&hidden), &with_id(&s)).unwrap();
+        assert!(
+            r.hash_bisection,
+            "auto bisects a dataset that hides its keys by hash"
+        );
+        assert!(
+            r.warnings.iter().any(|w| w.contains("expose_key_bounds: false")),
+            "{:?}",
+            r.warnings
+        );
         // strategy time: both agents must list the time column
         let mut sp = spec();
         sp.bisection.strategy = Strategy::Time;
