@@ -22,7 +22,7 @@ use tally_common::wire::measures::{Labels, MeasureGroup};
 
 use crate::client::Digests;
 use crate::config::ClientTls;
-use crate::engine::Event;
+use crate::engine::{Event, Side};
 use crate::fidelity::Fidelity;
 use crate::result::{DiffCounts, RunResult};
 use crate::runlog::RunLog;
@@ -43,11 +43,33 @@ pub const PREDICATE_TYPE: &str = "https://tally.dev/reconciliation/v1";
 // ---------------------------------------------------------------------------------
 // As answers arrive
 
+/// The side an answer signs it answered as: the side asked, or none from an agent
+/// before sides were signed (its answer verifies nowhere, docs/evidence.md, but the run
+/// is not refused for it).
+fn check_side(p: &AgentResult, side: Side) -> Result<(), String> {
+    match p.scope.side {
+        Some(s) if s != side => Err(format!(
+            "signs it answered as the {} side, asked as the {}",
+            s.name(),
+            side.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The parts of a signed answer every RPC shares.
-fn check_common(p: &AgentResult, run_id: &str, dataset: &str, rpc: &str, head: &str) -> Result<(), String> {
+fn check_common(
+    p: &AgentResult,
+    run_id: &str,
+    side: Side,
+    dataset: &str,
+    rpc: &str,
+    head: &str,
+) -> Result<(), String> {
     if p.run_id != run_id {
         return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
     }
+    check_side(p, side)?;
     if p.dataset != dataset {
         return Err(format!("names dataset {:?}, not {dataset:?}", p.dataset));
     }
@@ -71,10 +93,10 @@ pub fn signed_buckets(r: &AggregateResponse) -> Vec<SignedBucket> {
 /// Checks that an Aggregate answer carries its agent's envelope over exactly what it
 /// says, for this run and dataset (the signature itself is checked against the agent's
 /// certificate by [`verify`]).
-pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
+pub fn check_aggregate(run_id: &str, side: Side, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, dataset, "Aggregate", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Aggregate", &r.release_log_head)?;
     if p.buckets.as_deref() != Some(&signed_buckets(r)[..]) {
         return Err("signs other buckets than the answer's".into());
     }
@@ -84,12 +106,13 @@ pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Re
 /// As [`check_aggregate`], for a Measures answer: the envelope signs its groups.
 pub fn check_measures(
     run_id: &str,
+    side: Side,
     dataset: &str,
     r: &tally_common::wire::measures::MeasuresResponse,
 ) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, dataset, "Measures", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Measures", &r.release_log_head)?;
     if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(&r.groups).as_str()) {
         return Err("signs other groups than the answer's".into());
     }
@@ -106,12 +129,13 @@ pub fn digests_hash(d: &[tally_common::wire::RowDigest]) -> String {
 }
 
 /// As [`check_aggregate`], for a collected RowDigests stream.
-pub fn check_digests(run_id: &str, dataset: &str, d: &Digests) -> Result<(), String> {
+pub fn check_digests(run_id: &str, side: Side, dataset: &str, d: &Digests) -> Result<(), String> {
     let env = d.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
     if p.run_id != run_id {
         return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
     }
+    check_side(&p, side)?;
     if p.dataset != dataset || p.rpc != "RowDigests" {
         return Err(format!(
             "signs {} of dataset {:?}, not RowDigests of {dataset:?}",
@@ -183,6 +207,60 @@ pub struct Totals {
     pub window: Option<tally_common::segment::Window>,
 }
 
+/// The agent that signed a side's answers, and the dataset it answered for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SideAgent {
+    /// Its certificate's DNS name it signs as (its envelopes' keyid).
+    pub agent: String,
+    pub dataset: String,
+}
+
+/// Each side's signing agent (`null` for a side that never answered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SideAgents {
+    pub source: Option<SideAgent>,
+    pub target: Option<SideAgent>,
+}
+
+impl SideAgents {
+    fn get(&self, side: Side) -> Option<&SideAgent> {
+        match side {
+            Side::Source => self.source.as_ref(),
+            Side::Target => self.target.as_ref(),
+        }
+    }
+}
+
+/// Each side's signing agent from a run's events: the agent and dataset of the first
+/// answer the event records for that side.
+fn side_agents(events: &[Value]) -> SideAgents {
+    let mut out = SideAgents {
+        source: None,
+        target: None,
+    };
+    for v in events {
+        let Some(env) = envelope_of(v) else { continue };
+        let Ok(p) = serde_json::from_value::<Envelope>(env)
+            .map_err(|e| e.to_string())
+            .and_then(|e| AgentResult::open(&e))
+        else {
+            continue;
+        };
+        let slot = match v["side"].as_str() {
+            Some("source") => &mut out.source,
+            Some("target") => &mut out.target,
+            _ => continue,
+        };
+        slot.get_or_insert(SideAgent {
+            agent: p.agent,
+            dataset: p.dataset,
+        });
+    }
+    out
+}
+
 /// The Statement's predicate (`predicateType` [`PREDICATE_TYPE`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +277,10 @@ pub struct Predicate {
     pub canonical_form_version: u32,
     /// The privacy level the run reported at.
     pub level: String,
+    /// Each side's signing agent and dataset: every answer of a side is signed by it.
+    /// Absent only in statements signed before it, which no longer verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<SideAgents>,
     /// `null` when the run ended before that side's level-1 answer.
     pub source: Option<Totals>,
     pub target: Option<Totals>,
@@ -505,6 +587,7 @@ pub async fn seal_run(
         hash_method: result.hash_method.clone(),
         canonical_form_version: tally_common::canonical::CANONICAL_FORM_VERSION,
         level: result.level.clone(),
+        agents: Some(side_agents(&events)),
         source,
         target,
         leaves: result.leaves.len() as u64,
@@ -1142,8 +1225,40 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 );
             }
             let side = v["side"].as_str().unwrap_or_default().to_string();
-            if side != "source" && side != "target" {
-                return Err(format!("the event's side is {side:?}"));
+            let asked = match side.as_str() {
+                "source" => Side::Source,
+                "target" => Side::Target,
+                _ => return Err(format!("the event's side is {side:?}")),
+            };
+            // only what an agent signs binds a side: the coordinator signs the events
+            // and the statement, and could swap the sides throughout (issue 32 E5)
+            match sp.scope.side {
+                Some(s) if s == asked => {}
+                Some(s) => {
+                    return Err(format!(
+                        "the agent signed it answered as the {} side, the event puts it on the {side} side",
+                        s.name()
+                    ));
+                }
+                None => {
+                    return Err(
+                        "the agent did not sign which side it answered as (an agent from before sides were \
+                         signed): its answer could stand for either side, so the bundle cannot be verified"
+                            .into(),
+                    );
+                }
+            }
+            let named = p
+                .agents
+                .as_ref()
+                .ok_or("the statement names no signing agent per side (a coordinator from before sides were bound)")?
+                .get(asked)
+                .ok_or_else(|| format!("the statement names no {side} agent, and this answer is one"))?;
+            if named.agent != sp.agent || named.dataset != sp.dataset {
+                return Err(format!(
+                    "signed by {:?} for dataset {:?}; the statement's {side} side is {:?}'s {:?}",
+                    sp.agent, sp.dataset, named.agent, named.dataset
+                ));
             }
             if sp.scope.method != p.hash_method {
                 return Err(format!(
@@ -1221,6 +1336,24 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .map(|e| e["spec"].clone())
         .unwrap_or_default();
     let paired = (|| {
+        // the statement names the agent of exactly the sides that answered (each answer
+        // was checked above to be signed by its side's named agent)
+        let named = p
+            .agents
+            .as_ref()
+            .ok_or("the statement names no signing agent per side")?;
+        for side in [Side::Source, Side::Target] {
+            if let Some(a) = named.get(side)
+                && !sides.contains_key(side.name())
+            {
+                return Err(format!(
+                    "the statement names {:?} of {:?} as the {} agent, and no answer of that side is in the record",
+                    a.agent,
+                    a.dataset,
+                    side.name()
+                ));
+            }
+        }
         let (src, tgt) = match (sides.get("source"), sides.get("target")) {
             (Some(s), Some(t)) => (s, t),
             (None, None) if p.verdict == "error" => {
@@ -1245,6 +1378,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         if src.0 == tgt.0 && src.1 == tgt.1 {
             return Err(format!("both sides' answers are {:?}'s of {:?}", src.0, src.1));
         }
+
         match (&src.3, &tgt.3) {
             (Some(s), Some(t)) => {
                 if s.peer != tgt.0 || s.peer_dataset != tgt.1 || t.peer != src.0 || t.peer_dataset != src.1 {
