@@ -1179,6 +1179,9 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     // payload has more than one base64 spelling, so anyone could list one agent-signed
     // answer for two events under a second, equally valid envelope (issue 32 D1)
     let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    // every bucket each side's agent signed: a result's leaf aggregates must be among them
+    let mut signed_aggregates: BTreeMap<String, std::collections::HashSet<SignedBucketTotals>> =
+        BTreeMap::new();
     for v in &events {
         let Some(env) = answer_envelope(v) else { continue };
         let name = format!(
@@ -1288,6 +1291,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     {
                         return Err("the event's buckets are not the ones the agent signed".into());
                     }
+                    signed_aggregates.entry(side.clone()).or_default().extend(
+                        sp.buckets
+                            .iter()
+                            .flatten()
+                            .map(|b| (b.count, b.sum.clone(), b.xor.clone())),
+                    );
                     if sp.release_log_head != response.release_log_head {
                         return Err("the event's release-log head is not the one the agent signed".into());
                     }
@@ -1405,6 +1414,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     if !c.check("sides", paired) {
         return None;
     }
+    if !c.check(
+        "result fields",
+        result_fields(&result_json, &spec, &signed_aggregates),
+    ) {
+        return None;
+    }
 
     // the totals the statement states are the agents' signed level-1 buckets
     let signed = level_one(&events);
@@ -1517,6 +1532,70 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     Some(())
+}
+
+/// A bucket's aggregates as an agent signed them: count, sum, xor.
+type SignedBucketTotals = (u64, String, Option<String>);
+
+/// The result's fields that name what was compared, checked against the record (the
+/// started spec, whose sides' datasets the agents signed) and the agents' signed
+/// buckets (issue 32 E15): its `name`; each side's `agent` and `dataset`; and each
+/// leaf's `source` / `target` aggregates (`count`, `checksum`, `xor`), each a bucket
+/// that side's agent signed, or empty (count 0, checksum 0, no xor or xor 0). The
+/// result's `verdict`, `hash_method`, `level`, `fidelity`, `false_match_bound`,
+/// `difference_counts`, number of `leaves`, `window` and sides' `count` are checked
+/// by the checks named for them.
+fn result_fields(
+    result: &Value,
+    spec: &Value,
+    signed: &BTreeMap<String, std::collections::HashSet<SignedBucketTotals>>,
+) -> Result<String, String> {
+    if result["name"] != spec["name"] {
+        return Err(format!(
+            "the result's name is {}, the started spec's {}",
+            result["name"], spec["name"]
+        ));
+    }
+    for side in ["source", "target"] {
+        for k in ["agent", "dataset"] {
+            if result[side][k] != spec[side][k] {
+                return Err(format!(
+                    "the result's {side}.{k} is {}, the started spec's {}",
+                    result[side][k], spec[side][k]
+                ));
+            }
+        }
+    }
+    let leaves = result["leaves"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let none = std::collections::HashSet::new();
+    for (i, leaf) in leaves.iter().enumerate() {
+        for side in ["source", "target"] {
+            let a = &leaf[side];
+            let count = a["count"].as_u64();
+            let sum = a["checksum"].as_str();
+            let xor = match &a["xor"] {
+                Value::Null => Some(None),
+                Value::String(x) => Some(Some(x.clone())),
+                _ => None,
+            };
+            let (Some(count), Some(sum), Some(xor)) = (count, sum, xor) else {
+                return Err(format!(
+                    "the result's leaves[{i}].{side} is not {{count, checksum, xor}}: {a}"
+                ));
+            };
+            let empty = count == 0 && sum == hex64(0) && xor.as_deref().is_none_or(|x| x == hex64(0));
+            let bucket = (count, sum.to_string(), xor);
+            if !empty && !signed.get(side).unwrap_or(&none).contains(&bucket) {
+                return Err(format!(
+                    "the result's leaves[{i}].{side} ({count} rows, checksum {sum}) is no bucket the {side} agent signed"
+                ));
+            }
+        }
+    }
+    Ok(format!(
+        "name, sides and {} leaves' aggregates are the record's and the agents'",
+        leaves.len()
+    ))
 }
 
 /// The fidelity the run's record gives: its `started` spec resolved against its

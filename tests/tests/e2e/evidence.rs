@@ -799,6 +799,38 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
         }),
         "agent_results[",
     ));
+    // E15 (issue 32): a result field outside the statement, changed
+    {
+        let mut other = result.clone();
+        other["source"]["agent"] = json!("vpc2");
+        cases.push((
+            "E15: the result's source agent changed",
+            with_result(&a, &certs, &other, |_, _| {}),
+            "result fields",
+        ));
+        let mut other = result.clone();
+        other["target"]["dataset"] = json!("orders_copy");
+        cases.push((
+            "E15: the result's target dataset changed",
+            with_result(&a, &certs, &other, |_, _| {}),
+            "result fields",
+        ));
+        let mut other = result.clone();
+        other["name"] = json!("another-spec");
+        cases.push((
+            "E15: the result's name changed",
+            with_result(&a, &certs, &other, |_, _| {}),
+            "result fields",
+        ));
+        let mut other = result.clone();
+        let leaf = &mut other["leaves"][0]["source"];
+        leaf["count"] = json!(leaf["count"].as_u64().unwrap() + 1);
+        cases.push((
+            "E15: a leaf's source count changed",
+            with_result(&a, &certs, &other, |_, _| {}),
+            "result fields",
+        ));
+    }
     let dir = d.path().join("tampered");
     std::fs::create_dir_all(&dir).unwrap();
     // every case is checked, and every one that goes wrong is named at the end
