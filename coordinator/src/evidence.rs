@@ -791,6 +791,80 @@ impl Checks {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS` then, with `fraction`, an optional `.` and 1 to 9 digits,
+/// then `Z`: RFC 3339 in UTC, never `+00:00` nor lowercase `t`/`z`; a real time.
+fn utc_time(t: &str, fraction: bool) -> Result<time::OffsetDateTime, String> {
+    let b = t.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let shape = b.len() >= 20
+        && (0..19).all(|i| match i {
+            4 | 7 => b[i] == b'-',
+            10 => b[i] == b'T',
+            13 | 16 => b[i] == b':',
+            _ => digit(i),
+        })
+        && b[b.len() - 1] == b'Z'
+        && match b.len() {
+            20 => true,
+            n => fraction && b[19] == b'.' && (22..=30).contains(&n) && (20..n - 1).all(digit),
+        };
+    if !shape {
+        return Err(format!(
+            "time {t:?} is not RFC 3339 in UTC{} (YYYY-MM-DDTHH:MM:SS{}Z)",
+            if fraction { "" } else { " in whole seconds" },
+            if fraction { "[.fraction]" } else { "" }
+        ));
+    }
+    time::OffsetDateTime::parse(t, &Rfc3339).map_err(|e| format!("time {t:?}: {e}"))
+}
+
+/// 64 lowercase hex digits (a SHA-256).
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The shape of an agent's payload that no other check reads: its digests are 64
+/// lowercase hex digits, its time RFC 3339 UTC in whole seconds, `key_len` between 1
+/// and the number of columns, and a seal exactly when the method is sealed.
+fn payload_shape(sp: &AgentResult) -> Result<time::OffsetDateTime, String> {
+    for (field, v) in [
+        ("request_sha256", Some(&sp.request_sha256)),
+        ("release_log_head", Some(&sp.release_log_head)),
+        ("digests_sha256", sp.digests_sha256.as_ref()),
+        ("groups_sha256", sp.groups_sha256.as_ref()),
+    ] {
+        if let Some(v) = v
+            && !is_sha256_hex(v)
+        {
+            return Err(format!("its {field} {v:?} is not 64 lowercase hex digits"));
+        }
+    }
+    let scope = &sp.scope;
+    if scope.key_len == 0 || scope.key_len > scope.columns.len() {
+        return Err(format!(
+            "its scope's key_len {} is not between 1 and its {} columns",
+            scope.key_len,
+            scope.columns.len()
+        ));
+    }
+    if scope.method.starts_with("sealed_") != scope.seal.is_some() {
+        return Err(if scope.seal.is_some() {
+            format!(
+                "its method {} is not sealed and its scope names a seal",
+                scope.method
+            )
+        } else {
+            format!(
+                "its method {} is sealed and its scope names no seal",
+                scope.method
+            )
+        });
+    }
+    utc_time(&sp.time, false).map_err(|e| format!("its {e}"))
+}
+
 fn b64(field: &str, text: &str) -> Result<Vec<u8>, String> {
     STANDARD
         .decode(text)
@@ -920,10 +994,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .and_then(|p| {
             serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}"))
         })
-        .and_then(|cp| {
-            time::OffsetDateTime::parse(&cp.time, &time::format_description::well_known::Rfc3339)
-                .map_err(|e| format!("checkpoint time {:?}: {e}", cp.time))
-        });
+        .and_then(|cp| utc_time(&cp.time, false).map_err(|e| format!("the checkpoint's {e}")));
     let shown = at
         .as_ref()
         .ok()
@@ -1007,6 +1078,8 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     s.type_, s.predicate_type
                 ));
             }
+            utc_time(&s.predicate.started, true).map_err(|e| format!("started: {e}"))?;
+            utc_time(&s.predicate.finished, false).map_err(|e| format!("finished: {e}"))?;
             match s.subject.as_slice() {
                 [one] if one.name == format!("tally-run:{}", s.predicate.run_id) => Ok(s),
                 _ => Err("the subject must be the one result, named tally-run:<run_id>".into()),
@@ -1147,11 +1220,17 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     }
 
     // the spec the run started with
+    let started_events = events.iter().filter(|e| e["event"] == "started").count();
     let spec = events
         .iter()
         .find(|e| e["event"] == "started")
         .ok_or_else(|| "no started event".to_string())
         .and_then(|s| {
+            if started_events != 1 {
+                return Err(format!(
+                    "the record has {started_events} started events: a run starts once"
+                ));
+            }
             if spec_sha256(&s["spec"])? != p.spec_sha256 {
                 return Err("the started event's spec is not the statement's spec_sha256".into());
             }
@@ -1203,8 +1282,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 return Err(format!("names run {:?}, not {run_id:?}", sp.run_id));
             }
             // answered while the run ran, by the agent's clock (within CLOCK_SKEW)
-            let t = time::OffsetDateTime::parse(&sp.time, &Rfc3339)
-                .map_err(|e| format!("its time {:?}: {e}", sp.time))?;
+            let t = payload_shape(&sp)?;
             let started = time::OffsetDateTime::parse(&p.started, &Rfc3339)
                 .map_err(|e| format!("the statement's started {:?}: {e}", p.started))?;
             if t < started - CLOCK_SKEW || t > signed_at + CLOCK_SKEW {
@@ -1790,6 +1868,74 @@ mod tests {
     }
 
     use std::path::Path;
+
+    #[test]
+    fn times_are_rfc3339_in_utc_and_whole_seconds_where_the_format_says() {
+        assert!(utc_time("2026-12-01T20:17:49Z", false).is_ok());
+        for bad in [
+            "2026-12-01T20:17:49.5Z",
+            "2026-12-01T20:17:49+00:00",
+            "2026-12-01t20:17:49z",
+            "2026-12-01 20:17:49Z",
+            "2026-13-01T20:17:49Z",
+            "2026-12-01T20:17:49",
+            "",
+        ] {
+            assert!(utc_time(bad, false).is_err(), "{bad}");
+        }
+        // a run's start may carry a fraction, in UTC still
+        assert!(utc_time("2026-12-01T21:17:29.20226721Z", true).is_ok());
+        assert!(utc_time("2026-12-01T21:17:29Z", true).is_ok());
+        assert!(utc_time("2026-12-04T23:16:53.881977077Z", true).is_ok());
+        assert!(utc_time("2026-12-04T23:16:53.1Z", true).is_ok());
+        for bad in [
+            "2026-12-01T21:17:29.Z",
+            "2026-12-01T21:17:29.1234567890Z",
+            "2026-12-01T21:17:29.5+00:00",
+        ] {
+            assert!(utc_time(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_agents_payload_has_the_shape_the_format_gives() {
+        let ok = AgentResult {
+            run_id: "r".into(),
+            agent: "a".into(),
+            dataset: "d".into(),
+            rpc: "RowDigests".into(),
+            request_sha256: "ab".repeat(32),
+            scope: tally_common::evidence::Scope {
+                side: Some(Side::Source),
+                method: "sha256_64".into(),
+                columns: vec!["id".into(), "v".into()],
+                key_len: 1,
+                whole: false,
+                seal: None,
+                window: None,
+                group_by: None,
+                measures: None,
+            },
+            buckets: None,
+            digests_sha256: Some("cd".repeat(32)),
+            groups_sha256: None,
+            release_log_head: "ef".repeat(32),
+            time: "2026-12-01T20:17:49Z".into(),
+        };
+        assert!(payload_shape(&ok).is_ok());
+        let refused = |f: &dyn Fn(&mut AgentResult)| {
+            let mut p = ok.clone();
+            f(&mut p);
+            payload_shape(&p).unwrap_err()
+        };
+        assert!(refused(&|p| p.request_sha256 = "AB".repeat(32)).contains("request_sha256"));
+        assert!(refused(&|p| p.release_log_head.pop().map(drop).unwrap_or(())).contains("release_log_head"));
+        assert!(refused(&|p| p.digests_sha256 = Some("x".into())).contains("digests_sha256"));
+        assert!(refused(&|p| p.scope.key_len = 0).contains("key_len"));
+        assert!(refused(&|p| p.scope.key_len = 3).contains("key_len"));
+        assert!(refused(&|p| p.scope.method = "sealed_sha256_64".into()).contains("seal"));
+        assert!(refused(&|p| p.time = "2026-12-01T20:17:49.1Z".into()).contains("whole seconds"));
+    }
 
     #[test]
     fn the_stated_fidelity_must_be_the_one_the_record_resolves_to() {

@@ -158,6 +158,25 @@ fn resign_answers(events: &mut [Value], agent: &str, key: &TlsSigner) {
     }
 }
 
+/// Re-signs, with `key`, the answer payload of the first event of `events` that
+/// `pick` selects, after `edit` (what an agent holding that key could sign).
+fn resign_one(
+    events: &mut [Value],
+    pick: impl Fn(&Value) -> bool,
+    key: &TlsSigner,
+    edit: impl FnOnce(&mut Value),
+) {
+    let e = events.iter_mut().find(|e| pick(e)).expect("an answer to re-sign");
+    let slot = match e["event"].as_str() {
+        Some("aggregated") => &mut e["response"]["envelope"],
+        _ => &mut e["envelope"],
+    };
+    let mut p = payload(slot);
+    edit(&mut p);
+    let agent = p["agent"].as_str().unwrap().to_string();
+    *slot = sign(AGENT_RESULT, &p, &agent, key);
+}
+
 /// Swaps the values of `a` and `b` in a JSON object (absent stays absent).
 fn swap_fields(v: &mut Value, a: &str, b: &str) {
     let o = v.as_object_mut().unwrap();
@@ -831,6 +850,165 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
             "result fields",
         ));
     }
+    // leniencies (issue 32): each refused, naming the check
+    let digests_of = |agent: &'static str| {
+        move |e: &Value| e["event"] == "digests" && payload(&e["envelope"])["agent"] == agent
+    };
+    for (name, time) in [
+        ("an agent's time with a fraction of a second", ".5Z"),
+        ("an agent's time at +00:00", "+00:00"),
+    ] {
+        cases.push((
+            name,
+            forger(&|ev, _| {
+                resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                    let t = p["time"].as_str().unwrap().trim_end_matches('Z').to_string();
+                    p["time"] = json!(format!("{t}{time}"));
+                })
+            }),
+            "agent_results[",
+        ));
+    }
+    {
+        let mut t = forger(&|_, _| {});
+        let mut cp = payload(&t["checkpoint"]);
+        let time = cp["time"].as_str().unwrap().trim_end_matches('Z').to_string();
+        cp["time"] = json!(format!("{time}+00:00"));
+        t["checkpoint"] = sign(CHECKPOINT, &cp, "coordinator", &signer(&certs, "coordinator"));
+        cases.push(("the checkpoint's time at +00:00", t, "checkpoint time"));
+    }
+    cases.push((
+        "the statement's finished time with a fraction",
+        forger(&|_, st| {
+            let t = st["predicate"]["finished"]
+                .as_str()
+                .unwrap()
+                .trim_end_matches('Z')
+                .to_string();
+            st["predicate"]["finished"] = json!(format!("{t}.25Z"));
+        }),
+        "statement",
+    ));
+    cases.push((
+        "the run's started time at +00:00",
+        forger(&|ev, st| {
+            let t = st["predicate"]["started"]
+                .as_str()
+                .unwrap()
+                .trim_end_matches('Z')
+                .to_string();
+            let t = format!("{t}+00:00");
+            ev.iter_mut().find(|e| e["event"] == "started").unwrap()["started"] = json!(t);
+            st["predicate"]["started"] = json!(t);
+        }),
+        "statement",
+    ));
+    assert!(
+        st["predicate"]["hash_method"]
+            .as_str()
+            .unwrap()
+            .starts_with("sealed_"),
+        "run a is sealed"
+    );
+    cases.push((
+        "a sealed method with no seal on either side",
+        forger(&|ev, _| {
+            for e in ev.iter_mut() {
+                let slot = match e["event"].as_str() {
+                    Some("aggregated") => &mut e["response"]["envelope"],
+                    Some("digests") => &mut e["envelope"],
+                    _ => continue,
+                };
+                let mut p = payload(slot);
+                p["scope"]["seal"] = Value::Null;
+                let key = if p["agent"] == "dc1" {
+                    &dc1_key_
+                } else {
+                    &vpc2_key_
+                };
+                let agent = p["agent"].as_str().unwrap().to_string();
+                *slot = sign(AGENT_RESULT, &p, &agent, key);
+            }
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "two started events",
+        forger(&|ev, _| {
+            let copy = ev[0].clone();
+            ev.insert(1, copy);
+        }),
+        "spec",
+    ));
+    {
+        let ca_key = Ca::from_pem(
+            &std::fs::read_to_string(certs.join("ca.pem")).unwrap(),
+            &std::fs::read_to_string(certs.join("ca-key.pem")).unwrap(),
+        )
+        .unwrap();
+        let any = ca_key
+            .issue_with_usages(
+                "dc1",
+                Role::Server,
+                &[],
+                vec![
+                    tally_common::pki::ExtendedKeyUsagePurpose::ServerAuth,
+                    tally_common::pki::ExtendedKeyUsagePurpose::Any,
+                ],
+            )
+            .unwrap();
+        let any_key = TlsSigner::from_pem(any.key.as_bytes()).unwrap();
+        let mut t = forger(&|ev, _| resign_answers(ev, "dc1", &any_key));
+        t["certificates"][1]["pem"] = json!(any.cert);
+        cases.push((
+            "an agent certificate that also carries anyExtendedKeyUsage",
+            t,
+            "certificates[1]",
+        ));
+    }
+    for (name, field) in [
+        ("request_sha256 in capitals", "request_sha256"),
+        ("release_log_head in capitals", "release_log_head"),
+    ] {
+        cases.push((
+            name,
+            forger(&|ev, _| {
+                resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                    p[field] = json!(p[field].as_str().unwrap().to_uppercase());
+                })
+            }),
+            "agent_results[",
+        ));
+    }
+    cases.push((
+        "request_sha256 of 63 digits",
+        forger(&|ev, _| {
+            resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                p["request_sha256"] = json!(p["request_sha256"].as_str().unwrap()[1..].to_string());
+            })
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "a key_len longer than the columns",
+        forger(&|ev, _| {
+            resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                let n = p["scope"]["columns"].as_array().unwrap().len();
+                p["scope"]["key_len"] = json!(n + 1);
+            })
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "a key_len of 0",
+        forger(&|ev, _| {
+            resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                p["scope"]["key_len"] = json!(0)
+            })
+        }),
+        "agent_results[",
+    ));
+
     let dir = d.path().join("tampered");
     std::fs::create_dir_all(&dir).unwrap();
     // every case is checked, and every one that goes wrong is named at the end
