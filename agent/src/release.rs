@@ -140,6 +140,15 @@ pub struct Asked {
     pub summary: Value,
 }
 
+/// A request's `side`, in its digest when the coordinator named one (so the digest of
+/// a request from a coordinator before it is unchanged).
+fn with_side(mut full: Value, side: &str) -> Value {
+    if !side.is_empty() {
+        full["side"] = json!(side);
+    }
+    full
+}
+
 impl Asked {
     fn new(full: Value, summary: Value) -> Asked {
         Asked {
@@ -161,6 +170,7 @@ impl Asked {
         let full = json!({"rpc": "Aggregate", "run_id": r.run_id, "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "method": method_name(r.method), "segments": segments,
                           "in_process": r.in_process, "seal": seal(r.seal.as_ref())});
+        let full = with_side(full, &r.side);
         let mut splits = serde_json::Map::new();
         for s in &r.segments {
             let n = splits.entry(split_kind(s.split.as_ref())).or_insert(json!(0));
@@ -182,6 +192,7 @@ impl Asked {
                           "key_len": r.key_len, "method": method_name(r.method),
                           "segment": segment(r.segment.as_ref()), "level": r.level,
                           "seal": seal(r.seal.as_ref())});
+        let full = with_side(full, &r.side);
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
                                  "method": method_name(r.method)});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
@@ -221,6 +232,7 @@ impl Asked {
                           "columns": columns(&r.columns), "key_len": r.key_len, "group_by": group_by,
                           "measures": r.measures, "parents": parents, "window": window,
                           "method": method_name(r.method), "seal": seal(r.seal.as_ref())});
+        let full = with_side(full, &r.side);
         // labels of parent groups are values of the peer's groups too: digested, counted
         let mut summary = json!({"columns": columns(&r.columns), "group_by": group_by, "measures": r.measures,
                                  "parents": r.parents.len(), "method": method_name(r.method), "window": window});

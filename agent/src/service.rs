@@ -233,6 +233,7 @@ impl Agent for AgentService {
             let r = AggregateRequest::try_from(wire)?;
             let parents: Vec<&Segment> = r.parents.iter().map(|(s, _)| s).collect();
             scope = Some(Scope::of(
+                r.side,
                 r.method,
                 &r.columns,
                 r.key_len,
@@ -340,7 +341,14 @@ impl Agent for AgentService {
         let run_id = wire.run_id.clone();
         let prepared = async {
             let r = RowDigestsRequest::try_from(wire)?;
-            let scope = Scope::of(r.method, &r.columns, r.key_len, &[&r.segment], r.seal.as_ref());
+            let scope = Scope::of(
+                r.side,
+                r.method,
+                &r.columns,
+                r.key_len,
+                &[&r.segment],
+                r.seal.as_ref(),
+            );
             let ds = self.dataset(&r.dataset)?;
             policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
             let h = self.hasher(&ds, r.method, r.seal.as_ref())?;
@@ -550,7 +558,8 @@ impl Agent for AgentService {
                 window: r.window.clone(),
                 ..Default::default()
             };
-            let mut signed_scope = Scope::of(r.method, &r.columns, r.key_len, &[&seg], r.seal.as_ref());
+            let mut signed_scope =
+                Scope::of(r.side, r.method, &r.columns, r.key_len, &[&seg], r.seal.as_ref());
             // every row of the window only at the first level (no parent groups)
             signed_scope.whole &= r.parents.is_empty();
             signed_scope.group_by = Some(

@@ -88,6 +88,7 @@ fn aggregate_whole(dataset: &str) -> pb::AggregateRequest {
         in_process: false,
         seal: None,
         run_id: "connections".into(),
+        side: String::new(),
     }
 }
 

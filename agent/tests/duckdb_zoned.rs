@@ -195,6 +195,7 @@ async fn duckdb_timestamps_in_a_zone_are_their_utc_instant_on_both_paths() {
             method: HashMethod::Sha256_64,
             seal: None,
             run_id: "f13".into(),
+            side: None,
         };
         let plan = Plan::new("t", &b, &r, |_| true, false).unwrap();
         let mut s = ds.session().await.unwrap();

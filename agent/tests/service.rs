@@ -274,6 +274,7 @@ fn agg(dataset: &str, seg: Segment, split: Split) -> pb::AggregateRequest {
         in_process: false,
         seal: Some(seal()),
         run_id: "test-run".into(),
+        side: "target".into(),
     }
 }
 
@@ -287,6 +288,7 @@ fn digests(dataset: &str) -> pb::RowDigestsRequest {
         level: pb::PrivacyLevel::WithKeys as i32,
         seal: Some(seal()),
         run_id: "test-run".into(),
+        side: String::new(),
     }
 }
 
@@ -527,6 +529,7 @@ async fn a_database_that_fails_mid_call_gives_unavailable_and_the_agent_keeps_se
         in_process: false,
         seal: Some(seal()),
         run_id: "test-run".into(),
+        side: String::new(),
     };
     let mut c2 = c.clone();
     let r2 = req.clone();
@@ -1071,6 +1074,13 @@ async fn windows_are_served_only_on_listed_time_columns() {
         "a window's level 1 is still the whole dataset"
     );
     assert_eq!(signed.scope.window, window("at", "2024-02-29").window);
+    // the side the coordinator asked for is signed: a bundle cannot swap the sides
+    assert_eq!(signed.scope.side, Some(tally_common::wire::Side::Target));
+    let mut other = events(window("at", "2024-02-29"));
+    other.side = "left".into();
+    let e = c.aggregate(other).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("side"), "{}", e.message());
     // the release log records the window's column and bound
     let l = last_line(&f);
     assert_eq!(l["request"]["window"]["column"], "at", "{l}");
@@ -1766,6 +1776,7 @@ fn sales_request(dataset: &str, group_by: &str, measures: &[&str]) -> pb::Measur
         method: pb::HashMethod::SealedSha25664 as i32,
         seal: Some(seal()),
         run_id: "test-run".into(),
+        side: "source".into(),
     }
 }
 
@@ -1819,6 +1830,7 @@ async fn measures_release_only_what_the_policy_lists() {
     let env: tally_common::dsse::Envelope = serde_json::from_str(&r.envelope).unwrap();
     let signed = tally_common::evidence::AgentResult::open(&env).unwrap();
     assert_eq!(signed.scope.group_by, Some(vec!["region".to_string()]));
+    assert_eq!(signed.scope.side, Some(tally_common::wire::Side::Source));
     assert_eq!(
         signed.scope.measures,
         Some(vec!["amount".to_string(), "qty".to_string()])

@@ -214,6 +214,8 @@ impl CertificateChecker {
         >>::from_der(leaf)
         .map_err(|e| err(format!("does not parse: {e}")))?;
         let ok = match parsed.extended_key_usage() {
+            // anyExtendedKeyUsage would also make an agent's certificate a client's
+            Ok(Some(e)) if e.value.any => false,
             Ok(Some(e)) => match usage {
                 Usage::Agent => e.value.server_auth && !e.value.client_auth,
                 Usage::Coordinator => e.value.client_auth && !e.value.server_auth,
@@ -222,8 +224,8 @@ impl CertificateChecker {
         };
         if !ok {
             let want = match usage {
-                Usage::Agent => "an agent's (ServerAuth, not ClientAuth)",
-                Usage::Coordinator => "a coordinator's (ClientAuth, not ServerAuth)",
+                Usage::Agent => "an agent's (ServerAuth, not ClientAuth nor anyExtendedKeyUsage)",
+                Usage::Coordinator => "a coordinator's (ClientAuth, not ServerAuth nor anyExtendedKeyUsage)",
             };
             return Err(err(format!("its extended key usage is not {want}")));
         }
@@ -360,5 +362,17 @@ mod tests {
         assert!(refused(&coordinator.chain, "coordinator", Usage::Agent).contains("does not chain"));
         assert!(refused(&agent.chain, "agent-a", Usage::Coordinator).contains("does not chain"));
         assert!(refused(&[], "agent-a", Usage::Agent).contains("no certificate"));
+        // anyExtendedKeyUsage besides the role's own is refused for either role
+        use crate::pki::ExtendedKeyUsagePurpose as Eku;
+        for (role, eku, usage) in [
+            (Role::Server, Eku::ServerAuth, Usage::Agent),
+            (Role::Client, Eku::ClientAuth, Usage::Coordinator),
+        ] {
+            let pem = ca
+                .issue_with_usages("agent-a", role, &[], vec![eku, Eku::Any])
+                .unwrap();
+            let chain = certificates_from_pem(pem.cert.as_bytes()).unwrap();
+            assert!(refused(&chain, "agent-a", usage).contains("anyExtendedKeyUsage"));
+        }
     }
 }

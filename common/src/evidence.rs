@@ -95,6 +95,10 @@ impl SignedSeal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scope {
+    /// The side of the run the coordinator asked the agent to answer as (`source` or
+    /// `target`); absent from agents before it and for a request that named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<crate::wire::Side>,
     pub method: String,
     pub columns: Vec<String>,
     pub key_len: usize,
@@ -115,6 +119,7 @@ pub struct Scope {
 
 impl Scope {
     pub fn of(
+        side: Option<crate::wire::Side>,
         method: crate::HashMethod,
         columns: &[crate::segment::ColumnSpec],
         key_len: usize,
@@ -122,6 +127,7 @@ impl Scope {
         seal: Option<&crate::wire::Seal>,
     ) -> Scope {
         Scope {
+            side,
             method: method.name().to_string(),
             columns: columns.iter().map(|c| c.name.clone()).collect(),
             key_len,
@@ -257,6 +263,7 @@ mod tests {
             rpc: "Aggregate".into(),
             request_sha256: "ab".into(),
             scope: Scope {
+                side: Some(crate::wire::Side::Target),
                 method: "sha256_64".into(),
                 columns: vec!["id".into()],
                 key_len: 1,
@@ -275,7 +282,7 @@ mod tests {
         let env = p.sign(&signer).unwrap();
         assert_eq!(
             String::from_utf8(env.payload_bytes().unwrap()).unwrap(),
-            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","scope":{"method":"sha256_64","columns":["id"],"key_len":1,"whole":true,"seal":null},"buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd","time":"2026-12-01T20:00:00Z"}"#
+            r#"{"run_id":"r1","agent":"agent-a","dataset":"orders","rpc":"Aggregate","request_sha256":"ab","scope":{"side":"target","method":"sha256_64","columns":["id"],"key_len":1,"whole":true,"seal":null},"buckets":[{"parent":0,"child":1,"count":2,"sum":"ffffffffffffffff","xor":null}],"release_log_head":"cd","time":"2026-12-01T20:00:00Z"}"#
         );
         assert_eq!(AgentResult::open(&env).unwrap(), p);
         let chain = crate::seal::certificates_from_pem(pem.cert.as_bytes()).unwrap();

@@ -373,6 +373,49 @@ pub struct AggregateRequest {
     pub seal: Option<Seal>,
     /// The run the call belongs to (signed into the answer).
     pub run_id: String,
+    /// The side the agent answers as (signed into the answer); `None` from a
+    /// coordinator before it.
+    pub side: Option<Side>,
+}
+
+/// Which side of a run a call goes to; an agent signs the side it was asked to answer
+/// as (docs/evidence.md), so one side's answers cannot stand for the other's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Source,
+    Target,
+}
+
+impl Side {
+    /// The side across.
+    pub fn other(self) -> Side {
+        match self {
+            Side::Source => Side::Target,
+            Side::Target => Side::Source,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Target => "target",
+        }
+    }
+}
+
+/// A request's `side`: `source` or `target`; empty (a coordinator before it) is none.
+pub(crate) fn side_from(text: String) -> Result<Option<Side>, WireError> {
+    match text.as_str() {
+        "" => Ok(None),
+        "source" => Ok(Some(Side::Source)),
+        "target" => Ok(Some(Side::Target)),
+        _ => Err(wire_err("side", "source or target (or empty) needed")),
+    }
+}
+
+pub(crate) fn side_to(side: Option<Side>) -> String {
+    side.map(|s| s.name().to_string()).unwrap_or_default()
 }
 
 fn run_id_from(id: String) -> Result<String, WireError> {
@@ -434,6 +477,7 @@ impl TryFrom<pb::AggregateRequest> for AggregateRequest {
             in_process: r.in_process,
             seal,
             run_id,
+            side: side_from(r.side)?,
         })
     }
 }
@@ -456,6 +500,7 @@ impl From<AggregateRequest> for pb::AggregateRequest {
             in_process: r.in_process,
             seal: r.seal.map(pb::Seal::from),
             run_id: r.run_id,
+            side: side_to(r.side),
         }
     }
 }
@@ -549,6 +594,8 @@ pub struct RowDigestsRequest {
     pub level: PrivacyLevel,
     pub seal: Option<Seal>,
     pub run_id: String,
+    /// As in [`AggregateRequest`].
+    pub side: Option<Side>,
 }
 
 impl TryFrom<pb::RowDigestsRequest> for RowDigestsRequest {
@@ -563,6 +610,7 @@ impl TryFrom<pb::RowDigestsRequest> for RowDigestsRequest {
             key_len: key_len(r.key_len),
             dataset: r.dataset,
             run_id: run_id_from(r.run_id)?,
+            side: side_from(r.side)?,
         })
     }
 }
@@ -578,6 +626,7 @@ impl From<RowDigestsRequest> for pb::RowDigestsRequest {
             level: level_to(r.level),
             seal: r.seal.map(pb::Seal::from),
             run_id: r.run_id,
+            side: side_to(r.side),
         }
     }
 }
@@ -1063,6 +1112,7 @@ mod tests {
             in_process: true,
             seal: Some(seal()),
             run_id: "19b2c-0".into(),
+            side: Some(Side::Target),
         }
     }
 
@@ -1093,6 +1143,7 @@ mod tests {
                 level: PrivacyLevel::WithKeys,
                 seal: None,
                 run_id: "r".into(),
+                side: None,
             });
             m.run_id = bad.to_string();
             let e = RowDigestsRequest::try_from(m).unwrap_err().to_string();
@@ -1159,6 +1210,7 @@ mod tests {
             level: PrivacyLevel::Detailed,
             seal: Some(seal()),
             run_id: "r".into(),
+            side: Some(Side::Source),
         });
         round_trip::<_, pb::RowDigestBatch>(RowDigestBatch {
             digests: vec![RowDigest {

@@ -22,7 +22,7 @@ use tally_common::wire::measures::{Labels, MeasureGroup};
 
 use crate::client::Digests;
 use crate::config::ClientTls;
-use crate::engine::Event;
+use crate::engine::{Event, Side};
 use crate::fidelity::Fidelity;
 use crate::result::{DiffCounts, RunResult};
 use crate::runlog::RunLog;
@@ -43,11 +43,33 @@ pub const PREDICATE_TYPE: &str = "https://tally.dev/reconciliation/v1";
 // ---------------------------------------------------------------------------------
 // As answers arrive
 
+/// The side an answer signs it answered as: the side asked, or none from an agent
+/// before sides were signed (its answer verifies nowhere, docs/evidence.md, but the run
+/// is not refused for it).
+fn check_side(p: &AgentResult, side: Side) -> Result<(), String> {
+    match p.scope.side {
+        Some(s) if s != side => Err(format!(
+            "signs it answered as the {} side, asked as the {}",
+            s.name(),
+            side.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The parts of a signed answer every RPC shares.
-fn check_common(p: &AgentResult, run_id: &str, dataset: &str, rpc: &str, head: &str) -> Result<(), String> {
+fn check_common(
+    p: &AgentResult,
+    run_id: &str,
+    side: Side,
+    dataset: &str,
+    rpc: &str,
+    head: &str,
+) -> Result<(), String> {
     if p.run_id != run_id {
         return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
     }
+    check_side(p, side)?;
     if p.dataset != dataset {
         return Err(format!("names dataset {:?}, not {dataset:?}", p.dataset));
     }
@@ -71,10 +93,10 @@ pub fn signed_buckets(r: &AggregateResponse) -> Vec<SignedBucket> {
 /// Checks that an Aggregate answer carries its agent's envelope over exactly what it
 /// says, for this run and dataset (the signature itself is checked against the agent's
 /// certificate by [`verify`]).
-pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
+pub fn check_aggregate(run_id: &str, side: Side, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, dataset, "Aggregate", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Aggregate", &r.release_log_head)?;
     if p.buckets.as_deref() != Some(&signed_buckets(r)[..]) {
         return Err("signs other buckets than the answer's".into());
     }
@@ -84,12 +106,13 @@ pub fn check_aggregate(run_id: &str, dataset: &str, r: &AggregateResponse) -> Re
 /// As [`check_aggregate`], for a Measures answer: the envelope signs its groups.
 pub fn check_measures(
     run_id: &str,
+    side: Side,
     dataset: &str,
     r: &tally_common::wire::measures::MeasuresResponse,
 ) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, dataset, "Measures", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Measures", &r.release_log_head)?;
     if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(&r.groups).as_str()) {
         return Err("signs other groups than the answer's".into());
     }
@@ -106,12 +129,13 @@ pub fn digests_hash(d: &[tally_common::wire::RowDigest]) -> String {
 }
 
 /// As [`check_aggregate`], for a collected RowDigests stream.
-pub fn check_digests(run_id: &str, dataset: &str, d: &Digests) -> Result<(), String> {
+pub fn check_digests(run_id: &str, side: Side, dataset: &str, d: &Digests) -> Result<(), String> {
     let env = d.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
     if p.run_id != run_id {
         return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
     }
+    check_side(&p, side)?;
     if p.dataset != dataset || p.rpc != "RowDigests" {
         return Err(format!(
             "signs {} of dataset {:?}, not RowDigests of {dataset:?}",
@@ -183,6 +207,60 @@ pub struct Totals {
     pub window: Option<tally_common::segment::Window>,
 }
 
+/// The agent that signed a side's answers, and the dataset it answered for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SideAgent {
+    /// Its certificate's DNS name it signs as (its envelopes' keyid).
+    pub agent: String,
+    pub dataset: String,
+}
+
+/// Each side's signing agent (`null` for a side that never answered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SideAgents {
+    pub source: Option<SideAgent>,
+    pub target: Option<SideAgent>,
+}
+
+impl SideAgents {
+    fn get(&self, side: Side) -> Option<&SideAgent> {
+        match side {
+            Side::Source => self.source.as_ref(),
+            Side::Target => self.target.as_ref(),
+        }
+    }
+}
+
+/// Each side's signing agent from a run's events: the agent and dataset of the first
+/// answer the event records for that side.
+fn side_agents(events: &[Value]) -> SideAgents {
+    let mut out = SideAgents {
+        source: None,
+        target: None,
+    };
+    for v in events {
+        let Some(env) = envelope_of(v) else { continue };
+        let Ok(p) = serde_json::from_value::<Envelope>(env)
+            .map_err(|e| e.to_string())
+            .and_then(|e| AgentResult::open(&e))
+        else {
+            continue;
+        };
+        let slot = match v["side"].as_str() {
+            Some("source") => &mut out.source,
+            Some("target") => &mut out.target,
+            _ => continue,
+        };
+        slot.get_or_insert(SideAgent {
+            agent: p.agent,
+            dataset: p.dataset,
+        });
+    }
+    out
+}
+
 /// The Statement's predicate (`predicateType` [`PREDICATE_TYPE`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +277,10 @@ pub struct Predicate {
     pub canonical_form_version: u32,
     /// The privacy level the run reported at.
     pub level: String,
+    /// Each side's signing agent and dataset: every answer of a side is signed by it.
+    /// Absent only in statements signed before it, which no longer verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<SideAgents>,
     /// `null` when the run ended before that side's level-1 answer.
     pub source: Option<Totals>,
     pub target: Option<Totals>,
@@ -505,6 +587,7 @@ pub async fn seal_run(
         hash_method: result.hash_method.clone(),
         canonical_form_version: tally_common::canonical::CANONICAL_FORM_VERSION,
         level: result.level.clone(),
+        agents: Some(side_agents(&events)),
         source,
         target,
         leaves: result.leaves.len() as u64,
@@ -708,6 +791,80 @@ impl Checks {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS` then, with `fraction`, an optional `.` and 1 to 9 digits,
+/// then `Z`: RFC 3339 in UTC, never `+00:00` nor lowercase `t`/`z`; a real time.
+fn utc_time(t: &str, fraction: bool) -> Result<time::OffsetDateTime, String> {
+    let b = t.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let shape = b.len() >= 20
+        && (0..19).all(|i| match i {
+            4 | 7 => b[i] == b'-',
+            10 => b[i] == b'T',
+            13 | 16 => b[i] == b':',
+            _ => digit(i),
+        })
+        && b[b.len() - 1] == b'Z'
+        && match b.len() {
+            20 => true,
+            n => fraction && b[19] == b'.' && (22..=30).contains(&n) && (20..n - 1).all(digit),
+        };
+    if !shape {
+        return Err(format!(
+            "time {t:?} is not RFC 3339 in UTC{} (YYYY-MM-DDTHH:MM:SS{}Z)",
+            if fraction { "" } else { " in whole seconds" },
+            if fraction { "[.fraction]" } else { "" }
+        ));
+    }
+    time::OffsetDateTime::parse(t, &Rfc3339).map_err(|e| format!("time {t:?}: {e}"))
+}
+
+/// 64 lowercase hex digits (a SHA-256).
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The shape of an agent's payload that no other check reads: its digests are 64
+/// lowercase hex digits, its time RFC 3339 UTC in whole seconds, `key_len` between 1
+/// and the number of columns, and a seal exactly when the method is sealed.
+fn payload_shape(sp: &AgentResult) -> Result<time::OffsetDateTime, String> {
+    for (field, v) in [
+        ("request_sha256", Some(&sp.request_sha256)),
+        ("release_log_head", Some(&sp.release_log_head)),
+        ("digests_sha256", sp.digests_sha256.as_ref()),
+        ("groups_sha256", sp.groups_sha256.as_ref()),
+    ] {
+        if let Some(v) = v
+            && !is_sha256_hex(v)
+        {
+            return Err(format!("its {field} {v:?} is not 64 lowercase hex digits"));
+        }
+    }
+    let scope = &sp.scope;
+    if scope.key_len == 0 || scope.key_len > scope.columns.len() {
+        return Err(format!(
+            "its scope's key_len {} is not between 1 and its {} columns",
+            scope.key_len,
+            scope.columns.len()
+        ));
+    }
+    if scope.method.starts_with("sealed_") != scope.seal.is_some() {
+        return Err(if scope.seal.is_some() {
+            format!(
+                "its method {} is not sealed and its scope names a seal",
+                scope.method
+            )
+        } else {
+            format!(
+                "its method {} is sealed and its scope names no seal",
+                scope.method
+            )
+        });
+    }
+    utc_time(&sp.time, false).map_err(|e| format!("its {e}"))
+}
+
 fn b64(field: &str, text: &str) -> Result<Vec<u8>, String> {
     STANDARD
         .decode(text)
@@ -837,10 +994,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .and_then(|p| {
             serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}"))
         })
-        .and_then(|cp| {
-            time::OffsetDateTime::parse(&cp.time, &time::format_description::well_known::Rfc3339)
-                .map_err(|e| format!("checkpoint time {:?}: {e}", cp.time))
-        });
+        .and_then(|cp| utc_time(&cp.time, false).map_err(|e| format!("the checkpoint's {e}")));
     let shown = at
         .as_ref()
         .ok()
@@ -924,6 +1078,8 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     s.type_, s.predicate_type
                 ));
             }
+            utc_time(&s.predicate.started, true).map_err(|e| format!("started: {e}"))?;
+            utc_time(&s.predicate.finished, false).map_err(|e| format!("finished: {e}"))?;
             match s.subject.as_slice() {
                 [one] if one.name == format!("tally-run:{}", s.predicate.run_id) => Ok(s),
                 _ => Err("the subject must be the one result, named tally-run:<run_id>".into()),
@@ -1064,11 +1220,17 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     }
 
     // the spec the run started with
+    let started_events = events.iter().filter(|e| e["event"] == "started").count();
     let spec = events
         .iter()
         .find(|e| e["event"] == "started")
         .ok_or_else(|| "no started event".to_string())
         .and_then(|s| {
+            if started_events != 1 {
+                return Err(format!(
+                    "the record has {started_events} started events: a run starts once"
+                ));
+            }
             if spec_sha256(&s["spec"])? != p.spec_sha256 {
                 return Err("the started event's spec is not the statement's spec_sha256".into());
             }
@@ -1096,6 +1258,9 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     // payload has more than one base64 spelling, so anyone could list one agent-signed
     // answer for two events under a second, equally valid envelope (issue 32 D1)
     let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    // every bucket each side's agent signed: a result's leaf aggregates must be among them
+    let mut signed_aggregates: BTreeMap<String, std::collections::HashSet<SignedBucketTotals>> =
+        BTreeMap::new();
     for v in &events {
         let Some(env) = answer_envelope(v) else { continue };
         let name = format!(
@@ -1117,8 +1282,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 return Err(format!("names run {:?}, not {run_id:?}", sp.run_id));
             }
             // answered while the run ran, by the agent's clock (within CLOCK_SKEW)
-            let t = time::OffsetDateTime::parse(&sp.time, &Rfc3339)
-                .map_err(|e| format!("its time {:?}: {e}", sp.time))?;
+            let t = payload_shape(&sp)?;
             let started = time::OffsetDateTime::parse(&p.started, &Rfc3339)
                 .map_err(|e| format!("the statement's started {:?}: {e}", p.started))?;
             if t < started - CLOCK_SKEW || t > signed_at + CLOCK_SKEW {
@@ -1142,8 +1306,40 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 );
             }
             let side = v["side"].as_str().unwrap_or_default().to_string();
-            if side != "source" && side != "target" {
-                return Err(format!("the event's side is {side:?}"));
+            let asked = match side.as_str() {
+                "source" => Side::Source,
+                "target" => Side::Target,
+                _ => return Err(format!("the event's side is {side:?}")),
+            };
+            // only what an agent signs binds a side: the coordinator signs the events
+            // and the statement, and could swap the sides throughout (issue 32 E5)
+            match sp.scope.side {
+                Some(s) if s == asked => {}
+                Some(s) => {
+                    return Err(format!(
+                        "the agent signed it answered as the {} side, the event puts it on the {side} side",
+                        s.name()
+                    ));
+                }
+                None => {
+                    return Err(
+                        "the agent did not sign which side it answered as (an agent from before sides were \
+                         signed): its answer could stand for either side, so the bundle cannot be verified"
+                            .into(),
+                    );
+                }
+            }
+            let named = p
+                .agents
+                .as_ref()
+                .ok_or("the statement names no signing agent per side (a coordinator from before sides were bound)")?
+                .get(asked)
+                .ok_or_else(|| format!("the statement names no {side} agent, and this answer is one"))?;
+            if named.agent != sp.agent || named.dataset != sp.dataset {
+                return Err(format!(
+                    "signed by {:?} for dataset {:?}; the statement's {side} side is {:?}'s {:?}",
+                    sp.agent, sp.dataset, named.agent, named.dataset
+                ));
             }
             if sp.scope.method != p.hash_method {
                 return Err(format!(
@@ -1173,6 +1369,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     {
                         return Err("the event's buckets are not the ones the agent signed".into());
                     }
+                    signed_aggregates.entry(side.clone()).or_default().extend(
+                        sp.buckets
+                            .iter()
+                            .flatten()
+                            .map(|b| (b.count, b.sum.clone(), b.xor.clone())),
+                    );
                     if sp.release_log_head != response.release_log_head {
                         return Err("the event's release-log head is not the one the agent signed".into());
                     }
@@ -1221,6 +1423,24 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .map(|e| e["spec"].clone())
         .unwrap_or_default();
     let paired = (|| {
+        // the statement names the agent of exactly the sides that answered (each answer
+        // was checked above to be signed by its side's named agent)
+        let named = p
+            .agents
+            .as_ref()
+            .ok_or("the statement names no signing agent per side")?;
+        for side in [Side::Source, Side::Target] {
+            if let Some(a) = named.get(side)
+                && !sides.contains_key(side.name())
+            {
+                return Err(format!(
+                    "the statement names {:?} of {:?} as the {} agent, and no answer of that side is in the record",
+                    a.agent,
+                    a.dataset,
+                    side.name()
+                ));
+            }
+        }
         let (src, tgt) = match (sides.get("source"), sides.get("target")) {
             (Some(s), Some(t)) => (s, t),
             (None, None) if p.verdict == "error" => {
@@ -1245,6 +1465,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         if src.0 == tgt.0 && src.1 == tgt.1 {
             return Err(format!("both sides' answers are {:?}'s of {:?}", src.0, src.1));
         }
+
         match (&src.3, &tgt.3) {
             (Some(s), Some(t)) => {
                 if s.peer != tgt.0 || s.peer_dataset != tgt.1 || t.peer != src.0 || t.peer_dataset != src.1 {
@@ -1269,6 +1490,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         }
     })();
     if !c.check("sides", paired) {
+        return None;
+    }
+    if !c.check(
+        "result fields",
+        result_fields(&result_json, &spec, &signed_aggregates),
+    ) {
         return None;
     }
 
@@ -1383,6 +1610,70 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     Some(())
+}
+
+/// A bucket's aggregates as an agent signed them: count, sum, xor.
+type SignedBucketTotals = (u64, String, Option<String>);
+
+/// The result's fields that name what was compared, checked against the record (the
+/// started spec, whose sides' datasets the agents signed) and the agents' signed
+/// buckets (issue 32 E15): its `name`; each side's `agent` and `dataset`; and each
+/// leaf's `source` / `target` aggregates (`count`, `checksum`, `xor`), each a bucket
+/// that side's agent signed, or empty (count 0, checksum 0, no xor or xor 0). The
+/// result's `verdict`, `hash_method`, `level`, `fidelity`, `false_match_bound`,
+/// `difference_counts`, number of `leaves`, `window` and sides' `count` are checked
+/// by the checks named for them.
+fn result_fields(
+    result: &Value,
+    spec: &Value,
+    signed: &BTreeMap<String, std::collections::HashSet<SignedBucketTotals>>,
+) -> Result<String, String> {
+    if result["name"] != spec["name"] {
+        return Err(format!(
+            "the result's name is {}, the started spec's {}",
+            result["name"], spec["name"]
+        ));
+    }
+    for side in ["source", "target"] {
+        for k in ["agent", "dataset"] {
+            if result[side][k] != spec[side][k] {
+                return Err(format!(
+                    "the result's {side}.{k} is {}, the started spec's {}",
+                    result[side][k], spec[side][k]
+                ));
+            }
+        }
+    }
+    let leaves = result["leaves"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let none = std::collections::HashSet::new();
+    for (i, leaf) in leaves.iter().enumerate() {
+        for side in ["source", "target"] {
+            let a = &leaf[side];
+            let count = a["count"].as_u64();
+            let sum = a["checksum"].as_str();
+            let xor = match &a["xor"] {
+                Value::Null => Some(None),
+                Value::String(x) => Some(Some(x.clone())),
+                _ => None,
+            };
+            let (Some(count), Some(sum), Some(xor)) = (count, sum, xor) else {
+                return Err(format!(
+                    "the result's leaves[{i}].{side} is not {{count, checksum, xor}}: {a}"
+                ));
+            };
+            let empty = count == 0 && sum == hex64(0) && xor.as_deref().is_none_or(|x| x == hex64(0));
+            let bucket = (count, sum.to_string(), xor);
+            if !empty && !signed.get(side).unwrap_or(&none).contains(&bucket) {
+                return Err(format!(
+                    "the result's leaves[{i}].{side} ({count} rows, checksum {sum}) is no bucket the {side} agent signed"
+                ));
+            }
+        }
+    }
+    Ok(format!(
+        "name, sides and {} leaves' aggregates are the record's and the agents'",
+        leaves.len()
+    ))
 }
 
 /// The fidelity the run's record gives: its `started` spec resolved against its
@@ -1577,6 +1868,74 @@ mod tests {
     }
 
     use std::path::Path;
+
+    #[test]
+    fn times_are_rfc3339_in_utc_and_whole_seconds_where_the_format_says() {
+        assert!(utc_time("2026-12-01T20:17:49Z", false).is_ok());
+        for bad in [
+            "2026-12-01T20:17:49.5Z",
+            "2026-12-01T20:17:49+00:00",
+            "2026-12-01t20:17:49z",
+            "2026-12-01 20:17:49Z",
+            "2026-13-01T20:17:49Z",
+            "2026-12-01T20:17:49",
+            "",
+        ] {
+            assert!(utc_time(bad, false).is_err(), "{bad}");
+        }
+        // a run's start may carry a fraction, in UTC still
+        assert!(utc_time("2026-12-01T21:17:29.20226721Z", true).is_ok());
+        assert!(utc_time("2026-12-01T21:17:29Z", true).is_ok());
+        assert!(utc_time("2026-12-04T23:16:53.881977077Z", true).is_ok());
+        assert!(utc_time("2026-12-04T23:16:53.1Z", true).is_ok());
+        for bad in [
+            "2026-12-01T21:17:29.Z",
+            "2026-12-01T21:17:29.1234567890Z",
+            "2026-12-01T21:17:29.5+00:00",
+        ] {
+            assert!(utc_time(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_agents_payload_has_the_shape_the_format_gives() {
+        let ok = AgentResult {
+            run_id: "r".into(),
+            agent: "a".into(),
+            dataset: "d".into(),
+            rpc: "RowDigests".into(),
+            request_sha256: "ab".repeat(32),
+            scope: tally_common::evidence::Scope {
+                side: Some(Side::Source),
+                method: "sha256_64".into(),
+                columns: vec!["id".into(), "v".into()],
+                key_len: 1,
+                whole: false,
+                seal: None,
+                window: None,
+                group_by: None,
+                measures: None,
+            },
+            buckets: None,
+            digests_sha256: Some("cd".repeat(32)),
+            groups_sha256: None,
+            release_log_head: "ef".repeat(32),
+            time: "2026-12-01T20:17:49Z".into(),
+        };
+        assert!(payload_shape(&ok).is_ok());
+        let refused = |f: &dyn Fn(&mut AgentResult)| {
+            let mut p = ok.clone();
+            f(&mut p);
+            payload_shape(&p).unwrap_err()
+        };
+        assert!(refused(&|p| p.request_sha256 = "AB".repeat(32)).contains("request_sha256"));
+        assert!(refused(&|p| p.release_log_head.pop().map(drop).unwrap_or(())).contains("release_log_head"));
+        assert!(refused(&|p| p.digests_sha256 = Some("x".into())).contains("digests_sha256"));
+        assert!(refused(&|p| p.scope.key_len = 0).contains("key_len"));
+        assert!(refused(&|p| p.scope.key_len = 3).contains("key_len"));
+        assert!(refused(&|p| p.scope.method = "sealed_sha256_64".into()).contains("seal"));
+        assert!(refused(&|p| p.time = "2026-12-01T20:17:49.1Z".into()).contains("whole seconds"));
+    }
 
     #[test]
     fn the_stated_fidelity_must_be_the_one_the_record_resolves_to() {

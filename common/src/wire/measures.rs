@@ -43,6 +43,8 @@ pub struct MeasuresRequest {
     pub method: HashMethod,
     pub seal: Option<Seal>,
     pub run_id: String,
+    /// As in [`super::AggregateRequest`].
+    pub side: Option<super::Side>,
 }
 
 fn labels_from(l: pb::GroupLabels) -> Labels {
@@ -118,6 +120,7 @@ impl TryFrom<pb::MeasuresRequest> for MeasuresRequest {
             method: method_from(r.method, "method")?,
             seal: seal_from(r.seal)?,
             run_id: run_id_from(r.run_id)?,
+            side: super::side_from(r.side)?,
             dataset: r.dataset,
         })
     }
@@ -146,6 +149,7 @@ impl From<MeasuresRequest> for pb::MeasuresRequest {
             method: method_to(r.method),
             seal: r.seal.map(pb::Seal::from),
             run_id: r.run_id,
+            side: super::side_to(r.side),
         }
     }
 }
@@ -335,6 +339,7 @@ mod tests {
             method: HashMethod::SealedSha256_64,
             seal: None,
             run_id: "r1".into(),
+            side: Some(super::super::Side::Source),
         };
         assert_eq!(
             MeasuresRequest::try_from(pb::MeasuresRequest::from(req.clone())).unwrap(),

@@ -102,6 +102,7 @@ impl Engine {
                 in_process: false,
                 seal: self.seal(side),
                 run_id: String::new(),
+                side: None,
             };
             self.ask(out, Command::Recheck { round, side, request });
         }

@@ -326,6 +326,7 @@ impl Engine {
             in_process: false,
             // the runtime names the run
             run_id: String::new(),
+            side: None,
         };
         let level = plan.level;
         self.ask(out, Command::Aggregate { level, side, request });

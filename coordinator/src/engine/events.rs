@@ -13,30 +13,8 @@ use tally_common::wire::{
 
 use crate::result::{LevelOut, RunResult};
 
-/// Which side a call goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Side {
-    Source,
-    Target,
-}
-
-impl Side {
-    /// The side across.
-    pub fn other(self) -> Side {
-        match self {
-            Side::Source => Side::Target,
-            Side::Target => Side::Source,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Side::Source => "source",
-            Side::Target => "target",
-        }
-    }
-}
+/// Which side a call goes to (the wire's: an agent signs the side it answers as).
+pub use tally_common::wire::Side;
 
 /// An answer the engine steps on. Every event is appended to the run log before the
 /// engine sees it.

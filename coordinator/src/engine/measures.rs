@@ -399,6 +399,7 @@ impl Engine {
             method: r.method,
             seal: self.seal(side),
             run_id: String::new(),
+            side: None,
         }
     }
 

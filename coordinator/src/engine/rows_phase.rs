@@ -476,6 +476,7 @@ impl Engine {
                 seal: self.seal(side),
                 // the runtime names the run
                 run_id: String::new(),
+                side: None,
             };
             self.ask(
                 out,
@@ -651,6 +652,7 @@ impl Engine {
                     level,
                     seal: self.seal(side),
                     run_id: String::new(),
+                    side: None,
                 };
                 self.ask(
                     out,

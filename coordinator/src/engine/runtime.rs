@@ -281,10 +281,11 @@ impl Runtime<'_> {
         mut request: tally_common::wire::AggregateRequest,
     ) -> Result<tally_common::wire::AggregateResponse, RunError> {
         request.run_id = self.run_id.clone();
+        request.side = Some(side);
         let agent = self.agent(side);
         let dataset = request.dataset.clone();
         let response = agent.aggregate(request).await?;
-        crate::evidence::check_aggregate(&self.run_id, &dataset, &response)
+        crate::evidence::check_aggregate(&self.run_id, side, &dataset, &response)
             .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
         Ok(response)
     }
@@ -361,13 +362,14 @@ impl Runtime<'_> {
                     mut request,
                 } => {
                     request.run_id = self.run_id.clone();
+                    request.side = Some(side);
                     let agent = self.agent(side);
                     let dataset = request.dataset.clone();
                     agent
                         .row_digests(request)
                         .await
                         .and_then(|d| {
-                            crate::evidence::check_digests(&self.run_id, &dataset, &d)
+                            crate::evidence::check_digests(&self.run_id, side, &dataset, &d)
                                 .map_err(|m| unsigned(agent.name(), "RowDigests", m))?;
                             Ok(d)
                         })
@@ -406,13 +408,14 @@ impl Runtime<'_> {
                     mut request,
                 } => {
                     request.run_id = self.run_id.clone();
+                    request.side = Some(side);
                     let agent = self.agent(side);
                     let dataset = request.dataset.clone();
                     agent
                         .measures(request)
                         .await
                         .and_then(|response| {
-                            crate::evidence::check_measures(&self.run_id, &dataset, &response)
+                            crate::evidence::check_measures(&self.run_id, side, &dataset, &response)
                                 .map_err(|m| unsigned(agent.name(), "Measures", m))?;
                             Ok(response)
                         })
