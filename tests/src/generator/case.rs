@@ -437,7 +437,11 @@ impl Case {
                 _ => return None,
             }
         } else {
-            w.bound.clone()
+            match (&w.bound, class) {
+                // a bound one below i32::MIN (or above i32::MAX) is no value of the column
+                (V::Int(i), Class::Int { narrow: true }) if i32::try_from(*i).is_err() => return None,
+                (b, _) => b.clone(),
+            }
         };
         Some(Mutation::Change {
             key: key_of(row, self.nkeys),
