@@ -459,9 +459,9 @@ impl Engine {
         true
     }
 
-    /// Both sides' row digests of rows-phase range `range` (the rows phase and the
-    /// period lookups ask them alike).
-    fn ask_range_digests(&mut self, out: &mut Out, range: usize) {
+    /// Both sides' row digests of rows-phase range `range` (the rows phase, the period
+    /// lookups and the confirm rounds ask them alike; `round` 0 outside a confirm round).
+    fn ask_range_digests(&mut self, out: &mut Out, range: usize, round: u32) {
         let r = self.resolved.as_ref().expect("resolved");
         let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
         let segment = self.rows.as_ref().expect("rows phase").ranges[range].clone();
@@ -481,7 +481,7 @@ impl Engine {
             self.ask(
                 out,
                 Command::RowDigests {
-                    round: 0,
+                    round,
                     range,
                     side,
                     request,
@@ -497,7 +497,7 @@ impl Engine {
         let (from, to) = (l.asked, l.keys.len().min(l.done + LEAVES_IN_FLIGHT));
         let first = l.from;
         for j in from..to.max(from) {
-            self.ask_range_digests(out, first + j);
+            self.ask_range_digests(out, first + j, 0);
         }
         let l = self.rows().lookup.as_mut().expect("looking up");
         l.asked = l.asked.max(to);
@@ -632,38 +632,17 @@ impl Engine {
 
     /// A confirm round's digests, a few ranges in flight at once.
     fn ask_confirm_digests(&mut self, out: &mut Out) {
-        let r = self.resolved.as_ref().expect("resolved");
-        let (key_len, method, level) = (r.key_len, r.method, self.spec.reporting.level);
-        let rows = self.rows.as_ref().expect("rows phase");
-        let c = rows.confirming.as_ref().expect("in a round");
+        let c = self
+            .rows
+            .as_ref()
+            .expect("rows phase")
+            .confirming
+            .as_ref()
+            .expect("in a round");
         let (from, to) = (c.asked, c.ranges.len().min(c.done + LEAVES_IN_FLIGHT));
-        let round = c.round;
-        for i in from..to.max(from) {
-            let rows = self.rows.as_ref().expect("rows phase");
-            let range = rows.confirming.as_ref().expect("in a round").ranges[i];
-            let segment = rows.ranges[range].clone();
-            for side in [Side::Source, Side::Target] {
-                let request = RowDigestsRequest {
-                    dataset: self.dataset(side),
-                    columns: self.columns(side),
-                    key_len,
-                    method,
-                    segment: segment.clone(),
-                    level,
-                    seal: self.seal(side),
-                    run_id: String::new(),
-                    side: None,
-                };
-                self.ask(
-                    out,
-                    Command::RowDigests {
-                        round,
-                        range,
-                        side,
-                        request,
-                    },
-                );
-            }
+        let (round, ranges) = (c.round, c.ranges[from..to.max(from)].to_vec());
+        for range in ranges {
+            self.ask_range_digests(out, range, round);
         }
         let c = self.rows().confirming.as_mut().expect("in a round");
         c.asked = c.asked.max(to);
@@ -675,7 +654,7 @@ impl Engine {
         let rows = self.rows.as_ref().expect("rows phase");
         let (from, to) = (rows.asked, rows.drilled().min(rows.classified + LEAVES_IN_FLIGHT));
         for range in from..to.max(from) {
-            self.ask_range_digests(out, range);
+            self.ask_range_digests(out, range, 0);
         }
         let rows = self.rows();
         rows.asked = rows.asked.max(to);
