@@ -13,37 +13,10 @@
 //! owner checks a line against the coordinator's evidence by recomputing the digests.
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tally_proto::v1 as pb;
 
-/// The SHA-256 (hex) of a value's RFC 8785 canonical JSON.
-pub fn digest(v: &Value) -> String {
-    let text = tally_common::jcs::canonical_json(&v.to_string()).expect("release JSON has no floats");
-    hex::encode(Sha256::digest(text.as_bytes()))
-}
-
-fn class_name(c: i32) -> String {
-    pb::TypeClass::try_from(c)
-        .map(|t| {
-            t.as_str_name()
-                .trim_start_matches("TYPE_CLASS_")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_else(|_| format!("unknown:{c}"))
-}
-
-fn method_name(m: i32) -> String {
-    tally_common::HashMethod::from_pb(m).map_or_else(|| format!("unknown:{m}"), |m| m.name().to_string())
-}
-
-/// A request's seal: the run nonce and the peer's zone key (in the full request).
-fn seal(s: Option<&pb::Seal>) -> Value {
-    let Some(s) = s else { return Value::Null };
-    json!({"nonce": hex::encode(&s.nonce),
-           "peer": s.peer.as_ref().map(|p| p.agent.clone()),
-           "peer_dataset": s.peer_dataset,
-           "peer_key": s.peer.as_ref().map(|p| hex::encode(&p.public_key))})
-}
+pub use tally_common::request_json::digest;
+use tally_common::request_json::{self, columns, method_name, seal, segment, tuple};
 
 /// Sealed or not, and with whom (in the summary).
 fn sealed_summary(summary: &mut Value, s: Option<&pb::Seal>) {
@@ -51,55 +24,6 @@ fn sealed_summary(summary: &mut Value, s: Option<&pb::Seal>) {
     if let Some(p) = s.and_then(|s| s.peer.as_ref()) {
         summary["peer"] = json!(format!("{}/{}", p.agent, s.map_or("", |s| &s.peer_dataset)));
         summary["run"] = json!(hex::encode(&s.expect("peer of a seal").nonce));
-    }
-}
-
-/// Columns with what decides their canonical form: class, scale, exact, fixed.
-pub fn columns(cols: &[pb::ColumnRef]) -> Value {
-    cols.iter()
-        .map(|c| {
-            json!({"name": c.name, "class": class_name(c.type_class), "scale": c.scale,
-                   "exact": c.exact, "fixed": c.fixed_char})
-        })
-        .collect()
-}
-
-fn tuple(t: &pb::KeyTuple) -> Value {
-    t.parts
-        .iter()
-        .map(|p| match &p.value {
-            Some(pb::key_value::Value::Int(i)) => json!({"int": i.to_string()}),
-            Some(pb::key_value::Value::Text(s)) => json!({"text": s}),
-            None => Value::Null,
-        })
-        .collect()
-}
-
-fn segment(s: Option<&pb::Segment>) -> Value {
-    let Some(s) = s else { return Value::Null };
-    let mut v = json!({
-        "lower": s.lower.as_ref().map(tuple),
-        "upper": s.upper.as_ref().map(tuple),
-        "hash_lo": s.hash_lo.map(|h| h.to_string()),
-        "hash_hi": s.hash_hi.map(|h| h.to_string()),
-        "period": s.period.as_ref().map(|p| json!({"column": p.column, "granularity": p.granularity, "label": p.label})),
-    });
-    // only where present: a request without a window keeps the digest it always had
-    if let Some(w) = &s.window {
-        v["window"] = json!({"column": w.column, "upper": w.upper});
-    }
-    v
-}
-
-fn split(s: Option<&pb::segment_split::Split>) -> Value {
-    use pb::segment_split::Split as S;
-    match s {
-        None => Value::Null,
-        Some(S::Whole(_)) => json!("whole"),
-        Some(S::Quantile(n)) => json!({"quantile": n}),
-        Some(S::Hash(n)) => json!({"hash": n}),
-        Some(S::Cuts(c)) => json!({"cuts": c.cuts.iter().map(tuple).collect::<Vec<_>>()}),
-        Some(S::Period(p)) => json!({"period": {"column": p.column, "granularity": p.granularity}}),
     }
 }
 
@@ -140,15 +64,6 @@ pub struct Asked {
     pub summary: Value,
 }
 
-/// A request's `side`, in its digest when the coordinator named one (so the digest of
-/// a request from a coordinator before it is unchanged).
-fn with_side(mut full: Value, side: &str) -> Value {
-    if !side.is_empty() {
-        full["side"] = json!(side);
-    }
-    full
-}
-
 impl Asked {
     fn new(full: Value, summary: Value) -> Asked {
         Asked {
@@ -162,15 +77,7 @@ impl Asked {
     }
 
     pub fn aggregate(r: &pb::AggregateRequest) -> Asked {
-        let segments: Vec<Value> = r
-            .segments
-            .iter()
-            .map(|s| json!({"segment": segment(s.segment.as_ref()), "split": split(s.split.as_ref())}))
-            .collect();
-        let full = json!({"rpc": "Aggregate", "run_id": r.run_id, "dataset": r.dataset, "columns": columns(&r.columns),
-                          "key_len": r.key_len, "method": method_name(r.method), "segments": segments,
-                          "in_process": r.in_process, "seal": seal(r.seal.as_ref())});
-        let full = with_side(full, &r.side);
+        let full = request_json::aggregate(r);
         let mut splits = serde_json::Map::new();
         for s in &r.segments {
             let n = splits.entry(split_kind(s.split.as_ref())).or_insert(json!(0));
@@ -188,11 +95,7 @@ impl Asked {
     }
 
     pub fn row_digests(r: &pb::RowDigestsRequest) -> Asked {
-        let full = json!({"rpc": "RowDigests", "run_id": r.run_id, "dataset": r.dataset, "columns": columns(&r.columns),
-                          "key_len": r.key_len, "method": method_name(r.method),
-                          "segment": segment(r.segment.as_ref()), "level": r.level,
-                          "seal": seal(r.seal.as_ref())});
-        let full = with_side(full, &r.side);
+        let full = request_json::row_digests(r);
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len,
                                  "method": method_name(r.method)});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
@@ -214,25 +117,9 @@ impl Asked {
     }
 
     pub fn measures(r: &pb::MeasuresRequest) -> Asked {
-        let group_by: Vec<Value> = r
-            .group_by
-            .iter()
-            .map(|g| json!({"column": g.column, "granularity": g.granularity}))
-            .collect();
-        let parents: Vec<Value> = r
-            .parents
-            .iter()
-            .map(|p| json!(p.labels.iter().map(|l| l.text.clone()).collect::<Vec<_>>()))
-            .collect();
-        let window = r
-            .window
-            .as_ref()
-            .map(|w| json!({"column": w.column, "upper": w.upper}));
-        let full = json!({"rpc": "Measures", "run_id": r.run_id, "dataset": r.dataset,
-                          "columns": columns(&r.columns), "key_len": r.key_len, "group_by": group_by,
-                          "measures": r.measures, "parents": parents, "window": window,
-                          "method": method_name(r.method), "seal": seal(r.seal.as_ref())});
-        let full = with_side(full, &r.side);
+        let full = request_json::measures(r);
+        let group_by = &full["group_by"];
+        let window = &full["window"];
         // labels of parent groups are values of the peer's groups too: digested, counted
         let mut summary = json!({"columns": columns(&r.columns), "group_by": group_by, "measures": r.measures,
                                  "parents": r.parents.len(), "method": method_name(r.method), "window": window});

@@ -232,6 +232,15 @@ impl CertificateChecker {
         let server_name = ServerName::try_from(name).map_err(|_| err("the name is not a DNS name".into()))?;
         ee.verify_is_valid_for_subject_name(&server_name)
             .map_err(|_| err("the certificate is not valid for that name".into()))?;
+        // a signer's name is one of its certificate's DNS names, byte for byte: a
+        // wildcard (`*.zone.example`) would let one certificate sign as every name
+        // under it, and names are who signed (docs/evidence.md)
+        if !crate::seal::dns_names(leaf).iter().any(|n| n == name) {
+            return Err(err(
+                "the name is not one of the certificate's DNS names (a wildcard does not name a signer)"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -374,5 +383,23 @@ mod tests {
             let chain = certificates_from_pem(pem.cert.as_bytes()).unwrap();
             assert!(refused(&chain, "agent-a", usage).contains("anyExtendedKeyUsage"));
         }
+        // a wildcard certificate names no signer: TLS would accept it for dc1.zone.test,
+        // and it would sign as any agent under the zone
+        let pem = ca
+            .issue("gateway.zone.test", Role::Server, &["*.zone.test".to_string()])
+            .unwrap();
+        let wild = Party {
+            name: "gateway.zone.test",
+            signer: TlsSigner::from_pem(pem.key.as_bytes()).unwrap(),
+            chain: certificates_from_pem(pem.cert.as_bytes()).unwrap(),
+        };
+        assert_eq!(wild.name, "gateway.zone.test");
+        checker.check(&wild.chain, wild.name, Usage::Agent, now).unwrap();
+        assert!(
+            refused(&wild.chain, "dc1.zone.test", Usage::Agent)
+                .contains("not one of the certificate's DNS names"),
+            "{}",
+            refused(&wild.chain, "dc1.zone.test", Usage::Agent)
+        );
     }
 }

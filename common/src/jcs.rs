@@ -9,10 +9,68 @@ use serde_json::Value;
 /// The canonical text of a JSON document, or why it has none.
 pub fn canonical_json(text: &str) -> Result<String, &'static str> {
     let v: Value = serde_json::from_str(text).map_err(|_| "not a JSON document")?;
+    unique_members(text).map_err(|_| "a JSON object with two members of one name (not I-JSON)")?;
     exact_numbers(text)?;
     let mut out = String::with_capacity(text.len());
     write_value(&mut out, &v)?;
     Ok(out)
+}
+
+/// Refuses a JSON text in which an object has two members of one name (compared after
+/// unescaping: `"a"` and `"\u0061"` are one name), naming it. RFC 8785 asks for I-JSON
+/// (RFC 7493), which excludes them; a parser that keeps the last (or the first) of
+/// them would read `{"a":1,"a":2}` as another document's equal. Also refuses text that
+/// is not one JSON document.
+pub fn unique_members(text: &str) -> Result<(), String> {
+    use serde::de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor};
+    struct Unique;
+    impl<'de> DeserializeSeed<'de> for Unique {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Unique {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+            while a.next_element_seed(Unique)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = m.next_key::<String>()? {
+                m.next_value_seed(Unique)?;
+                if !seen.insert(k.clone()) {
+                    return Err(A::Error::custom(format!("two members named {k:?}")));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    Unique.deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())
 }
 
 /// Refuses a document with a number whose written value is neither its double's exact
@@ -174,6 +232,29 @@ pub fn push_number(out: &mut String, f: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_members_of_one_name_are_refused_however_the_name_is_escaped() {
+        for text in [
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"\u0061":1}"#,
+            r#"[{"x":{"b":null,"b":null}}]"#,
+        ] {
+            assert!(unique_members(text).is_err(), "{text}");
+            assert!(canonical_json(text).is_err(), "{text}");
+        }
+        // the same name in two objects, or as a value, is no duplicate
+        for text in [
+            r#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#,
+            r#"{"a":"a"}"#,
+            "[]",
+            "1",
+        ] {
+            assert_eq!(unique_members(text), Ok(()), "{text}");
+            assert!(canonical_json(text).is_ok(), "{text}");
+        }
+        assert!(unique_members("{} {}").is_err(), "one document");
+    }
 
     fn num(f: f64) -> String {
         let mut s = String::new();

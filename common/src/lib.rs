@@ -15,6 +15,7 @@ pub mod measures;
 pub mod period;
 pub mod pki;
 pub mod position;
+pub mod request_json;
 pub mod seal;
 pub mod segment;
 pub mod shortest;

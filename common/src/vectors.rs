@@ -15,6 +15,23 @@ pub struct VectorFile {
     pub aggregates: Vec<AggregateVector>,
     pub sealed: SealedVectors,
     pub period_labels: Vec<PeriodLabelVector>,
+    /// Single fields whose rule a reader could take two ways (docs/canonical-form.md):
+    /// each with its canonical text, or refused.
+    pub single: Vec<SingleVector>,
+}
+
+/// One field and its canonical text (`canonical`), or `refused` with why: the value
+/// has no canonical form, and a run comparing it is an error naming the column.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SingleVector {
+    pub id: String,
+    pub about: String,
+    pub field: VectorField,
+    #[serde(default)]
+    pub canonical: Option<String>,
+    #[serde(default)]
+    pub refused: Option<String>,
 }
 
 /// One canonical date/timestamp text and its period label at every granularity

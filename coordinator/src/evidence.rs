@@ -65,6 +65,7 @@ fn check_common(
     dataset: &str,
     rpc: &str,
     head: &str,
+    asked: &Value,
 ) -> Result<(), String> {
     if p.run_id != run_id {
         return Err(format!("names run {:?}, not this run {run_id:?}", p.run_id));
@@ -78,6 +79,20 @@ fn check_common(
     }
     if p.release_log_head != head {
         return Err("names another release-log head than the answer".into());
+    }
+    check_request(p, asked)
+}
+
+/// The answer signs the request the coordinator sent (its RFC 8785 digest): an agent
+/// (or anything between) that answered another request is refused, and the request
+/// recorded beside the answer is one a verifier can check against the signature.
+fn check_request(p: &AgentResult, asked: &Value) -> Result<(), String> {
+    let sent = tally_common::request_json::digest(asked);
+    if p.request_sha256 != sent {
+        return Err(format!(
+            "signs request {}, not the request sent ({sent})",
+            p.request_sha256
+        ));
     }
     Ok(())
 }
@@ -93,10 +108,16 @@ pub fn signed_buckets(r: &AggregateResponse) -> Vec<SignedBucket> {
 /// Checks that an Aggregate answer carries its agent's envelope over exactly what it
 /// says, for this run and dataset (the signature itself is checked against the agent's
 /// certificate by [`verify`]).
-pub fn check_aggregate(run_id: &str, side: Side, dataset: &str, r: &AggregateResponse) -> Result<(), String> {
+pub fn check_aggregate(
+    run_id: &str,
+    side: Side,
+    dataset: &str,
+    r: &AggregateResponse,
+    asked: &Value,
+) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, side, dataset, "Aggregate", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Aggregate", &r.release_log_head, asked)?;
     if p.buckets.as_deref() != Some(&signed_buckets(r)[..]) {
         return Err("signs other buckets than the answer's".into());
     }
@@ -109,10 +130,11 @@ pub fn check_measures(
     side: Side,
     dataset: &str,
     r: &tally_common::wire::measures::MeasuresResponse,
+    asked: &Value,
 ) -> Result<(), String> {
     let env = r.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
-    check_common(&p, run_id, side, dataset, "Measures", &r.release_log_head)?;
+    check_common(&p, run_id, side, dataset, "Measures", &r.release_log_head, asked)?;
     if p.groups_sha256.as_deref() != Some(tally_common::evidence::groups_sha256(&r.groups).as_str()) {
         return Err("signs other groups than the answer's".into());
     }
@@ -129,7 +151,13 @@ pub fn digests_hash(d: &[tally_common::wire::RowDigest]) -> String {
 }
 
 /// As [`check_aggregate`], for a collected RowDigests stream.
-pub fn check_digests(run_id: &str, side: Side, dataset: &str, d: &Digests) -> Result<(), String> {
+pub fn check_digests(
+    run_id: &str,
+    side: Side,
+    dataset: &str,
+    d: &Digests,
+    asked: &Value,
+) -> Result<(), String> {
     let env = d.envelope.as_ref().ok_or("is missing")?;
     let p = AgentResult::open(env)?;
     if p.run_id != run_id {
@@ -145,7 +173,7 @@ pub fn check_digests(run_id: &str, side: Side, dataset: &str, d: &Digests) -> Re
     if p.digests_sha256.as_deref() != Some(digests_hash(&d.digests).as_str()) {
         return Err("signs other digests than the stream's".into());
     }
-    Ok(())
+    check_request(&p, asked)
 }
 
 // ---------------------------------------------------------------------------------
@@ -865,6 +893,13 @@ fn payload_shape(sp: &AgentResult) -> Result<time::OffsetDateTime, String> {
     utc_time(&sp.time, false).map_err(|e| format!("its {e}"))
 }
 
+/// No object of a JSON text has two members of one name (docs/evidence.md: a parser
+/// that keeps the first and one that keeps the last would read two documents).
+fn unique_members(what: &str, bytes: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))?;
+    tally_common::jcs::unique_members(text).map_err(|e| format!("{what}: {e}"))
+}
+
 fn b64(field: &str, text: &str) -> Result<Vec<u8>, String> {
     STANDARD
         .decode(text)
@@ -968,8 +1003,8 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     let checker = checker.ok()?;
-    let bundle: Result<Bundle, String> = serde_json::from_slice(bundle_text)
-        .map_err(|e| format!("not a bundle: {e}"))
+    let bundle: Result<Bundle, String> = unique_members("the bundle", bundle_text)
+        .and_then(|()| serde_json::from_slice(bundle_text).map_err(|e| format!("not a bundle: {e}")))
         .and_then(|b: Bundle| {
             if b.format == FORMAT {
                 Ok(b)
@@ -992,6 +1027,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         .payload_bytes()
         .map_err(|e| e.to_string())
         .and_then(|p| {
+            unique_members("the checkpoint payload", &p)?;
             serde_json::from_slice::<Checkpoint>(&p).map_err(|e| format!("checkpoint payload: {e}"))
         })
         .and_then(|cp| utc_time(&cp.time, false).map_err(|e| format!("the checkpoint's {e}")));
@@ -1069,8 +1105,8 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     let (coordinator, payload) = statement.ok()?;
-    let st: Result<Statement, String> = serde_json::from_slice(&payload)
-        .map_err(|e| format!("does not parse: {e}"))
+    let st: Result<Statement, String> = unique_members("the statement payload", &payload)
+        .and_then(|()| serde_json::from_slice(&payload).map_err(|e| format!("does not parse: {e}")))
         .and_then(|s: Statement| {
             if s.type_ != STATEMENT_TYPE || s.predicate_type != PREDICATE_TYPE {
                 return Err(format!(
@@ -1101,6 +1137,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     let result = b64("result", &b.result).and_then(|bytes| {
         let want = st.subject[0].digest.get("sha256").cloned().unwrap_or_default();
         if sha256_hex(&bytes) == want {
+            unique_members("the result", &bytes)?;
             Ok(bytes)
         } else {
             Err("the SHA-256 of the result bytes is not the statement's subject digest".into())
@@ -1166,6 +1203,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     for (i, e) in b.events.iter().enumerate() {
         match b64(&format!("events[{i}]"), e)
             .and_then(|l| String::from_utf8(l).map_err(|_| format!("events[{i}] is not UTF-8")))
+            .and_then(|l| unique_members(&format!("events[{i}]"), l.as_bytes()).map(|()| l))
         {
             Ok(l) => lines.push(l),
             Err(e) => {
@@ -1274,6 +1312,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 .get(n)
                 .ok_or("is missing: the events carry more signed answers")?;
             let (agent, payload) = signed_by(listed, "agent", AGENT_RESULT)?;
+            unique_members("its payload", &payload)?;
             let sp: AgentResult = serde_json::from_slice(&payload).map_err(|e| format!("payload: {e}"))?;
             if sp.agent != agent {
                 return Err(format!("signed by {agent:?} but names agent {:?}", sp.agent));
@@ -1362,6 +1401,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     sp.agent, sp.dataset
                 ));
             }
+            request_matches(&sp, v.get("request"), run_id)?;
             let event: Event = serde_json::from_value(v.clone()).map_err(|e| format!("the event: {e}"))?;
             match event {
                 Event::Aggregated { response, .. } | Event::Rechecked { response, .. } => {
@@ -1610,6 +1650,121 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
         return None;
     }
     Some(())
+}
+
+/// Whether the request an event records is the one its agent signed an answer to (its
+/// RFC 8785 SHA-256 is the payload's `request_sha256`), and says what the payload's
+/// scope says: rpc, run, dataset, side, method, columns, `key_len`, seal, window, and
+/// whether it covered the whole dataset (docs/evidence.md, "The requests").
+fn request_matches(sp: &AgentResult, req: Option<&Value>, run_id: &str) -> Result<(), String> {
+    let req = req.filter(|r| r.is_object()).ok_or(
+        "the event records no request (a coordinator from before requests were recorded): \
+         what the agent was asked cannot be checked",
+    )?;
+    let digest = tally_common::jcs::canonical_json(&req.to_string())
+        .map(|t| sha256_hex(t.as_bytes()))
+        .map_err(|e| format!("the event's request: {e}"))?;
+    if digest != sp.request_sha256 {
+        return Err(format!(
+            "the event's request hashes to {digest}, the agent signed request_sha256 {}",
+            sp.request_sha256
+        ));
+    }
+    let scope = &sp.scope;
+    let differ = |what: &str, asked: &Value, signed: Value| -> Result<(), String> {
+        if *asked == signed {
+            Ok(())
+        } else {
+            Err(format!(
+                "the request's {what} is {asked}, the agent signed {signed}"
+            ))
+        }
+    };
+    differ("rpc", &req["rpc"], json!(sp.rpc))?;
+    differ("run_id", &req["run_id"], json!(run_id))?;
+    differ("dataset", &req["dataset"], json!(sp.dataset))?;
+    differ("side", &req["side"], json!(scope.side.map(Side::name)))?;
+    differ("method", &req["method"], json!(scope.method))?;
+    differ("key_len", &req["key_len"], json!(scope.key_len))?;
+    let names: Vec<Value> = req["columns"]
+        .as_array()
+        .map(|c| c.iter().map(|c| c["name"].clone()).collect())
+        .unwrap_or_default();
+    differ("column names", &Value::Array(names), json!(scope.columns))?;
+    let seal = match &req["seal"] {
+        Value::Null => Value::Null,
+        s => json!({"peer": s["peer"], "peer_dataset": s["peer_dataset"], "nonce": s["nonce"]}),
+    };
+    differ(
+        "seal",
+        &seal,
+        serde_json::to_value(&scope.seal).unwrap_or_default(),
+    )?;
+    let window = |w: &Value| match w {
+        Value::Null => Value::Null,
+        w => json!({"column": w["column"], "upper": w["upper"]}),
+    };
+    let signed_window = serde_json::to_value(&scope.window).unwrap_or_default();
+    // a segment covers every row (of the window) when it bounds no key, hash or period
+    let unbounded = |seg: &Value| {
+        seg.is_object()
+            && ["lower", "upper", "hash_lo", "hash_hi", "period"]
+                .iter()
+                .all(|k| seg[*k].is_null())
+    };
+    let whole = match sp.rpc.as_str() {
+        "Aggregate" => {
+            let segs = req["segments"].as_array().ok_or("the request has no segments")?;
+            for s in segs {
+                differ("window", &window(&s["segment"]["window"]), signed_window.clone())?;
+            }
+            let parents = segs.len() as u64;
+            if let Some(b) = sp.buckets.iter().flatten().find(|b| b.parent >= parents) {
+                return Err(format!(
+                    "the agent signed a bucket of parent {}, the request has {parents} segments",
+                    b.parent
+                ));
+            }
+            matches!(segs.as_slice(), [one] if unbounded(&one["segment"]))
+        }
+        "RowDigests" => {
+            differ("window", &window(&req["segment"]["window"]), signed_window)?;
+            unbounded(&req["segment"])
+        }
+        "Measures" => {
+            differ("window", &window(&req["window"]), signed_window)?;
+            let group_by: Vec<String> = req["group_by"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .map(|g| {
+                            let c = g["column"].as_str().unwrap_or_default();
+                            match g["granularity"].as_str().unwrap_or_default() {
+                                "" => c.to_string(),
+                                gr => format!("{c}:{gr}"),
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            differ("group_by", &json!(group_by), json!(scope.group_by))?;
+            differ("measures", &req["measures"], json!(scope.measures))?;
+            req["parents"].as_array().is_some_and(Vec::is_empty)
+        }
+        other => return Err(format!("a {other} answer is not one a bundle holds")),
+    };
+    if whole != scope.whole {
+        return Err(format!(
+            "the request covered {}, the agent signed whole: {}",
+            if whole {
+                "the whole dataset"
+            } else {
+                "part of the dataset"
+            },
+            scope.whole
+        ));
+    }
+    Ok(())
 }
 
 /// A bucket's aggregates as an agent signed them: count, sum, xor.

@@ -12,6 +12,7 @@
 pub mod bins;
 pub mod db;
 pub mod engines;
+pub mod evidence;
 pub mod generator;
 pub mod https;
 pub mod netns;

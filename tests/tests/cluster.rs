@@ -439,15 +439,8 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
         let text = serde_json::to_vec_pretty(&bundle).unwrap();
         std::fs::write(&file, &text).unwrap();
         let verified = Instant::now();
-        let out = Command::new(bins::tally())
-            .arg("verify")
-            .arg(&file)
-            .arg("--ca")
-            .arg(dir.join("certs/ca.pem"))
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "replica {}: {stdout}", r.id);
+        let (code, stdout) = tally_e2e::evidence::verify(&file, &dir.join("certs/ca.pem"));
+        assert_eq!(code, 0, "replica {}: {stdout}", r.id);
         eprintln!(
             "evidence of the failed-over run ({N} rows per side) from replica {}: {} bytes, {} agent-signed answers, \
              {} events, fetched in {fetch_time:?}, verified in {:?}",

@@ -180,9 +180,8 @@ fn a_match_at_reduced_fidelity_says_so_in_its_json_its_summary_and_its_evidence(
     assert_eq!(reduced(&p["fidelity"]), want);
     assert_eq!(p["fidelity"], result["fidelity"]);
     let ca = d.path().join("certs/ca.pem");
-    let o = tally(&["verify", &s(&bundle), "--ca", &s(&ca)], d.path());
-    let verified = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{verified}");
+    let (code, verified) = tally_e2e::evidence::verify(&bundle, &ca);
+    assert_eq!(code, 0, "{verified}");
     assert!(
         verified.contains("ok    verdict: match at reduced fidelity (price float at scale 6, "),
         "{verified}"

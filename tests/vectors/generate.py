@@ -125,6 +125,30 @@ def json_number(x: float) -> str:
     return sign + out
 
 
+class NoCanonicalForm(ValueError):
+    """A value the canonical form refuses (an error naming the column, never a match)."""
+
+
+def unique_members(pairs):
+    # I-JSON (RFC 7493), which RFC 8785 asks for: no object has two members of one name
+    names = [k for k, _ in pairs]
+    if len(set(names)) != len(names):
+        raise NoCanonicalForm("a JSON object with two members of one name")
+    return dict(pairs)
+
+
+def i_json_number(text: str) -> float:
+    # a number is read as a double; its written value must be that double's exact value
+    # or its shortest decimal, else two documents that differ would fold into one
+    x = float(text)
+    if x in (float("inf"), float("-inf")):
+        raise NoCanonicalForm("a JSON number outside double range")
+    written = decimal.Decimal(text)
+    if written != decimal.Decimal(x) and written != decimal.Decimal(repr(x)):
+        raise NoCanonicalForm("a JSON number with more precision than a double holds")
+    return x
+
+
 def json_text(v) -> str:
     if v is None:
         return "null"
@@ -215,7 +239,8 @@ def canonical(f: dict):
         b = bytes.fromhex(v)
         return (b.rstrip(b"\x00") if f.get("char") else b).hex()
     if t == "json":
-        return json_text(json.loads(v))
+        return json_text(json.loads(v, object_pairs_hook=unique_members,
+                                    parse_int=i_json_number, parse_float=i_json_number))
     raise ValueError(t)
 
 
@@ -619,6 +644,40 @@ def period_labels():
     return out
 
 
+# single fields whose rule a reader could take two ways: the canonical text, or refused
+SINGLE = [
+    ("float: of the six 17-digit decimals that read back as 0.1 + 0.2 "
+     "(0.30000000000000002 to ...07), the nearest to the double's exact value",
+     F("0.30000000000000004", 17)),
+    ("float: the shortest decimal, not the double's exact value, at a scale past its digits",
+     F("0.1", 20)),
+    ("time: a negative duration cut to zero keeps its sign (the stored value is negative)",
+     TM("-00:00:00.000001", 3)),
+    ("time: a duration of zero is unsigned, however it is written", TM("-00:00:00.000000", 6)),
+    ("json: two members of one name are refused (not I-JSON)", J('{"a": 1, "a": 2}')),
+    ("json: two members of one name are refused however the name is escaped", J('{"a": 1, "\\u0061": 1}')),
+    ("json: a number a double cannot hold exactly nor as its shortest decimal is refused",
+     J('[12345678901234567890]')),
+]
+
+
+def single():
+    out = []
+    for n, (about, f) in enumerate(SINGLE, start=1):
+        entry = {"id": f"sf{n:03d}", "about": about, "field": f}
+        try:
+            entry["canonical"] = canonical(f)
+        except NoCanonicalForm as e:
+            entry["refused"] = str(e)
+        out.append(entry)
+    assert out[0]["canonical"] == "0.30000000000000004", out[0]
+    assert out[1]["canonical"] == "0.10000000000000000000", out[1]
+    assert out[2]["canonical"] == "-00:00:00.000", out[2]
+    assert out[3]["canonical"] == "00:00:00.000000", out[3]
+    assert all("refused" in e for e in out[4:]), out[4:]
+    return out
+
+
 def main():
     rows = vector_rows()
     doc = {
@@ -629,6 +688,7 @@ def main():
         "aggregates": aggregates(rows),
         "sealed": sealed(rows),
         "period_labels": period_labels(),
+        "single": single(),
     }
     text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
     if "--check" in sys.argv:

@@ -55,6 +55,10 @@ pub enum Event {
         side: Side,
         response: AggregateResponse,
         elapsed_ms: u64,
+        /// The request the agent signed this answer to, as docs/evidence.md "The
+        /// requests" writes it (its RFC 8785 SHA-256 is the answer's `request_sha256`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Box<serde_json::Value>>,
     },
     /// One side's (key hash, row hash) pairs of rows-phase range `range` (in confirm
     /// round `round`; 0 for the rows phase itself).
@@ -68,6 +72,10 @@ pub enum Event {
         /// What the agent signed over the stream (DESIGN §12).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         envelope: Option<tally_common::dsse::Envelope>,
+        /// The request the agent signed this answer to, as docs/evidence.md "The
+        /// requests" writes it (its RFC 8785 SHA-256 is the answer's `request_sha256`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Box<serde_json::Value>>,
     },
     /// One side's revealed rows of page `page` of rows-phase range `range` (when only
     /// that side was asked: missing or extra rows). A call an agent refused because a
@@ -98,6 +106,10 @@ pub enum Event {
         round: u32,
         side: Side,
         response: AggregateResponse,
+        /// The request the agent signed this answer to, as docs/evidence.md "The
+        /// requests" writes it (its RFC 8785 SHA-256 is the answer's `request_sha256`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Box<serde_json::Value>>,
     },
     /// One side's groups of level `level` of mode measures.
     Measured {
@@ -105,6 +117,10 @@ pub enum Event {
         side: Side,
         response: MeasuresResponse,
         elapsed_ms: u64,
+        /// The request the agent signed this answer to, as docs/evidence.md "The
+        /// requests" writes it (its RFC 8785 SHA-256 is the answer's `request_sha256`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Box<serde_json::Value>>,
     },
     /// A call failed (or a gate the runtime enforces tripped): the run ends with this
     /// error (`RunError::code` and its message).
@@ -346,8 +362,12 @@ mod packed_digests {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RowDigest>, D::Error> {
         let text = String::deserialize(d)?;
-        if text.len() % 32 != 0 || !text.is_ascii() {
-            return Err(D::Error::custom("digests: 32 hex digits per row expected"));
+        // lowercase hex only: one spelling per list (from_str_radix alone would take
+        // uppercase digits and a leading `+`)
+        if text.len() % 32 != 0 || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(D::Error::custom(
+                "digests: 32 lowercase hex digits per row expected",
+            ));
         }
         let word =
             |s: &str| u64::from_str_radix(s, 16).map_err(|e| D::Error::custom(format!("digests: {e}")));

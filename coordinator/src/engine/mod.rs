@@ -285,6 +285,7 @@ impl Engine {
                 side,
                 response,
                 elapsed_ms,
+                ..
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
             Event::Measured {
@@ -292,11 +293,13 @@ impl Engine {
                 side,
                 response,
                 elapsed_ms,
+                ..
             } => self.on_measured(&mut out, level, side, response, elapsed_ms),
             Event::Rechecked {
                 round,
                 side,
                 response,
+                ..
             } => self.on_rechecked(&mut out, round, side, response),
             Event::Digests {
                 round: 0,

@@ -279,15 +279,18 @@ impl Runtime<'_> {
         &self,
         side: Side,
         mut request: tally_common::wire::AggregateRequest,
-    ) -> Result<tally_common::wire::AggregateResponse, RunError> {
+    ) -> Result<(tally_common::wire::AggregateResponse, Box<serde_json::Value>), RunError> {
         request.run_id = self.run_id.clone();
         request.side = Some(side);
+        let asked = Box::new(tally_common::request_json::aggregate(
+            &tally_proto::v1::AggregateRequest::from(request.clone()),
+        ));
         let agent = self.agent(side);
         let dataset = request.dataset.clone();
         let response = agent.aggregate(request).await?;
-        crate::evidence::check_aggregate(&self.run_id, side, &dataset, &response)
+        crate::evidence::check_aggregate(&self.run_id, side, &dataset, &response, &asked)
             .map_err(|m| unsigned(agent.name(), "Aggregate", m))?;
-        Ok(response)
+        Ok((response, asked))
     }
 
     fn agent(&self, side: Side) -> &dyn AgentApi {
@@ -322,11 +325,12 @@ impl Runtime<'_> {
                 Command::Aggregate { level, side, request } => self
                     .signed_aggregate(side, request)
                     .await
-                    .map(|response| Event::Aggregated {
+                    .map(|(response, asked)| Event::Aggregated {
                         level,
                         side,
                         response,
                         elapsed_ms: t0.elapsed().as_millis() as u64,
+                        request: Some(asked),
                     }),
                 Command::Wait { round, ms } => {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
@@ -363,13 +367,16 @@ impl Runtime<'_> {
                 } => {
                     request.run_id = self.run_id.clone();
                     request.side = Some(side);
+                    let asked = Box::new(tally_common::request_json::row_digests(
+                        &tally_proto::v1::RowDigestsRequest::from(request.clone()),
+                    ));
                     let agent = self.agent(side);
                     let dataset = request.dataset.clone();
                     agent
                         .row_digests(request)
                         .await
                         .and_then(|d| {
-                            crate::evidence::check_digests(&self.run_id, side, &dataset, &d)
+                            crate::evidence::check_digests(&self.run_id, side, &dataset, &d, &asked)
                                 .map_err(|m| unsigned(agent.name(), "RowDigests", m))?;
                             Ok(d)
                         })
@@ -379,6 +386,7 @@ impl Runtime<'_> {
                             side,
                             digests: d.digests,
                             envelope: d.envelope,
+                            request: Some(asked),
                         })
                 }
                 Command::Reveal {
@@ -396,10 +404,11 @@ impl Runtime<'_> {
                 Command::Recheck { round, side, request } => {
                     self.signed_aggregate(side, request)
                         .await
-                        .map(|response| Event::Rechecked {
+                        .map(|(response, asked)| Event::Rechecked {
                             round,
                             side,
                             response,
+                            request: Some(asked),
                         })
                 }
                 Command::Measures {
@@ -409,13 +418,16 @@ impl Runtime<'_> {
                 } => {
                     request.run_id = self.run_id.clone();
                     request.side = Some(side);
+                    let asked = Box::new(tally_common::request_json::measures(
+                        &tally_proto::v1::MeasuresRequest::from(request.clone()),
+                    ));
                     let agent = self.agent(side);
                     let dataset = request.dataset.clone();
                     agent
                         .measures(request)
                         .await
                         .and_then(|response| {
-                            crate::evidence::check_measures(&self.run_id, side, &dataset, &response)
+                            crate::evidence::check_measures(&self.run_id, side, &dataset, &response, &asked)
                                 .map_err(|m| unsigned(agent.name(), "Measures", m))?;
                             Ok(response)
                         })
@@ -424,6 +436,7 @@ impl Runtime<'_> {
                             side,
                             response,
                             elapsed_ms: t0.elapsed().as_millis() as u64,
+                            request: Some(asked),
                         })
                 }
                 Command::InvestigationSql { leaf, side, request } => self

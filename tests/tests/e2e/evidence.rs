@@ -56,17 +56,7 @@ fn export(data: &Path, run: &str, out: &Path) {
 
 /// `tally verify FILE --ca CA`: exit code and stdout.
 fn verify(bundle: &Path, ca: &Path) -> (i32, String) {
-    let o = Command::new(bins::tally())
-        .arg("verify")
-        .arg(bundle)
-        .arg("--ca")
-        .arg(ca)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-    )
+    tally_e2e::evidence::verify(bundle, ca)
 }
 
 fn b64d(s: &Value) -> Vec<u8> {
@@ -156,6 +146,38 @@ fn resign_answers(events: &mut [Value], agent: &str, key: &TlsSigner) {
             *slot = sign(AGENT_RESULT, &p, agent, key);
         }
     }
+}
+
+/// What a forging coordinator can do to the raw text of its log: edit the event lines
+/// as text (so a line may say what no JSON value can, two members of one name), then
+/// re-chain them and re-sign the statement and checkpoint over the new head.
+fn rechain_raw(bundle: &Value, certs: &Path, edit: impl FnOnce(&mut Vec<String>)) -> Value {
+    let mut b = bundle.clone();
+    let mut lines: Vec<String> = b["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| String::from_utf8(b64d(e)).unwrap())
+        .collect();
+    edit(&mut lines);
+    let mut prev = GENESIS.to_string();
+    for l in lines.iter_mut() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let old = format!("\"prev\":\"{}\"", v["prev"].as_str().unwrap());
+        assert!(l.contains(&old), "{l}");
+        *l = l.replacen(&old, &format!("\"prev\":\"{prev}\""), 1);
+        prev = line_hash(l);
+    }
+    b["events"] = json!(lines.iter().map(|l| b64e(l.as_bytes())).collect::<Vec<_>>());
+    let coordinator = signer(certs, "coordinator");
+    let mut statement = payload(&b["statement"]);
+    statement["predicate"]["events_head"] = json!(prev);
+    b["statement"] = sign(IN_TOTO, &statement, "coordinator", &coordinator);
+    let mut cp = payload(&b["checkpoint"]);
+    cp["head"] = json!(prev);
+    cp["seq"] = json!(lines.len());
+    b["checkpoint"] = sign(CHECKPOINT, &cp, "coordinator", &coordinator);
+    b
 }
 
 /// Re-signs, with `key`, the answer payload of the first event of `events` that
@@ -1005,6 +1027,97 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
             resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
                 p["scope"]["key_len"] = json!(0)
             })
+        }),
+        "agent_results[",
+    ));
+
+    // the requests (issue 32): each signed answer's request is in the record, hashes
+    // to the request_sha256 its agent signed and says what the agent signed it covered
+    cases.push((
+        "a request's dataset changed in the record",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            ev[i]["request"]["dataset"] = json!("customers");
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "a request struck from the record",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            ev[i].as_object_mut().unwrap().remove("request");
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "the two sides' level-1 requests swapped",
+        forger(&|ev, _| {
+            let i = level_one_source(ev);
+            let j = ev
+                .iter()
+                .position(|e| e["event"] == "aggregated" && e["level"] == 1 && e["side"] == "target")
+                .expect("a level-1 target answer");
+            let (x, y) = (ev[i]["request"].clone(), ev[j]["request"].clone());
+            ev[i]["request"] = y;
+            ev[j]["request"] = x;
+        }),
+        "agent_results[",
+    ));
+    cases.push((
+        "an agent-signed scope that is not what its request asked (key_len)",
+        forger(&|ev, _| {
+            resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                let n = p["scope"]["columns"].as_array().unwrap().len();
+                p["scope"]["key_len"] = json!(n);
+            })
+        }),
+        "agent_results[",
+    ));
+    // strict JSON (issue 32): two members of one name are refused wherever read; a
+    // reader keeping the first and one keeping the last would read two records
+    cases.push((
+        "(control) the raw log re-chained and re-signed unchanged",
+        rechain_raw(&a, &certs, |_| {}),
+        "",
+    ));
+    cases.push((
+        "an event line with two members named side",
+        rechain_raw(&a, &certs, |lines| {
+            let i = lines
+                .iter()
+                .position(|l| l.contains("\"event\":\"aggregated\"") && l.contains("\"side\":\"source\""))
+                .unwrap();
+            lines[i] = lines[i].replacen('{', "{\"side\":\"target\",", 1);
+        }),
+        "event chain",
+    ));
+    cases.push((
+        "a statement payload with two members named verdict",
+        {
+            let mut t = a.clone();
+            let text = String::from_utf8(b64d(&a["statement"]["payload"])).unwrap();
+            let text = text.replacen("\"predicate\":{", "\"predicate\":{\"verdict\":\"match\",", 1);
+            let env = Envelope::sign(
+                IN_TOTO,
+                text.as_bytes(),
+                "coordinator",
+                &signer(&certs, "coordinator"),
+            )
+            .unwrap();
+            t["statement"] = serde_json::to_value(env).unwrap();
+            t
+        },
+        "statement",
+    ));
+    cases.push((
+        "an event's digests in capitals",
+        forger(&|ev, _| {
+            let e = ev
+                .iter_mut()
+                .find(|e| e["event"] == "digests" && e["digests"].as_str().is_some_and(|d| !d.is_empty()))
+                .expect("a digests event with rows");
+            let upper = e["digests"].as_str().unwrap().to_uppercase();
+            e["digests"] = json!(upper);
         }),
         "agent_results[",
     ));

@@ -162,6 +162,7 @@ fn run(spec: &Spec, s: &Table, t: &Table, later: Option<&Table>) -> (RunResult, 
                     side: *side,
                     response: table.measures(request),
                     elapsed_ms: 5,
+                    request: None,
                 }
             }
             other => panic!("not asked in mode measures: {other:?}"),
@@ -416,6 +417,7 @@ fn a_replayed_measures_run_asks_only_what_its_log_lacks_and_ends_the_same() {
                     side: *side,
                     response: if *side == Side::Source { &s } else { &t }.measures(request),
                     elapsed_ms: 5,
+                    request: None,
                 },
                 other => panic!("cut {cut}: {other:?}"),
             });

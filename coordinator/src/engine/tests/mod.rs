@@ -282,6 +282,7 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             side: *x,
             response: side(x).aggregate(request),
             elapsed_ms: 3,
+            request: None,
         },
         Command::Wait { round, .. } => Event::Waited { round: *round },
         Command::Recheck {
@@ -292,6 +293,7 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             round: *round,
             side: *x,
             response: side(x).aggregate(request),
+            request: None,
         },
         Command::ReadPosition { round, .. } => Event::PositionRead {
             round: *round,
@@ -320,6 +322,7 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             side: *x,
             digests: side(x).digests(&request.segment),
             envelope: None,
+            request: None,
         },
         Command::Reveal {
             range,
