@@ -36,7 +36,7 @@ def failing(report):
 
 
 def check_name(line):
-    m = re.match(r"^FAIL\s+(.+?): ", line)
+    m = re.match(r"^FAIL\s+([^:(]+?)\s*(?:\(.*?\))?: ", line)
     if not m:
         return None
     return re.sub(r"\[\d+\]", "[n]", m.group(1))

@@ -450,8 +450,10 @@ def check_result(st):
     need(is_obj(r), "result is not an object")
     p = st.p
     for f in ("verdict", "hash_method", "level", "difference_counts"):
-        need(f in r, f"result has no {f}")
-        need(r[f] == p[f] and type(r[f]) is type(p[f]), f"result {f} {r[f]!r} is not the predicate's {p[f]!r}")
+        # Q23: a result without difference_counts (a measures run) is the predicate's null
+        need(f in r or f == "difference_counts", f"result has no {f}")
+        v = r.get(f)
+        need(v == p[f] and type(v) is type(p[f]), f"result {f} {v!r} is not the predicate's {p[f]!r}")
     need(("fidelity" in r) == ("fidelity" in p), "fidelity is in one of result and predicate only")
     if "fidelity" in p:
         need(r["fidelity"] == p["fidelity"], f"result fidelity {r['fidelity']!r} is not the predicate's {p['fidelity']!r}")
@@ -598,10 +600,6 @@ def check_agent_results(st):
         need(payload not in seen_payloads, f"{what}: its payload is also listed as agent_results[{seen_payloads.get(payload)}]")
         seen_payloads[payload] = n
         need(rpc == ANSWER_EVENTS[kind], f"{what}: a {rpc} answer in a {kind} event")
-        if st.mode == "measures":
-            need(rpc != "Aggregate", f"{what}: an Aggregate answer in a measures run")
-        else:
-            need(rpc != "Measures", f"{what}: a Measures answer in a {st.mode} run")
         if kind == "digests":
             d = e.get("digests")
             need(is_str(d) and re.fullmatch(r"(?:[0-9a-f]{32})*", d), f"{what}: the event's digests are not 32-hex-digit pairs")
@@ -655,16 +653,36 @@ def _check_buckets(e, pl, what):
     need(resp.get("release_log_head") == pl["release_log_head"], f"{what}: the event's release_log_head is not the payload's")
 
 
-def _groups_hash_candidates(groups):
-    yield json.dumps(groups, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    yield jcs(groups)
+CLEAR_ORDER = ["non_null", "sum", "min", "max", "nan", "pos_inf", "neg_inf"]
+
+
+def _groups_doc_order(groups, what):
+    """The groups re-written compact in the field order evidence.md shows:
+    `{"labels", "count", "measures": [{"clear"?: {non_null, sum, min, max, nan, pos_inf,
+    neg_inf}, "digest"}]}` (Q12); fields outside it are refused."""
+    out = []
+    for j, g in enumerate(groups):
+        exact_keys(g, ["labels", "count", "measures"], what=f"{what} group {j}")
+        need(type(g["measures"]) is list, f"{what}: group {j} measures is not a list")
+        ms = []
+        for k, m in enumerate(g["measures"]):
+            exact_keys(m, ["digest"], ["clear"], what=f"{what} group {j} measure {k}")
+            mo = {}
+            if "clear" in m:
+                c = m["clear"]
+                need(is_obj(c) and set(c) <= set(CLEAR_ORDER), f"{what}: group {j} measure {k} clear has unknown fields")
+                mo["clear"] = {f: c[f] for f in CLEAR_ORDER if f in c}
+            mo["digest"] = m["digest"]
+            ms.append(mo)
+        out.append({"labels": g["labels"], "count": g["count"], "measures": ms})
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _check_groups(e, pl, what):
     resp = e.get("response")
     need(is_obj(resp) and type(resp.get("groups")) is list, f"{what}: the event has no groups")
-    # Q12: "the SHA-256 of the `groups` JSON as above": which bytes is not said.
-    need(any(sha256_hex(c) == pl["groups_sha256"] for c in _groups_hash_candidates(resp["groups"])),
+    # Q12: "the SHA-256 of the `groups` JSON as above": compact, in the doc's field order.
+    need(sha256_hex(_groups_doc_order(resp["groups"], what)) == pl["groups_sha256"],
          f"{what}: the event's groups do not hash to groups_sha256")
     need(resp.get("release_log_head") == pl["release_log_head"], f"{what}: the event's release_log_head is not the payload's")
 
@@ -779,6 +797,12 @@ def check_level1_totals(st):
     p, r, spec = st.p, st.r, st.spec
     l1 = {"source": [], "target": []}
     l1kind = "measured" if st.mode == "measures" else "aggregated"
+    for a in st.answers:  # Q15: "fail the check" - taken as this one
+        rpc = a["payload"]["rpc"]
+        if st.mode == "measures":
+            need(rpc != "Aggregate", f"line {a['event']['seq']}: an Aggregate answer in a measures run")
+        else:
+            need(rpc != "Measures", f"line {a['event']['seq']}: a Measures answer in a {st.mode} run")
     for a in st.answers:
         if a["kind"] == l1kind and a["event"].get("level") == 1:
             l1[a["side"]].append(a)
