@@ -608,6 +608,7 @@ def check_agent_results(st):
             _check_groups(e, pl, what)
         else:
             _check_buckets(e, pl, what)
+        _check_request(e, pl, what)
         side = e.get("side")
         need(side in ("source", "target"), f"{what}: event side {side!r} is neither source nor target")
         need(sc["side"] == side, f"{what}: the agent signed side {sc['side']!r}, the event says {side!r}")
@@ -625,6 +626,57 @@ def check_agent_results(st):
         n += 1
     st.n_carrying = n
     return out
+
+
+SEG_BOUNDS = ("lower", "upper", "hash_lo", "hash_hi", "period")
+
+
+def _check_request(e, pl, what):
+    """evidence.md, "The requests": the recorded request hashes (RFC 8785) to
+    request_sha256 and asks what the payload signs."""
+    req = e.get("request")
+    need(req is not None, f"{what}: the event records no request: what the agent was asked cannot be checked")
+    need(is_obj(req), f"{what}: the event's request is not an object")
+    got = sha256_hex(jcs(req))
+    need(got == pl["request_sha256"], f"{what}: the event's request hashes to {got}, the agent signed {pl['request_sha256']}")
+    sc = pl["scope"]
+    for f, want in (("rpc", pl["rpc"]), ("run_id", pl["run_id"]), ("dataset", pl["dataset"]), ("side", sc["side"]),
+                    ("method", sc["method"]), ("key_len", sc["key_len"])):
+        need(req.get(f) == want and type(req.get(f)) is type(want), f"{what}: the request's {f} is {req.get(f)!r}, the agent signed {want!r}")
+    cols = req.get("columns")
+    need(type(cols) is list and all(is_obj(c) for c in cols), f"{what}: the request's columns are not a list of objects")
+    need([c.get("name") for c in cols] == sc["columns"], f"{what}: the request's columns are not the signed scope's")
+    rs = req.get("seal")
+    if sc["seal"] is None:
+        need(rs is None, f"{what}: the request is sealed, the signed scope is not")
+    else:
+        need(is_obj(rs) and all(rs.get(k) == sc["seal"][k] for k in ("peer", "peer_dataset", "nonce")),
+             f"{what}: the request's seal is not the signed scope's")
+    win = sc.get("window")
+    rpc = pl["rpc"]
+    if rpc == "Aggregate":
+        segs = req.get("segments")
+        need(type(segs) is list and segs and all(is_obj(x) and is_obj(x.get("segment")) for x in segs), f"{what}: the request has no segments")
+        for x in segs:
+            need(x["segment"].get("window") == win, f"{what}: a request segment's window {x['segment'].get('window')!r} is not the signed {win!r}")
+        whole = len(segs) == 1 and all(segs[0]["segment"].get(k) is None for k in SEG_BOUNDS)
+        for j, bk in enumerate(pl["buckets"]):
+            need(is_int(bk.get("parent")) and bk["parent"] < len(segs), f"{what}: bucket {j} names parent {bk.get('parent')!r} of {len(segs)} segments")
+    elif rpc == "RowDigests":
+        seg = req.get("segment")
+        need(is_obj(seg), f"{what}: the request has no segment")
+        need(seg.get("window") == win, f"{what}: the request segment's window {seg.get('window')!r} is not the signed {win!r}")
+        whole = all(seg.get(k) is None for k in SEG_BOUNDS)
+    else:
+        need(req.get("window") == win, f"{what}: the request's window {req.get('window')!r} is not the signed {win!r}")
+        need(type(req.get("parents")) is list, f"{what}: the request has no parents")
+        whole = req["parents"] == []
+        gb = req.get("group_by")
+        need(type(gb) is list and all(is_obj(g) for g in gb), f"{what}: the request's group_by is not a list")
+        want_gb = [g.get("column") + (":" + g["granularity"] if g.get("granularity") else "") for g in gb]
+        need(sc.get("group_by") == want_gb, f"{what}: the signed group_by {sc.get('group_by')!r} is not the request's {want_gb!r}")
+        need(sc.get("measures") == req.get("measures"), f"{what}: the signed measures are not the request's")
+    need(sc["whole"] == whole, f"{what}: the scope signs whole={sc['whole']}, the request {'is' if whole else 'is not'} the whole dataset")
 
 
 def _carries_envelope(e):
