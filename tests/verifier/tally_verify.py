@@ -343,27 +343,77 @@ def _issued_by(child, issuer):
         return False
 
 
-def _chain_to_ca(leaf, inters, cas, t, what):
-    """Path from the leaf through the entry's own intermediates to a CA of --ca, every
-    certificate valid at t (Q5: the anchor too), every issuer a CA."""
-    cur, used, depth = leaf, set(), 0
-    while depth < 10:
+CRITICAL_OK = {x509.BasicConstraints.oid, x509.KeyUsage.oid, x509.ExtendedKeyUsage.oid,
+               x509.SubjectAlternativeName.oid, x509.NameConstraints.oid, x509.CRLDistributionPoints.oid}
+
+
+def _name_der(name):
+    try:
+        return name.public_bytes()
+    except Exception:  # noqa: BLE001 - an undecodable name matches nothing
+        return None
+
+
+def _same_name(child, issuer_cert):
+    """The child's issuer name equals the issuer's subject, byte for byte (DER)."""
+    try:
+        a, b_ = _name_der(child.issuer), _name_der(issuer_cert.subject)
+    except Exception:  # noqa: BLE001 - an undecodable name matches nothing
+        return False
+    return a is not None and a == b_
+
+
+def _cert_sig_ok(cert):
+    """A certificate signed by one of the four algorithms of the signature table
+    (an RSA issuer signs with RSASSA-PSS)."""
+    try:
+        dotted = cert.signature_algorithm_oid.dotted_string
+    except Exception:  # noqa: BLE001
+        return False
+    return dotted in ("1.2.840.10045.4.3.2", "1.2.840.10045.4.3.3", "1.3.101.112", "1.2.840.113549.1.1.10")
+
+
+def _critical_ok(cert, what):
+    for ext in cert.extensions:
+        need(not ext.critical or ext.oid in CRITICAL_OK, f"{what}: an unknown critical extension {ext.oid.dotted_string}")
+
+
+def _chain_to_ca(leaf, inters, cas, t, what, role_eku):
+    """evidence.md check 3's path rules: the leaf, then the entry's other certificates in
+    any order (at most 6), to a certificate signed by a CA of --ca (a trust anchor: its
+    validity is not checked); issuers matched by name; intermediates CA with pathLen
+    honoured and, carrying an EKU, listing the role's usage; every path certificate valid
+    at t; signatures by the table's algorithms."""
+    need(not _is_ca(leaf), f"{what}: the leaf is a CA certificate")
+    _critical_ok(leaf, what)
+
+    def walk(cur, used, below):
+        need(_cert_sig_ok(cur), f"{what}: a certificate of the path is signed by an algorithm outside the table")
         for ca in cas:
-            if _issued_by(cur, ca):
-                need(_valid_at(ca, t), f"{what}: the CA is not valid at {t:%Y-%m-%dT%H:%M:%SZ}")
-                need(_is_ca(ca), f"{what}: the issuing CA certificate is not a CA")
-                return
+            if _same_name(cur, ca) and _issued_by(cur, ca):
+                return True
+        if len(used) >= 6:
+            return False
         for i, it in enumerate(inters):
-            if i not in used and _issued_by(cur, it):
-                need(_is_ca(it), f"{what}: intermediate {i + 1} is not a CA certificate")
-                need(_valid_at(it, t), f"{what}: intermediate {i + 1} is not valid at {t:%Y-%m-%dT%H:%M:%SZ}")
-                used.add(i)
-                cur = it
-                break
-        else:
-            raise Fail(f"{what}: does not chain to a CA of --ca")
-        depth += 1
-    raise Fail(f"{what}: chain too long")
+            if i in used or not _same_name(cur, it) or not _issued_by(cur, it):
+                continue
+            if it.version != x509.Version.v3 or not _is_ca(it) or not _valid_at(it, t):
+                continue
+            bc = it.extensions.get_extension_for_class(x509.BasicConstraints).value
+            if bc.path_length is not None and bc.path_length < below:
+                continue
+            eku = _eku(it)
+            if eku is not None and role_eku not in eku:
+                continue
+            try:
+                _critical_ok(it, what)
+            except Fail:
+                continue
+            if walk(it, used | {i}, below + 1):
+                return True
+        return False
+
+    need(walk(leaf, frozenset(), 0), f"{what}: does not chain to a CA of --ca (through valid CA intermediates of its role)")
 
 
 def check_certificates(st):
@@ -382,7 +432,8 @@ def check_certificates(st):
         leaf = chain[0]
         need(_valid_at(leaf, st.cp_dt), f"{what}: not valid at the checkpoint time {st.cp['time']} "
              f"(valid {leaf.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})")
-        _chain_to_ca(leaf, chain[1:], st.cas, st.cp_dt, what)
+        role_eku = ExtendedKeyUsageOID.SERVER_AUTH if c["role"] == "agent" else ExtendedKeyUsageOID.CLIENT_AUTH
+        _chain_to_ca(leaf, chain[1:], st.cas, st.cp_dt, what, role_eku)
         try:
             dns = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
         except x509.ExtensionNotFound:
@@ -723,7 +774,9 @@ def _groups_doc_order(groups, what):
             if "clear" in m:
                 c = m["clear"]
                 need(is_obj(c) and set(c) <= set(CLEAR_ORDER), f"{what}: group {j} measure {k} clear has unknown fields")
-                mo["clear"] = {f: c[f] for f in CLEAR_ORDER if f in c}
+                # sum/min/max only when not null, nan/pos_inf/neg_inf only when not 0
+                mo["clear"] = {f: c[f] for f in CLEAR_ORDER if f in c and c[f] is not None
+                               and not (f in ("nan", "pos_inf", "neg_inf") and c[f] == 0)}
             mo["digest"] = m["digest"]
             ms.append(mo)
         out.append({"labels": g["labels"], "count": g["count"], "measures": ms})
@@ -919,17 +972,23 @@ def _check_measures_scope(sc, spec, side):
     got = sc.get("group_by")
     # Q15: the scope's group_by is documented as `column` or `column:granularity`.
     got1 = got[0] if type(got) is list and len(got) == 1 else got
-    need(got1 == want, f"the {side}'s level-1 scope groups by {got!r}, the spec's first level is {want!r}")
-    need(sc.get("measures") == spec.get("measures"), f"the {side}'s level-1 scope measures {sc.get('measures')!r}, the spec's {spec.get('measures')!r}")
+    low = lambda v: json.dumps(v).lower()  # noqa: E731 - names compared ignoring ASCII case
+    need(is_str(got1) and low(got1) == low(want), f"the {side}'s level-1 scope groups by {got!r}, the spec's first level is {want!r}")
+    sm = [m.get("column") if is_obj(m) else m for m in spec.get("measures") or []]
+    need(low(sc.get("measures")) == low(sm), f"the {side}'s level-1 scope measures {sc.get('measures')!r}, the spec's {sm!r}")
 
 
-RE_LAG = re.compile(r"^(?:(\d+)(ms|s|m|h|d))+$")
+RE_LAG = re.compile(r"^(?:\d+[smhd])+$")
+LAG_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+CLASSES = ("integer", "date", "timestamp", "timestamptz")
 
 
-def _lag_ns(lag):
-    need(is_str(lag) and RE_LAG.match(lag.replace(" ", "")), f"window lag {lag!r} is not a duration")
-    unit = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
-    return sum(int(n) * unit[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d)", lag.replace(" ", "")))
+def _lag_ms(lag):
+    """evidence.md, Windows: groups of digits each followed by s, m, h or d; at most 36,500 days."""
+    need(is_str(lag) and RE_LAG.match(lag), f"window lag {lag!r} is not a duration (90s, 5m, 1h30m, 2d)")
+    secs = sum(int(n) * LAG_UNIT[u] for n, u in re.findall(r"(\d+)([smhd])", lag))
+    need(secs <= 36500 * 86400, f"window lag {lag!r} is more than 36,500 days")
+    return secs * 1000
 
 
 def _column_class(st, column):
@@ -937,40 +996,61 @@ def _column_class(st, column):
         return None
     src = st.described.get("source") or {}
     for c in src.get("columns") or []:
-        if c.get("name") == column:
-            return c.get("class")
+        if is_str(c.get("name")) and c["name"].lower() == column.lower():
+            return c.get("class") if c.get("class") in CLASSES else None
     return None
 
 
-def _fmt_ts(ns, zulu):
+def _civil(ns):
     secs, frac = divmod(ns, 10**9)
-    d = datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=secs)
-    return d.strftime("%Y-%m-%dT%H:%M:%S") + ".%09d" % frac + ("Z" if zulu else "")
+    return datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=secs), frac
 
 
-def _parse_as_of(v, cls):
-    """`as_of` normalised in the column's class (Q17)."""
+def _as_of_form(v, cls):
+    """The normal form of `as_of` in a column class, or None where that class refuses it."""
+    text = str(v) if is_int(v) else v
+    if not is_str(text):
+        return None
+    text = text.strip()
     if cls == "integer":
-        need(is_int(v), f"window as_of {v!r} is not an integer for an integer column")
-        return str(v)
-    need(is_str(v), f"window as_of {v!r} is not a time")
-    m = re.match(r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?(Z|[+-]\d{2}:?\d{2})?$", v)
-    need(m, f"window as_of {v!r} is not RFC 3339")
-    y, mo, d = int(m[1]), int(m[2]), int(m[3])
-    h, mi, s = int(m[4] or 0), int(m[5] or 0), int(m[6] or 0)
-    ns = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) * 10**9 + int((m[7] or "").ljust(9, "0") or 0)
-    off = m[8]
-    if cls == "timestamptz":
-        need(off is not None, f"window as_of {v!r} has no offset for a timestamptz column")
-        if off != "Z":
-            sign = 1 if off[0] == "+" else -1
-            hh, mm = int(off[1:3]), int(off[-2:])
-            ns -= sign * (hh * 3600 + mm * 60) * 10**9
-        return _fmt_ts(ns, True)
+        if not re.fullmatch(r"[+-]?\d+", text):
+            return None
+        n = int(text)
+        return str(n) if -2**63 <= n < 2**63 else None
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?)?(Z|z|[+-]\d{2}:\d{2})?", text)
+    if not m or not _date_ok(int(m[1]), int(m[2]), int(m[3]), int(m[4] or 0), int(m[5] or 0), int(m[6] or 0)):
+        return None
     if cls == "date":
-        return "%04d-%02d-%02d" % (y, mo, d)
-    need(off is None, f"window as_of {v!r} has an offset for a timestamp without time zone")
-    return _fmt_ts(ns, False)
+        return f"{m[1]}-{m[2]}-{m[3]}" if m[4] is None and m[8] is None else None
+    ns = calendar.timegm((int(m[1]), int(m[2]), int(m[3]), int(m[4] or 0), int(m[5] or 0), int(m[6] or 0), 0, 0, 0)) * 10**9
+    ns += int((m[7] or "").ljust(9, "0") or 0)
+    off = m[8]
+    if cls == "timestamp":
+        if off is not None:
+            return None
+        d, frac = _civil(ns)
+        return d.strftime("%Y-%m-%dT%H:%M:%S") + ".%09d" % frac
+    if off is None:
+        return None
+    if off not in ("Z", "z"):
+        sign = 1 if off[0] == "+" else -1
+        ns -= sign * (int(off[1:3]) * 3600 + int(off[4:6]) * 60) * 10**9
+    d, frac = _civil(ns)
+    return d.strftime("%Y-%m-%dT%H:%M:%S") + ".%09d" % frac + "Z"
+
+
+def _lag_form(ms, cls, zone):
+    if cls == "integer":
+        return None
+    if cls in ("date", "timestamp"):
+        m = re.fullmatch(r"([+-])(\d{2}):(\d{2})", zone or "")
+        if m:
+            ms += (1 if m[1] == "+" else -1) * (int(m[2]) * 3600 + int(m[3]) * 60) * 1000
+    d = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=ms)
+    if cls == "date":
+        return d.strftime("%Y-%m-%d")
+    text = d.strftime("%Y-%m-%dT%H:%M:%S") + ".%03d" % (d.microsecond // 1000)
+    return text + ("Z" if cls == "timestamptz" else "")
 
 
 def _check_window_vs_spec(st, signed, scopes):
@@ -983,34 +1063,27 @@ def _check_window_vs_spec(st, signed, scopes):
         return "no answer carries the window"
     need(signed is not None, f"the spec has window on {sw.get('column')!r}, the agents signed none")
     exact_keys(signed, ["column", "upper"], what="signed window")
-    need(signed["column"] == sw["column"], f"the signed window column {signed['column']!r} is not the spec's {sw['column']!r}")
+    need(is_str(signed["column"]) and signed["column"].lower() == sw["column"].lower(),
+         f"the signed window column {signed['column']!r} is not the spec's {sw['column']!r}")
+    has_as_of, has_lag = sw.get("as_of") is not None, sw.get("lag") is not None
+    need(has_as_of != has_lag, "the spec's window has not exactly one of as_of and lag")
     cls = _column_class(st, sw["column"])
-    if sw.get("as_of") is not None:
-        want = _parse_as_of(sw["as_of"], cls)
-        need(signed["upper"] == want, f"the signed window bound {signed['upper']!r} is not the spec's as_of {sw['as_of']!r} ({want!r})")
-        return f"window {sw['column']} ≤ {want} (as_of)"
-    need(sw.get("lag") is not None, "the spec's window has neither as_of nor lag")
+    classes = [cls] if cls else list(CLASSES)  # unknown class: any of the four normal forms
+    if has_as_of:
+        forms = {c: _as_of_form(sw["as_of"], c) for c in classes}
+        need(signed["upper"] in forms.values(), f"the signed window bound {signed['upper']!r} is no normal form of the spec's as_of {sw['as_of']!r} ({forms})")
+        return f"window {sw['column']} ≤ {signed['upper']} (as_of)"
     clocks = [e for e in st.events if e.get("event") == "clock_read"]
-    need(len(clocks) == 1, f"{len(clocks)} clock_read events for a window with a lag")
-    c = clocks[0]
-    cval = c.get("time", c.get("clock", c.get("now")))
-    c_ns = time_ns(cval, "clock_read", fraction=True)
-    need(st.started_ns - SKEW_NS <= c_ns <= st.started_ns + 3600 * 10**9,
-         f"clock_read {cval} is not within 5 minutes before to an hour after the start {st.p['started']}")
-    bound = c_ns - _lag_ns(sw["lag"])
-    if cls == "timestamptz":
-        want = _fmt_ts(bound, True)
-    else:
-        tz = ((st.described or {}).get("source") or {}).get("time_zone") or "UTC"
-        try:
-            from zoneinfo import ZoneInfo
-            local = ns_to_dt(bound).astimezone(ZoneInfo(tz))
-        except Exception as e:  # noqa: BLE001
-            raise Fail(f"the source agent's time_zone {tz!r} is unknown here ({e})")
-        off = int(local.utcoffset().total_seconds()) * 10**9
-        want = _fmt_ts(bound + off, False)
-    need(signed["upper"] == want, f"the signed window bound {signed['upper']!r} is not clock_read {cval} minus {sw['lag']} ({want!r})")
-    return f"window {sw['column']} ≤ {want} (clock_read − {sw['lag']})"
+    need(clocks, "no clock_read event for a window with a lag")
+    ms = clocks[0].get("unix_ms")
+    need(is_int(ms), "the clock_read event has no integer unix_ms")
+    need(st.started_ns - SKEW_NS <= ms * 10**6 <= st.started_ns + 3600 * 10**9,
+         f"clock_read {ms} is not within 5 minutes before to an hour after the start {st.p['started']}")
+    bound = ms - _lag_ms(sw["lag"])
+    zone = ((st.described or {}).get("source") or {}).get("time_zone")
+    forms = {c: _lag_form(bound, c, zone) for c in classes}
+    need(signed["upper"] in forms.values(), f"the signed window bound {signed['upper']!r} is not clock_read {ms} ms minus {sw['lag']} ({forms})")
+    return f"window {sw['column']} ≤ {signed['upper']} (clock_read − {sw['lag']})"
 
 
 def check_verdict(st):
@@ -1256,7 +1329,12 @@ def verify(bundle_path, ca_path):
     lines = []
     for name, fn in CHECKS:
         try:
-            res = fn(st)
+            try:
+                res = fn(st)
+            except (Fail, Usage):
+                raise
+            except Exception as e:  # noqa: BLE001 - fail closed on anything unforeseen
+                raise Fail(f"cannot be checked ({type(e).__name__}: {e})")
         except Fail as e:
             msg = str(e)
             # a per-item check names its item: "certificates[2]: …", "agent_results[4]: …"
