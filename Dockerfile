@@ -1,13 +1,16 @@
 # Both binaries in one small image: `tally-agent` (the default command) and `tally`.
 #   docker build -t tally:0.1.0 .
 # Not built in this repository's CI (no container engine there); see docs/operations.md.
-# DuckDB support is a cargo feature that links libduckdb; this image leaves it out.
+# Engines are cargo features of the agent: this image carries PostgreSQL, MySQL/MariaDB,
+# SQLite, SQL Server (mssql) and Oracle (oracle; Oracle Instant Client must be added to
+# the image to reach one). DuckDB links libduckdb; this image leaves it out.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    cargo build --release --locked -p tally-agent -p tally-coordinator --bins \
+    cargo build --release --locked -p tally-agent -p tally-cli --bins \
+      --features tally-agent/mssql,tally-agent/oracle \
  && strip target/release/tally target/release/tally-agent
 
 FROM debian:bookworm-slim

@@ -289,6 +289,13 @@ fn side_agents(events: &[Value]) -> SideAgents {
     out
 }
 
+/// A member that must be present and may be `null` (serde reads a missing `Option`
+/// as `None`; a statement that leaves out a side's totals is refused, not read as a
+/// run that ended before them).
+fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
 /// The Statement's predicate (`predicateType` [`PREDICATE_TYPE`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -309,11 +316,14 @@ pub struct Predicate {
     /// Absent only in statements signed before it, which no longer verify.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<SideAgents>,
-    /// `null` when the run ended before that side's level-1 answer.
+    /// `null` when the run ended before that side's level-1 answer (never absent).
+    #[serde(deserialize_with = "nullable")]
     pub source: Option<Totals>,
+    #[serde(deserialize_with = "nullable")]
     pub target: Option<Totals>,
     /// The number of differing leaf segments.
     pub leaves: u64,
+    #[serde(deserialize_with = "nullable")]
     pub difference_counts: Option<DiffCounts>,
     pub false_match_bound: f64,
     pub started: String,
@@ -1214,6 +1224,11 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     }
     if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
         c.check("event chain", Err(format!("events[{i}] is a blank line")));
+        return None;
+    }
+    // a log line is one line: the export (`tally audit export`) writes one per line
+    if let Some(i) = lines.iter().position(|l| l.contains(['\n', '\r'])) {
+        c.check("event chain", Err(format!("events[{i}] holds a line break")));
         return None;
     }
     let mut events = Vec::with_capacity(lines.len());

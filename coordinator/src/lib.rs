@@ -3,8 +3,11 @@
 //! datasets differ. It never holds a database credential, and sees row keys or
 //! values only where both the spec and the agents' policies allow.
 //!
-//! Depends on `tally-proto` and `tally-common`; never on the agent (the `tally demo`
-//! command in the binary is the one place that starts agents in-process).
+//! Depends on `tally-proto` and `tally-common`; never on the agent, and it links no
+//! database driver but SQLite's (its run store). Cargo enforces it: the agent is a
+//! dependency of the `tally` binary's package (`cli/`), where `tally demo` starts two
+//! agents on loopback, and of the tests crate, whose in-process agent drives the
+//! runtime in tests.
 
 pub mod api_auth;
 pub mod api_client;
@@ -20,7 +23,6 @@ pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod fidelity;
-pub mod in_process;
 pub mod ledger;
 pub mod planner;
 pub mod raft;

@@ -15,6 +15,7 @@ pub mod engines;
 pub mod evidence;
 pub mod generator;
 pub mod https;
+pub mod in_process;
 pub mod netns;
 pub mod proc;
 pub mod raft_db;

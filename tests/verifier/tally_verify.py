@@ -469,8 +469,11 @@ def check_statement(st):
     need(s["_type"] == STATEMENT_TYPE, f"_type is {s['_type']!r}")
     need(s["predicateType"] == PREDICATE_TYPE, f"predicateType is {s['predicateType']!r}")
     p = s["predicate"]
-    # Q7: every field of the list is required but `fidelity`; nothing else is accepted.
-    exact_keys(p, [f for f in PREDICATE_FIELDS if f != "fidelity"], ["fidelity"], what="predicate")
+    # Q7: every field of the list is required but `fidelity` and `agents` (a statement
+    # without `agents` is refused at check 11 or 13, as docs/evidence.md says); nothing
+    # else is accepted.
+    exact_keys(p, [f for f in PREDICATE_FIELDS if f not in ("fidelity", "agents")], ["fidelity", "agents"],
+               what="predicate")
     need(is_str(p["run_id"]) and RE_RUN_ID.match(p["run_id"]), f"predicate run_id {p['run_id']!r} is not 1 to 128 of A-Z a-z 0-9 . _ -")
     st.started_ns = time_ns(p["started"], "predicate started", fraction=True)
     time_ns(p["finished"], "predicate finished", fraction=False)
@@ -569,7 +572,7 @@ def check_spec(st):
     st.spec = ev["spec"]
     st.mode = st.spec.get("mode", "checksum")
     described = [e for e in st.events if e.get("event") == "described"]
-    st.described = described[-1] if described else None  # Q16
+    st.described = described[0] if described else None  # Q16: the first (docs/evidence.md check 17)
     return f"{st.spec.get('name')!r}, sha256 {got[:16]}…"
 
 
@@ -850,7 +853,8 @@ def check_result_fields(st):
         for side in ("source", "target"):
             v = leaf.get(side)
             need(is_obj(v), f"leaves[{i}].{side} is not an object")
-            exact_keys(v, ["count", "checksum"], ["xor"], what=f"leaves[{i}].{side}")  # Q13
+            # Q13: count and checksum, xor where computed; other members are not read
+            need("count" in v and "checksum" in v, f"leaves[{i}].{side} has no count or checksum")
             xor = v.get("xor")
             key = (v["count"], v["checksum"], xor)
             empty = v["count"] == 0 and v["checksum"] == "0" * 16 and xor in (None, "0" * 16) and is_int(v["count"])

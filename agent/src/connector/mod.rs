@@ -7,9 +7,11 @@
 
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
+#[cfg(feature = "mssql")]
 pub mod mssql;
 pub mod mysql;
 pub mod mysql_query_columns;
+#[cfg(feature = "oracle")]
 pub mod oracle;
 pub mod postgres;
 pub mod sqlite;
@@ -250,7 +252,9 @@ pub static ENGINES: &[Engine] = &[
     sqlite::ENGINE,
     #[cfg(feature = "duckdb")]
     duckdb::ENGINE,
+    #[cfg(feature = "mssql")]
     mssql::ENGINE,
+    #[cfg(feature = "oracle")]
     oracle::ENGINE,
 ];
 
@@ -260,8 +264,18 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
     if let Some(e) = ENGINES.iter().find(|e| e.schemes.contains(&scheme)) {
         return Ok(e);
     }
-    Err(AgentError::Config(match scheme {
-        "duckdb" => "duckdb:// datasets need an agent built with the `duckdb` cargo feature".into(),
+    // an engine this build leaves out names the cargo feature that brings it in
+    let feature = match scheme {
+        "duckdb" => Some("duckdb"),
+        "mssql" | "sqlserver" => Some("mssql"),
+        "oracle" => Some("oracle"),
+        _ => None,
+    };
+    Err(AgentError::Config(match feature {
+        Some(f) => format!(
+            "{scheme}:// datasets need an agent built with the `{f}` cargo feature \
+             (cargo build --release -p tally-agent --features tally-agent/{f}; docs/engines.md)"
+        ),
         _ => {
             let known: Vec<&str> = ENGINES.iter().flat_map(|e| e.schemes.iter().copied()).collect();
             format!(
@@ -959,5 +973,34 @@ mod tests {
             let row = b.row_of(vec![Some(v.into()), Some("x".into())]).unwrap();
             assert_eq!(row.key, vec![KeyPart::Text(v.into())]);
         }
+    }
+
+    /// An engine left out of this build is named with the feature that brings it in;
+    /// an engine in it opens (nothing connects until a call).
+    #[test]
+    fn a_url_of_an_engine_left_out_names_its_cargo_feature() {
+        for (url, feature, built) in [
+            ("duckdb:///tmp/x.duckdb", "duckdb", cfg!(feature = "duckdb")),
+            ("sqlserver://h:1433/db", "mssql", cfg!(feature = "mssql")),
+            ("mssql://h:1433/db", "mssql", cfg!(feature = "mssql")),
+            ("oracle://h:1521/db", "oracle", cfg!(feature = "oracle")),
+        ] {
+            match engine_for_url(url) {
+                Ok(e) => assert!(built, "{url} opened as {} without its feature", e.name),
+                Err(e) => {
+                    assert!(!built, "{url}: {e}");
+                    assert!(
+                        e.to_string().contains(&format!("`{feature}` cargo feature")),
+                        "{e}"
+                    );
+                }
+            }
+        }
+        assert!(engine_for_url("postgres://h/db").is_ok());
+        assert!(
+            engine_for_url("nosuch://h/db")
+                .err()
+                .is_some_and(|e| e.to_string().contains("unknown"))
+        );
     }
 }

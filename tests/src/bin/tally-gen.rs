@@ -53,7 +53,7 @@ fn main() {
     // it a DuckDB build would test agents that have no DuckDB
     if cfg!(feature = "duckdb") && std::env::var_os("TALLY_FEATURES").is_none() {
         eprintln!(
-            "tally-gen was built with DuckDB: set TALLY_FEATURES=tally-agent/duckdb,tally-coordinator/duckdb,tally-e2e/duckdb (as .ci/run does)"
+            "tally-gen was built with DuckDB: set TALLY_FEATURES=tally-agent/duckdb,tally-agent/mssql,tally-agent/oracle,tally-cli/duckdb,tally-e2e/duckdb (as .ci/run does)"
         );
         std::process::exit(2);
     }

@@ -1110,6 +1110,27 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
         "statement",
     ));
     cases.push((
+        "an event line holding a line break (valid JSON whitespace)",
+        rechain_raw(&a, &certs, |lines| {
+            lines[1] = lines[1].replacen(',', ",\n", 1);
+        }),
+        "event chain",
+    ));
+    cases.push((
+        "a statement that leaves out the source's totals (not null: absent)",
+        forger(&|_, st| {
+            st["predicate"].as_object_mut().unwrap().remove("source");
+        }),
+        "statement",
+    ));
+    cases.push((
+        "a statement that names no agent per side",
+        forger(&|_, st| {
+            st["predicate"].as_object_mut().unwrap().remove("agents");
+        }),
+        "agent_results[",
+    ));
+    cases.push((
         "an event's digests in capitals",
         forger(&|ev, _| {
             let e = ev

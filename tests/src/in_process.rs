@@ -1,7 +1,7 @@
 //! An agent in this process: the real agent service (`tally_agent::service`, its
 //! datasets, policies, sealing and release log) called without gRPC, TLS or a process.
 //! It drives runs in tests of the run engine and the rows phase; `tally demo` and every
-//! deployment use [`crate::client::Agent`] over mutual TLS instead.
+//! deployment use [`tally_coordinator::client::Agent`] over mutual TLS instead.
 //!
 //! What it skips is exactly the transport: the TLS handshake and the agent's
 //! `allowed_clients` check (the caller's certificate name reads `unknown` in the
@@ -21,8 +21,8 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::agent_server::Agent as _;
 use tonic::{Request, Status};
 
-use crate::client::{AgentApi, Digests};
-use crate::error::RunError;
+use tally_coordinator::client::{AgentApi, Digests};
+use tally_coordinator::error::RunError;
 
 /// The endpoint errors name for an in-process agent.
 const ENDPOINT: &str = "in-process";

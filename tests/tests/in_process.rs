@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tally_agent::sample_data::write_orders;
 use tally_common::pki;
-use tally_coordinator::in_process::InProcessAgent;
+use tally_e2e::in_process::InProcessAgent;
 
 use tally_coordinator::result::{DiffKind, RunResult, Verdict};
 use tally_coordinator::runlog::{MemoryRunLog, RunLog};
