@@ -23,8 +23,23 @@ struct Cli {
     /// The agent config file.
     #[arg(short = 'c', long = "config", global = true, default_value = "agent.yaml")]
     config: PathBuf,
+    /// Log lines as text for people, or one JSON object per line for a log store.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "TALLY_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -41,14 +56,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
         // colour codes only where a person reads a terminal, never in a log file or a pipe
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     tally_agent::install_crypto_provider();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

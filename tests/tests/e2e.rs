@@ -618,6 +618,47 @@ fn tally_demo_finds_exactly_what_it_planted() {
     );
 }
 
+/// `--log-format json`, for a service whose logs go to a log store: every log line is
+/// one JSON object (level, timestamp, fields), never a colour code; the agent takes the
+/// same flag.
+#[test]
+fn log_lines_are_json_objects_under_log_format_json() {
+    let out = std::process::Command::new(tally_e2e::bins::tally())
+        .args(["demo", "--json", "--rows", "2000", "--log-format", "json"])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("tally demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let logs: Vec<&str> = stderr.lines().filter(|l| l.contains("\"level\"")).collect();
+    assert!(logs.len() >= 2, "the demo's agents log at info: {stderr}");
+    for line in logs {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["level"].is_string() && v["timestamp"].is_string() && v["fields"].is_object(),
+            "{line}"
+        );
+    }
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
+    let out = std::process::Command::new(tally_e2e::bins::tally_agent())
+        .args([
+            "check",
+            "--offline",
+            "--log-format",
+            "json",
+            "-c",
+            "no-such-agent.yaml",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no-such-agent.yaml"),
+        "the flag is taken: {stderr}"
+    );
+}
+
 #[test]
 fn duplicate_keys_are_reported_not_folded() {
     let pg = db::postgres();
