@@ -16,17 +16,11 @@ use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::ClientTls;
 use tally_coordinator::evidence;
+use tally_coordinator::lifecycle;
 use tally_coordinator::result::RunResult;
-use tally_coordinator::runlog::{RunLog, SqliteRunLog};
+use tally_coordinator::runlog::SqliteRunLog;
 use tally_coordinator::runner::{RunOptions, RunRecord, run};
 use tally_coordinator::spec::Spec;
-
-fn object(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-    match v {
-        serde_json::Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
-}
 
 pub struct DemoOptions {
     pub rows: i64,
@@ -143,21 +137,10 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     // recorded as `tally run --data-dir` records a run, so the evidence is signed the
     // same way (and `tally evidence RUN --data-dir DIR` works on a kept demo)
     let log = std::sync::Arc::new(SqliteRunLog::open(&dir.join("runlog.sqlite")).await?);
-    let run_id = format!(
-        "{:x}-demo",
-        time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000
-    );
-    let started = time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
-    log.start(
-        &run_id,
-        object(
-            serde_json::json!({"event": "started", "name": spec.name, "started": started,
-                                  "spec": serde_json::to_value(&spec)?}),
-        ),
-    )
-    .await?;
+    let run_id = lifecycle::run_id("demo");
+    lifecycle::start(log.as_ref(), &run_id, &spec)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let result = run(
         &spec,
         &Agent::new("dc1", &ep1, &tls)?,
@@ -174,22 +157,13 @@ pub async fn demo(opts: DemoOptions) -> anyhow::Result<(RunResult, Planted)> {
     .await;
     let _ = stop1.send(());
     let _ = stop2.send(());
-    let verdict = serde_json::to_value(&result.verdict)?;
-    log.append(
-        &run_id,
-        object(serde_json::json!({"event": "finished", "verdict": verdict})),
-    )
-    .await?;
     let signer = evidence::Signer::load(&ClientTls {
         ca: dir.join("ca.pem"),
         cert: dir.join("coordinator.pem"),
         key: dir.join("coordinator-key.pem"),
     })
     .map_err(anyhow::Error::msg)?;
-    evidence::seal_run(log.as_ref(), &run_id, &result, &signer)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    tally_coordinator::ledger::checkpoint(log.as_ref(), &signer)
+    lifecycle::finish(log.as_ref(), &run_id, &result, &signer)
         .await
         .map_err(anyhow::Error::msg)?;
     let bundle = evidence::bundle(log.as_ref(), &run_id).await?;

@@ -619,28 +619,28 @@ async fn cmd_run(
     tokio::select! {
         result = run(&spec, &source, &target, &opts) => {
             if let Some(r) = &record {
-                let verdict = serde_json::to_value(&result.verdict).unwrap_or_default();
-                let event = serde_json::json!({"event": "finished", "verdict": verdict});
-                if let serde_json::Value::Object(e) = event {
-                    match r.log.append(&r.run_id, e).await {
-                        Err(e) => eprintln!("tally run: cannot close the run's record: {e}"),
-                        Ok(_) => match signer.as_ref() {
-                            Ok(s) => match tally_coordinator::evidence::seal_run(r.log.as_ref(), &r.run_id, &result, s).await {
-                                Ok(()) => {
-                                    if let Err(e) = tally_coordinator::ledger::checkpoint(r.log.as_ref(), s).await {
-                                        eprintln!("tally run: cannot checkpoint the run log: {e}");
-                                    }
-                                    eprintln!(
-                                    "tally run: signed the run's evidence; write its bundle with: tally evidence {} --data-dir {} -o {}.evidence.json",
-                                    r.run_id,
-                                    data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
-                                    r.run_id
-                                )},
-                                Err(e) => eprintln!("tally run: cannot sign the run's evidence: {e}"),
-                            },
-                            Err(e) => eprintln!("tally run: cannot sign the run's evidence: {}: tls: {e}", config.display()),
-                        },
-                    }
+                use tally_coordinator::lifecycle;
+                let closed = r
+                    .log
+                    .append(&r.run_id, lifecycle::finished_event(&result, &[]))
+                    .await
+                    .map_err(|e| format!("cannot close the run's record: {e}"))
+                    .and_then(|_| {
+                        signer.as_ref().map_err(|e| {
+                            format!("cannot sign the run's evidence: {}: tls: {e}", config.display())
+                        })
+                    });
+                match closed {
+                    Err(e) => eprintln!("tally run: {e}"),
+                    Ok(s) => match lifecycle::seal(r.log.as_ref(), &r.run_id, &result, s).await {
+                        Ok(()) => eprintln!(
+                            "tally run: signed the run's evidence; write its bundle with: tally evidence {} --data-dir {} -o {}.evidence.json",
+                            r.run_id,
+                            data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+                            r.run_id
+                        ),
+                        Err(e) => eprintln!("tally run: cannot sign the run's evidence: {e}"),
+                    },
                 }
             }
             print_result(&result, json)
@@ -689,15 +689,8 @@ async fn record_run(
             (id.to_string(), events)
         }
         None => {
-            let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
-            let id = format!("{millis:x}-{}", std::process::id());
-            let started = time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default();
-            let event = serde_json::json!({"event": "started", "name": spec.name, "started": started, "spec": spec_json});
-            if let serde_json::Value::Object(e) = event {
-                log.append(&id, e).await.map_err(|e| e.to_string())?;
-            }
+            let id = tally_coordinator::lifecycle::run_id(&std::process::id().to_string());
+            tally_coordinator::lifecycle::start(log.as_ref(), &id, spec).await?;
             eprintln!(
                 "tally run: recording run {id} in {}; if it is interrupted, resume it with --data-dir {} --resume {id}",
                 dir.display(),

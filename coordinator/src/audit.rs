@@ -71,9 +71,7 @@ impl AuditLog {
     /// [`MAX_FIELD`] characters).
     pub fn record(&self, e: Event) -> Result<AuditEvent, String> {
         let outcome = if e.status < 400 { "accepted" } else { "refused" };
-        let time = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
+        let time = crate::lifecycle::now_rfc3339();
         // what a caller sends is cut to a bounded length: an anonymous request cannot
         // make the log grow by more than a line of this size
         let cut = |s: String| bounded(s, MAX_FIELD);

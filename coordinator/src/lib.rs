@@ -24,6 +24,7 @@ pub mod error;
 pub mod evidence;
 pub mod fidelity;
 pub mod ledger;
+pub mod lifecycle;
 pub mod planner;
 pub mod raft;
 pub mod redact;

@@ -115,9 +115,7 @@ struct Caller {
 }
 
 fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    crate::lifecycle::now_rfc3339()
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -398,13 +396,12 @@ async fn start_run(
             ));
         }
     }
-    let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
     let n = state.counter.fetch_add(1, Ordering::Relaxed);
     // in a group, two leaders one after the other must not both name a run `…-0`
-    let id = match &state.node {
-        Some(node) => format!("{millis:x}-{}-{n}", node.id),
-        None => format!("{millis:x}-{n}"),
-    };
+    let id = crate::lifecycle::run_id(&match &state.node {
+        Some(node) => format!("{}-{n}", node.id),
+        None => n.to_string(),
+    });
     // no audit event, no run
     if let Err(e) = state.record(
         Some(&caller),
@@ -425,8 +422,8 @@ async fn start_run(
     let started = now();
     // the run's record starts before the run: a run the service stops during is
     // resumed from it when the service starts again
-    let event = json!({"event": "started", "name": spec.name, "started": started, "spec": spec});
-    if let Err(e) = state.runlog.start(&id, object(event)).await {
+    let event = crate::lifecycle::started_event(&spec, &started, &[]);
+    if let Err(e) = state.runlog.start(&id, event).await {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the run was not started: cannot write the run log: {e}"),

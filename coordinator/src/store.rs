@@ -84,9 +84,7 @@ impl RunStore {
 }
 
 fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    crate::lifecycle::now_rfc3339()
 }
 
 /// Checks the index chain and every document's hash; returns the last sequence number,

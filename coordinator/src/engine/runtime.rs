@@ -38,9 +38,8 @@ struct Runtime<'a> {
 /// A run id for a run without a record: unique enough to tell its signed answers from
 /// another run's.
 fn adhoc_run_id() -> String {
-    let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
     let nonce = tally_common::seal::run_nonce();
-    format!("{millis:x}-adhoc-{}", hex::encode(&nonce[..6]))
+    crate::lifecycle::run_id(&format!("adhoc-{}", hex::encode(&nonce[..6])))
 }
 
 /// An answer whose signed envelope is missing or does not say what the answer says:

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tally_common::config_file::parse_yaml;
 
-use super::{Attempt, Caller, ServeState, cluster, error, object, spawn_run};
+use super::{Attempt, Caller, ServeState, cluster, error, spawn_run};
 use crate::api_auth::Actor;
 use crate::config::Role;
 use crate::cron::Cron;
@@ -68,18 +68,15 @@ fn check_name(name: &str) -> Result<(), String> {
 /// The run id of schedule `name`'s tick at `tick` (Unix seconds): hex milliseconds first,
 /// like every run id, so ids sort by start.
 pub(super) fn tick_run_id(name: &str, tick: i64) -> String {
-    format!("{:x}-s-{name}", tick.max(0) * 1000)
+    crate::lifecycle::run_id_at(tick.max(0) * 1000, &format!("s-{name}"))
 }
 
 fn rfc3339(t: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp(t)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
+    crate::lifecycle::rfc3339_of_unix(t)
 }
 
 fn now_secs() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
+    crate::lifecycle::unix_secs()
 }
 
 pub(super) async fn list(State(state): State<Arc<ServeState>>) -> Response {
@@ -317,12 +314,13 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
     };
     let path = format!("/v1/schedules/{name}");
     let started = super::now();
-    let event = json!({
-        "event": "started", "name": spec.name, "started": started, "spec": spec,
-        "schedule": name, "tick": rfc3339(due),
-    });
+    let event = crate::lifecycle::started_event(
+        &spec,
+        &started,
+        &[("schedule", json!(name)), ("tick", json!(rfc3339(due)))],
+    );
     // the store decides: a tick started before (by this replica or another leader) is refused
-    match state.runlog.start(&id, object(event)).await {
+    match state.runlog.start(&id, event).await {
         Ok(_) => {}
         Err(RunLogError::Conflict { .. }) => return,
         Err(e) => {
