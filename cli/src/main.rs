@@ -119,6 +119,29 @@ enum Command {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
+    /// Lists the runs of `tally serve`, newest first, a page at a time (GET /v1/runs;
+    /// exit 0 listed, 2 error).
+    Runs {
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// Runs per page (1 to 1000).
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Only runs with this verdict: match, differ, error, or running.
+        #[arg(long)]
+        verdict: Option<String>,
+        /// Only runs of this spec name.
+        #[arg(long)]
+        name: Option<String>,
+        /// The page after this run (the cursor a page ends with).
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Print the page as the API's JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Scheduled runs on `tally serve`: a cron expression (UTC) and a spec; changing
     /// them needs the admin role (exit 0 ok, 2 error).
     Schedule {
@@ -474,6 +497,25 @@ fn main() -> ExitCode {
             command,
         } => rt.block_on(cmd_cluster(config, endpoint, command)),
         Command::Schedule { command } => rt.block_on(remote::cmd_schedule(command)),
+        Command::Runs {
+            server,
+            limit,
+            verdict,
+            name,
+            cursor,
+            json,
+            remote,
+        } => rt.block_on(remote::cmd_runs(
+            &server,
+            remote,
+            remote::RunsPage {
+                limit,
+                verdict,
+                name,
+                cursor,
+            },
+            json,
+        )),
         Command::Evidence {
             run_id,
             out,

@@ -158,6 +158,81 @@ pub async fn cmd_schedule(command: ScheduleCommand) -> ExitCode {
     }
 }
 
+/// What `tally runs` asks for.
+pub struct RunsPage {
+    pub limit: usize,
+    pub verdict: Option<String>,
+    pub name: Option<String>,
+    pub cursor: Option<String>,
+}
+
+/// A query parameter's value, percent-encoded (RFC 3986 unreserved characters kept).
+fn query_value(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `tally runs --server URL`: one page of runs, newest first, and how to ask for the next.
+pub async fn cmd_runs(server: &str, args: RemoteArgs, q: RunsPage, json: bool) -> ExitCode {
+    let result = async {
+        let client = client(server, args)?;
+        let mut path = format!("/v1/runs?limit={}", q.limit);
+        for (k, v) in [("verdict", &q.verdict), ("name", &q.name), ("cursor", &q.cursor)] {
+            if let Some(v) = v {
+                path.push_str(&format!("&{k}={}", query_value(v)));
+            }
+        }
+        let (status, b) = client
+            .request(Method::GET, &path, "")
+            .await
+            .map_err(|e| e.to_string())?;
+        if status != 200 {
+            let msg = b["error"].as_str().map_or_else(|| b.to_string(), str::to_string);
+            return Err(format!("{}: {status}: {msg}", client.server()));
+        }
+        if json {
+            println!("{b}");
+            return Ok(());
+        }
+        let runs = b["runs"].as_array().cloned().unwrap_or_default();
+        if runs.is_empty() {
+            println!("no runs");
+        }
+        for r in &runs {
+            let state = match r["state"].as_str() {
+                Some("running") => "running".to_string(),
+                _ => r["verdict"].as_str().unwrap_or("?").to_string(),
+            };
+            let when = r["finished"]
+                .as_str()
+                .or(r["started"].as_str())
+                .unwrap_or_default();
+            println!(
+                "{}  {:<7}  {}  {when}",
+                r["id"].as_str().unwrap_or_default(),
+                state,
+                r["name"].as_str().unwrap_or_default()
+            );
+        }
+        if let Some(next) = b["next_cursor"].as_str() {
+            println!("more: tally runs --server {server} --cursor {next}");
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tally runs: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 pub async fn cmd_run_server(
     spec: PathBuf,
     server: &str,

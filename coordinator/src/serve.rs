@@ -34,7 +34,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::{ConnectInfo, Extension, Path as UrlPath, Request, State};
+use axum::extract::{ConnectInfo, Extension, Path as UrlPath, Query, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -691,10 +691,103 @@ async fn run_evidence(State(state): State<Arc<ServeState>>, UrlPath(id): UrlPath
     }
 }
 
-async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
+/// `GET /v1/runs?limit=&cursor=&verdict=&name=`: a page of runs, newest first.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    /// Runs per page: 1 to [`MAX_PAGE`], [`DEFAULT_PAGE`] unless given.
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the page before: this page holds the runs older than it.
+    pub cursor: Option<String>,
+    /// `match`, `differ`, `error`, or `running` for the runs not finished.
+    pub verdict: Option<String>,
+    /// Only runs of this spec name.
+    pub name: Option<String>,
+}
+
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
+impl RunsQuery {
+    /// The page size, or why the query is refused (naming the parameter).
+    pub fn check(&self) -> Result<usize, String> {
+        let limit = self.limit.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(format!("limit={limit}: give 1 to {MAX_PAGE} runs per page"));
+        }
+        if let Some(v) = &self.verdict
+            && !["match", "differ", "error", "running"].contains(&v.as_str())
+        {
+            return Err(format!("verdict={v}: use match, differ, error or running"));
+        }
+        Ok(limit)
+    }
+
+    /// Whether a listed run (`{"id", "name", "state", "verdict"?}`) is on this query's
+    /// pages at all (the cursor aside).
+    pub fn wants(&self, run: &serde_json::Value) -> bool {
+        let verdict_ok = match self.verdict.as_deref() {
+            None => true,
+            Some("running") => run["state"] == "running",
+            Some(v) => run["state"] == "done" && run["verdict"] == v,
+        };
+        verdict_ok && self.name.as_deref().is_none_or(|n| run["name"] == n)
+    }
+
+    /// Whether run `id` comes after the cursor (is older than the cursor's run).
+    pub fn after_cursor(&self, id: &str) -> bool {
+        self.cursor
+            .as_deref()
+            .is_none_or(|c| newest_first(c, id) == std::cmp::Ordering::Less)
+    }
+}
+
+/// Newest first: a run id starts with its start in hex milliseconds, so a longer id
+/// prefix is a later start; ties go by the id's text, descending.
+pub fn newest_first(a: &str, b: &str) -> std::cmp::Ordering {
+    let start = |id: &str| {
+        let hex = id.split('-').next().unwrap_or_default();
+        (hex.len(), hex.to_string(), id.to_string())
+    };
+    start(b).cmp(&start(a))
+}
+
+/// One page of `runs` (newest first, every one already wanted): at most `limit` of
+/// them, and the cursor of the next page when there are more.
+pub fn page(runs: Vec<serde_json::Value>, limit: usize) -> serde_json::Value {
+    let more = runs.len() > limit;
+    let runs: Vec<serde_json::Value> = runs.into_iter().take(limit).collect();
+    let next = if more {
+        runs.last().map(|r| r["id"].clone())
+    } else {
+        None
+    };
+    json!({ "runs": runs, "next_cursor": next })
+}
+
+async fn list_runs(
+    State(state): State<Arc<ServeState>>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "{}: the query takes limit, cursor, verdict and name (GET /v1/runs?limit=100&verdict=differ)",
+                    e.body_text()
+                ),
+            );
+        }
+    };
+    let limit = match q.check() {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     if state.node.is_some() {
-        return match cluster::list_runs(&state).await {
-            Ok(runs) => Json(json!({ "runs": runs })).into_response(),
+        return match cluster::list_runs(&state, &q, limit).await {
+            Ok(runs) => Json(page(runs, limit)).into_response(),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         };
     }
@@ -706,12 +799,20 @@ async fn list_runs(State(state): State<Arc<ServeState>>) -> Response {
         .map(|(id, r)| json!({ "id": id, "name": r.name, "state": "running", "started": r.started }))
         .collect();
     match state.store.entries() {
-        Ok(entries) => runs.extend(entries.into_iter().rev().map(|e| {
+        Ok(entries) => runs.extend(entries.into_iter().map(|e| {
             json!({ "id": e.id, "name": e.name, "state": "done", "verdict": e.verdict, "finished": e.finished, "seq": e.seq })
         })),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
-    Json(json!({ "runs": runs })).into_response()
+    runs.retain(|r| q.wants(r) && q.after_cursor(r["id"].as_str().unwrap_or_default()));
+    runs.sort_by(|a, b| {
+        newest_first(
+            a["id"].as_str().unwrap_or_default(),
+            b["id"].as_str().unwrap_or_default(),
+        )
+    });
+    runs.truncate(limit + 1);
+    Json(page(runs, limit)).into_response()
 }
 
 async fn get_run(
@@ -877,6 +978,77 @@ mod tests {
     use super::*;
     use crate::runlog::MemoryRunLog;
     use std::time::{Duration, Instant};
+
+    /// Pages of a history newest first, each `limit` long, the cursor leading from one
+    /// to the next without a run twice or a run lost, filters applied before paging.
+    #[test]
+    fn runs_are_paged_newest_first_by_cursor_and_filtered() {
+        // ids as lifecycle::run_id mints them: hex milliseconds (one more digit later on)
+        let ids = ["ffff-1", "10000-0", "10001-3", "10001-7", "fffe-0"];
+        let all: Vec<serde_json::Value> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                json!({"id": id, "name": if i % 2 == 0 { "a" } else { "b" }, "state": "done",
+                       "verdict": if i == 2 { "match" } else { "differ" }})
+            })
+            .collect();
+        let list = |q: &RunsQuery| {
+            let mut runs: Vec<serde_json::Value> = all
+                .iter()
+                .filter(|r| q.wants(r) && q.after_cursor(r["id"].as_str().unwrap()))
+                .cloned()
+                .collect();
+            runs.sort_by(|a, b| newest_first(a["id"].as_str().unwrap(), b["id"].as_str().unwrap()));
+            page(runs, q.check().unwrap())
+        };
+        let mut q = RunsQuery {
+            limit: Some(2),
+            ..Default::default()
+        };
+        let mut seen = Vec::new();
+        loop {
+            let p = list(&q);
+            let runs = p["runs"].as_array().unwrap();
+            assert!(runs.len() <= 2);
+            seen.extend(runs.iter().map(|r| r["id"].as_str().unwrap().to_string()));
+            match p["next_cursor"].as_str() {
+                Some(c) => q.cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["10001-7", "10001-3", "10000-0", "ffff-1", "fffe-0"]);
+        let differ_b = RunsQuery {
+            verdict: Some("differ".into()),
+            name: Some("b".into()),
+            ..Default::default()
+        };
+        let p = list(&differ_b);
+        let ids: Vec<&str> = p["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["10001-7", "10000-0"]);
+        assert_eq!(p["next_cursor"], serde_json::Value::Null);
+        for bad in [
+            RunsQuery {
+                limit: Some(0),
+                ..Default::default()
+            },
+            RunsQuery {
+                limit: Some(MAX_PAGE + 1),
+                ..Default::default()
+            },
+            RunsQuery {
+                verdict: Some("maybe".into()),
+                ..Default::default()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_run_spawned_twice_is_driven_once() {

@@ -312,25 +312,39 @@ pub(super) async fn logged_run(state: &ServeState, id: &str) -> Result<Option<Lo
 }
 
 /// Every run of the replicated log: running ones first, then the finished, newest first.
-pub(super) async fn list_runs(state: &ServeState) -> Result<Vec<serde_json::Value>, String> {
-    let heads = state.runlog.runs().await.map_err(|e| e.to_string())?;
-    let (mut running, mut done) = (Vec::new(), Vec::new());
-    for h in heads.iter().rev() {
-        match logged_run(state, &h.run_id).await? {
-            Some(Logged::Running { name, started, .. }) => running.push(
-                serde_json::json!({ "id": h.run_id, "name": name, "state": "running", "started": started }),
-            ),
-            Some(Logged::Done(doc)) => done.push(serde_json::json!({
+/// The runs of a page (newest first, `limit + 1` at most, so the caller knows whether
+/// another page follows): only the records of the runs it lists, and of those a filter
+/// skips, are read, whatever the history's length.
+pub(super) async fn list_runs(
+    state: &ServeState,
+    q: &super::RunsQuery,
+    limit: usize,
+) -> Result<Vec<serde_json::Value>, String> {
+    let mut heads = state.runlog.runs().await.map_err(|e| e.to_string())?;
+    heads.retain(|h| !h.run_id.starts_with('_') && q.after_cursor(&h.run_id));
+    heads.sort_by(|a, b| super::newest_first(&a.run_id, &b.run_id));
+    let mut out = Vec::new();
+    for h in &heads {
+        if out.len() > limit {
+            break;
+        }
+        let run = match logged_run(state, &h.run_id).await? {
+            Some(Logged::Running { name, started, .. }) => {
+                serde_json::json!({ "id": h.run_id, "name": name, "state": "running", "started": started })
+            }
+            Some(Logged::Done(doc)) => serde_json::json!({
                 "id": h.run_id,
                 "name": doc["spec"]["name"],
                 "state": "done",
                 "verdict": doc["result"]["verdict"],
                 "finished": doc["finished"],
                 "seq": h.events,
-            })),
-            None => {}
+            }),
+            None => continue,
+        };
+        if q.wants(&run) {
+            out.push(run);
         }
     }
-    running.extend(done);
-    Ok(running)
+    Ok(out)
 }

@@ -172,6 +172,55 @@ fn tally_run_on_a_server_prints_what_a_local_run_prints_and_refuses_clearly() {
         }
     }
 
+    // the runs, a page at a time (GET /v1/runs?limit=&cursor=&verdict=&name=): a viewer
+    // may list them; two pages of one, each naming the next, then none
+    let viewer = d.path().join("viewer.token");
+    let runs = |args: &[&str]| {
+        let mut c = Command::new(tally_e2e::bins::tally());
+        c.args(["runs", "--server", &s.url, "--ca"])
+            .arg(d.path().join("certs/api-ca.pem"))
+            .arg("--token-file")
+            .arg(&viewer)
+            .args(args)
+            .env_remove("TALLY_TOKEN");
+        output(c)
+    };
+    let (mut ids, mut cursor) = (Vec::new(), None::<String>);
+    for page in 0.. {
+        let mut args = vec!["--limit", "1"];
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let (code, stdout, stderr) = runs(&args);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert!(lines[0].contains("  differ   deep  "), "{stdout}");
+        ids.push(lines[0].split_whitespace().next().unwrap().to_string());
+        match lines.get(1) {
+            Some(more) => {
+                assert!(more.starts_with("more: tally runs --server "), "{stdout}");
+                cursor = Some(more.rsplit(' ').next().unwrap().to_string());
+            }
+            None => break,
+        }
+        assert!(page < 2, "more pages than runs: {ids:?}");
+    }
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(
+        ids[0] > ids[1] || ids[0].len() > ids[1].len(),
+        "newest first: {ids:?}"
+    );
+    let (code, stdout, _) = runs(&["--verdict", "match"]);
+    assert_eq!((code, stdout.trim()), (0, "no runs"));
+    let (code, stdout, _) = runs(&["--name", "deep", "--json"]);
+    assert_eq!(code, 0);
+    let page: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(page["runs"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["next_cursor"], Value::Null);
+    let (code, _, stderr) = runs(&["--verdict", "maybe"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("verdict=maybe"), "{stderr}");
+
     // the token from the environment; a viewer may not start runs: the role is named
     let mut c = s.run(&spec_path, &[]);
     c.env("TALLY_TOKEN", VIEWER_TOKEN);
