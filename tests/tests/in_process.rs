@@ -240,8 +240,11 @@ async fn a_run_resumed_from_its_log_does_not_ask_committed_levels_again() {
             planted.extra_in_target.len() as u64
         ))
     );
-    // and the resumed run went on appending to the same chain, each answer once
-    assert_eq!(log2.load("r1").await.unwrap().len(), events.len());
+    // and the resumed run went on appending to the same chain, each answer once, with
+    // one `resumed` event where it took over
+    let chained = log2.load("r1").await.unwrap();
+    assert_eq!(chained.len(), events.len() + 1);
+    assert_eq!(chained[cut]["event"], "resumed");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -281,8 +284,24 @@ async fn max_seconds_counts_from_the_runs_first_start_not_from_its_resume() {
     resume.extend(events[..cut].iter().cloned());
     let log3 = log_of(&resume).await;
     let resume = log3.load("r1").await.unwrap();
-    let in_time = run(&spec, &a, &b, &recording(log3, resume)).await;
+    let in_time = run(&spec, &a, &b, &recording(log3.clone(), resume)).await;
     assert_eq!(in_time.verdict, Verdict::Differ, "{:?}", in_time.error);
+    // its elapsed time is the whole run's, from its start a minute ago, not this part's;
+    // the record marks where the run was taken over, and when
+    assert!(
+        (60_000..120_000).contains(&in_time.elapsed_ms),
+        "{} ms",
+        in_time.elapsed_ms
+    );
+    let after = log3.load("r1").await.unwrap();
+    let resumed: Vec<&serde_json::Value> = after.iter().filter(|e| e["event"] == "resumed").collect();
+    assert_eq!(resumed.len(), 1, "{after:?}");
+    let at = resumed[0]["after_ms"].as_u64().unwrap();
+    assert!((60_000..120_000).contains(&at), "{at}");
+    assert!(
+        whole.elapsed_ms < 60_000,
+        "a run never resumed counts its own time"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -30,8 +30,9 @@ use crate::spec::Spec;
 pub use events::{Call, Command, Event, Side};
 
 /// Event kinds of a run's log that others write (`tally serve` and `tally run` open
-/// and close the record; `level` is for progress readers): replay skips them.
-const NOT_MINE: [&str; 4] = ["started", "finished", "level", "evidence"];
+/// and close the record; `level` is for progress readers; `resumed` marks where a
+/// process, or a new leader, took the run over): replay skips them.
+const NOT_MINE: [&str; 5] = ["started", "finished", "level", "evidence", "resumed"];
 
 /// A sealed run's seals: the run nonce with the peer's signed zone key, one per side
 /// (the source's names the target, the target's the source).

@@ -76,18 +76,20 @@ fn failed(e: &RunError) -> Event {
     }
 }
 
-/// Seconds since a resumed run started (its `started` event's time; 0 when it has none):
-/// the `max_seconds` gate counts from the run's start, across restarts.
-fn seconds_since_start(resume: &[Value]) -> u64 {
+/// Milliseconds since a resumed run started (its `started` event's time; `None` when it
+/// has none): the `max_seconds` gate and the result's `elapsed_ms` count from the run's
+/// start, across restarts and leader changes.
+fn ms_since_start(resume: &[Value]) -> Option<u64> {
     let started = resume
         .iter()
         .find(|e| e["event"] == "started")
         .and_then(|e| e["started"].as_str())
-        .and_then(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok());
-    match started {
-        Some(t) => (time::OffsetDateTime::now_utc() - t).whole_seconds().max(0) as u64,
-        None => 0,
-    }
+        .and_then(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok())?;
+    Some(
+        (time::OffsetDateTime::now_utc() - started)
+            .whole_milliseconds()
+            .max(0) as u64,
+    )
 }
 
 /// Runs `spec` between two agents (resuming from `opts.record`'s events, if any);
@@ -135,8 +137,18 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
             },
         };
         first.splice(0..0, missing);
+        // where this process (a restarted `tally run`, a new leader) took the run over:
+        // each one's part of the time is between two of these
+        if engine.result().is_none()
+            && let Err(e) = rt
+                .append(json!({"event": "resumed", "after_ms": ms_since_start(&r.resume)}))
+                .await
+        {
+            first = engine.abort(e);
+        }
     }
-    let spent = rt.record.map_or(0, |r| seconds_since_start(&r.resume));
+    let since_start = || rt.record.and_then(|r| ms_since_start(&r.resume));
+    let spent = since_start().map_or(0, |ms| ms / 1000);
     let mut result = match spec.gates.max_seconds {
         None => rt.drive(&mut engine, first).await,
         Some(s) => match tokio::time::timeout(
@@ -157,7 +169,8 @@ pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts
             }
         },
     };
-    result.elapsed_ms = rt.started.elapsed().as_millis() as u64;
+    // the whole run's time, from its start (a resumed run's too), not this part's
+    result.elapsed_ms = (rt.started.elapsed().as_millis() as u64).max(since_start().unwrap_or(0));
     result
 }
 
