@@ -36,6 +36,9 @@ struct Cli {
     command: Command,
 }
 
+/// `tally serve`'s log filter when `RUST_LOG` is not set.
+const SERVE_LOGS: &str = "info,sqlx=error,openraft=off,h2=warn,hyper=warn,tower=warn,tonic=warn";
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum LogFormat {
     Text,
@@ -398,8 +401,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,sqlx=error".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                if matches!(cli.command, Command::Serve { .. }) {
+                    // a service logs its lifecycle at INFO and keeps WARN and ERROR for
+                    // what a person should look at: openraft's own lines (an ERROR per
+                    // replication retry while a member is down) are off; the cluster
+                    // logs a member going and coming back once each
+                    SERVE_LOGS.into()
+                } else {
+                    "warn,sqlx=error".into()
+                }
+            }),
         )
         .with_writer(std::io::stderr);
     match cli.log_format {

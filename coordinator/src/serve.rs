@@ -185,7 +185,7 @@ pub async fn serve(
             let peers = node
                 .serve_peers(Arc::new(cluster::ForwardTo(state.clone())), shutdown.clone())
                 .await?;
-            tracing::warn!(%peers, id = node.id, advertise = %node.advertise, "cluster: peer endpoint listening");
+            tracing::info!(%peers, id = node.id, advertise = %node.advertise, "cluster: peer endpoint listening");
             // runs are resumed by the leader only, when it becomes leader
             cluster::watch_leadership(state.clone());
         }
@@ -493,7 +493,7 @@ async fn spawn_run(
             json!({ "id": run_id, "started": started, "finished": now(), "spec": spec, "result": result });
         if !cluster::still_leading(&st, term) {
             // deposed while it ran (its appends were refused): the new leader resumes it
-            tracing::warn!(run = %run_id, "no longer the leader: the run is left to the new one");
+            tracing::info!(run = %run_id, "no longer the leader: the run is left to the new one");
             return;
         }
         // a single node keeps the document in its run store; a group in the finished
@@ -669,7 +669,7 @@ async fn resume_unfinished(state: &Arc<ServeState>) -> Result<(), String> {
             continue;
         }
         let levels = events.iter().filter(|e| e["event"] == "level").count();
-        tracing::warn!(run = %r.run_id, levels, "resuming a run the service did not finish");
+        tracing::info!(run = %r.run_id, levels, "resuming a run the service did not finish");
         let started = start["started"].as_str().unwrap_or_default().to_string();
         let schedule = start["schedule"].as_str().map(str::to_string);
         spawn_run(state.clone(), r.run_id.clone(), spec, started, events, schedule).await;

@@ -84,6 +84,11 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, dir: &Path) {
+        self.start_with(dir, Some("warn,sqlx=error"));
+    }
+
+    /// Starts the replica with `RUST_LOG` set to `rust_log`, or unset (its defaults).
+    fn start_with(&mut self, dir: &Path, rust_log: Option<&str>) {
         self.log = dir.join(format!("serve-{}.log", self.id));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -93,9 +98,12 @@ impl Replica {
         let mut c = Command::new(bins::tally());
         c.args(["serve", "--insecure-loopback", "-c"])
             .arg(&self.cfg)
-            .env("RUST_LOG", "warn,sqlx=error")
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        match rust_log {
+            Some(filter) => c.env("RUST_LOG", filter),
+            None => c.env_remove("RUST_LOG"),
+        };
         self.guard = Some(ChildGuard::spawn(&format!("serve-{}", self.id), &mut c).unwrap());
         if !wait_for_port(self.api, Duration::from_secs(60)) {
             panic!(
@@ -204,6 +212,116 @@ fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
 
 const SPEC: &str = "name: failover\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
                     bisection: { strategy: quantile, factor: 4, threshold: 50 }\nreporting: { level: with_keys }\n";
+
+/// A member down for a while is one WARN line on the leader when it goes and one INFO
+/// line when it returns, not a line per replication retry, and routine lifecycle is at
+/// INFO: `tally serve`'s default log filter, as an operator runs it (issue 34 item 4).
+#[test]
+fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
+    let d = Deployment::new(&["dc1"]);
+    let out = Command::new(bins::tally())
+        .args(["certs", "init", "--out"])
+        .arg(d.path().join("certs"))
+        .args(["--agent", "dc1", "--peer", "r1", "--peer", "r2", "--peer", "r3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = d.path().to_path_buf();
+    // no run is started: the agent is named, never called
+    let agents = "tls: { ca: certs/ca.pem, cert: certs/coordinator.pem, key: certs/coordinator-key.pem }\n\
+                  agents:\n  dc1: { endpoint: 'https://localhost:1' }\n";
+    let peers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let members = peers
+        .iter()
+        .map(|p| format!("'localhost:{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut replicas: Vec<Replica> = (1..=3u64)
+        .map(|id| {
+            let (api, peer) = (free_port(), peers[id as usize - 1]);
+            let cfg = dir.join(format!("quiet-{id}.yaml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "listen: 127.0.0.1:{api}\ndata_dir: quiet-{id}\n{agents}\
+                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
+                     cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
+                     tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
+                     initial_members: [{members}]\n",
+                    sha256_hex(TOKEN)
+                ),
+            )
+            .unwrap();
+            Replica {
+                id,
+                api,
+                cfg,
+                db: dir.join(format!("quiet-{id}/raft.db")),
+                log: dir.join(format!("quiet-{id}.log")),
+                guard: None,
+            }
+        })
+        .collect();
+    for r in &mut replicas {
+        r.start_with(&dir, None);
+    }
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    let li = l as usize - 1;
+    let fi = (li + 1) % 3;
+    let follower = replicas[fi].id;
+    // every member reached once the group has formed: what follows is the outage
+    std::thread::sleep(Duration::from_secs(2));
+    let leader_log = replicas[li].log.clone();
+    let before = std::fs::read_to_string(&leader_log).unwrap().len();
+    replicas[fi].kill();
+    std::thread::sleep(Duration::from_secs(20));
+    replicas[fi].start_with(&dir, None);
+    assert_eq!(
+        leader(&replicas, &[1, 2, 3], Duration::from_secs(30)),
+        l,
+        "the leader stayed"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let log = std::fs::read_to_string(&leader_log).unwrap();
+    let outage = &log[before..];
+    let lines = |level: &str| {
+        outage
+            .lines()
+            .filter(|l| l.contains(&format!(" {level} ")))
+            .collect::<Vec<_>>()
+    };
+    let (warns, errors) = (lines("WARN"), lines("ERROR"));
+    assert!(
+        errors.is_empty(),
+        "no ERROR for a member's outage:\n{}",
+        errors.join("\n")
+    );
+    let gone: Vec<&&str> = warns
+        .iter()
+        .filter(|l| l.contains("a member is unreachable") && l.contains(&format!("peer={follower}")))
+        .collect();
+    assert_eq!(gone.len(), 1, "one WARN when it went:\n{outage}");
+    assert!(
+        warns.len() <= 3,
+        "a handful of WARN lines at most:\n{}",
+        warns.join("\n")
+    );
+    let back = lines("INFO")
+        .into_iter()
+        .filter(|l| l.contains("a member is reachable again") && l.contains(&format!("peer={follower}")))
+        .count();
+    assert_eq!(back, 1, "one INFO when it returned:\n{outage}");
+    assert!(
+        log.contains(" INFO ") && log.contains("this replica is the leader"),
+        "routine lifecycle at INFO:\n{log}"
+    );
+    eprintln!(
+        "a 20 s outage of replica {follower}: {} WARN, {} ERROR, {} lines in all on the leader",
+        warns.len(),
+        errors.len(),
+        outage.lines().count()
+    );
+}
 
 #[test]
 fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snapshot() {

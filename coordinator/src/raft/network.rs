@@ -160,11 +160,39 @@ impl PeerConn {
 #[derive(Debug, Clone)]
 pub struct PeerNetwork {
     tls: Arc<TlsMaterial>,
+    reach: Arc<Reachability>,
 }
 
 impl PeerNetwork {
     pub fn new(tls: Arc<TlsMaterial>) -> PeerNetwork {
-        PeerNetwork { tls }
+        PeerNetwork {
+            tls,
+            reach: Arc::default(),
+        }
+    }
+}
+
+/// Which members could be reached at the last call, so that a member going down is
+/// one WARN line and its return one INFO line, however often openraft retries it in
+/// between (its own per-retry lines are off by default: docs/operations.md).
+#[derive(Debug, Default)]
+pub struct Reachability {
+    down: std::sync::Mutex<std::collections::BTreeSet<NodeId>>,
+}
+
+impl Reachability {
+    /// Records a call's outcome; `Some(true)` when the member just went down,
+    /// `Some(false)` when it just came back, `None` when nothing changed.
+    pub fn record(&self, target: NodeId, reached: bool) -> Option<bool> {
+        let mut down = self
+            .down
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match reached {
+            false if down.insert(target) => Some(true),
+            true if down.remove(&target) => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -174,6 +202,7 @@ pub struct PeerTarget {
     target: NodeId,
     node: Replica,
     conn: Result<PeerConn, String>,
+    reach: Arc<Reachability>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -184,6 +213,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             node: node.clone(),
             conn: PeerConn::new(&node.addr, &self.tls).map_err(|e| e.to_string()),
+            reach: self.reach.clone(),
         }
     }
 }
@@ -213,6 +243,21 @@ impl PeerTarget {
         };
         let ttl = option.hard_ttl();
         let answer: Result<Result<Resp, RaftError<NodeId, E>>, PeerError> = conn.call(rpc, req, ttl).await;
+        let reached = match &answer {
+            Ok(_) => Some(true),
+            Err(e) if e.unreachable() => Some(false),
+            Err(_) => None,
+        };
+        match reached.and_then(|r| self.reach.record(self.target, r)) {
+            Some(true) => {
+                let why = answer.as_ref().err().map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(peer = self.target, addr = %self.node.addr, error = %why, "cluster: a member is unreachable");
+            }
+            Some(false) => {
+                tracing::info!(peer = self.target, addr = %self.node.addr, "cluster: a member is reachable again");
+            }
+            None => {}
+        }
         match answer {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new_with_node(

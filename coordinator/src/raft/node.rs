@@ -93,7 +93,7 @@ pub async fn start(cfg: &ClusterConfig, file: &Path, data_dir: &Path) -> Result<
             .enumerate()
             .map(|(i, addr)| (i as NodeId + 1, Replica { addr: addr.clone() }))
             .collect();
-        tracing::warn!(members = members.len(), "cluster: initializing the group");
+        tracing::info!(members = members.len(), "cluster: initializing the group");
         raft.initialize(members)
             .await
             .map_err(|e| format!("raft: initialize: {e}"))?;

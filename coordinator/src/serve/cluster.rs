@@ -41,7 +41,7 @@ pub(super) fn watch_leadership(state: Arc<ServeState>) {
             };
             if leading.is_some() && (!leader_now || leading != Some(term)) {
                 let dropped = drop_runs(&state).await;
-                tracing::warn!(dropped, "cluster: no longer the leader; stopped driving runs");
+                tracing::info!(dropped, "cluster: no longer the leader; stopped driving runs");
                 leading = None;
             }
             if leader_now && leading.is_none() {
@@ -49,11 +49,11 @@ pub(super) fn watch_leadership(state: Arc<ServeState>) {
                 match node.raft.ensure_linearizable().await {
                     Ok(_) => {
                         leading = Some(term);
-                        tracing::warn!(term, "cluster: this replica is the leader");
+                        tracing::info!(term, "cluster: this replica is the leader");
                         if let Err(e) = resume_unfinished(&state).await {
                             tracing::error!(error = %e, "cluster: cannot resume the unfinished runs");
                         }
-                        tracing::warn!(
+                        tracing::info!(
                             term,
                             ms = t0.elapsed().as_millis() as u64,
                             "cluster: leader resumed the unfinished runs"
@@ -158,7 +158,7 @@ pub(super) async fn forward_if_follower(
             // deposed meanwhile: forward to the new leader, when one is known
             Leading::Deposed => {}
             Leading::Unconfirmed(why) => {
-                tracing::warn!(error = %why, "cluster: a write refused: leadership not confirmed by a majority");
+                tracing::info!(error = %why, "cluster: a write refused: leadership not confirmed by a majority");
                 return Some(error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!(
