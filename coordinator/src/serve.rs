@@ -849,7 +849,12 @@ async fn get_run(
                 Json(json!({ "id": id, "name": name, "state": "running", "started": started, "levels": levels })),
             )
                 .into_response(),
-            Ok(None) => error(StatusCode::NOT_FOUND, format!("no run {id}")),
+            // a follower may not have applied the run's start yet: the leader answers
+            // (404 only when the group does not know the run), never a false 404 here
+            Ok(None) => match cluster::forward_read(&state, &caller, "get_run", &id).await {
+                Some(answer) => answer,
+                None => error(StatusCode::NOT_FOUND, format!("no run {id}")),
+            },
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         };
     }

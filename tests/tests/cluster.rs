@@ -461,6 +461,18 @@ fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snaps
     // the leader now (on a starved machine leadership may have moved since the start)
     let first = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
     let li = first as usize - 1;
+    // a follower asked for a run it does not hold asks the leader (a follower that has
+    // not applied a run's start yet answers what the leader answers, issue 34): 404
+    // only for a run the group does not know
+    let (code, body) = replicas[(li + 1) % 3].get("/v1/runs/0-no-such-run");
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no run 0-no-such-run"),
+        "{body}"
+    );
     replicas[li].kill();
     let killed = Instant::now();
     let committed = levels(&replicas[li].db, &id);

@@ -205,7 +205,59 @@ pub(super) async fn forward_if_follower(
     })
 }
 
-/// The leader's side of forwarded writes.
+/// On a follower, asks the leader for what this replica does not hold yet (a run whose
+/// start it has not applied): the leader's answer; 503 with `Retry-After` while the
+/// group has no leader or the leader cannot be reached; `None` on the leader itself
+/// (or a single node), whose own answer stands.
+pub(super) async fn forward_read(
+    state: &ServeState,
+    caller: &Caller,
+    action: &str,
+    run: &str,
+) -> Option<Response> {
+    let node = state.node.as_ref()?;
+    if node.is_leader() {
+        return None;
+    }
+    let retry = |msg: String| {
+        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, msg);
+        r.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        r
+    };
+    let Some((leader, addr)) = node.leader_addr().filter(|(l, _)| *l != node.id) else {
+        return Some(retry(format!(
+            "this replica does not hold run {run} yet and the group has no leader now (an election is under way): try again"
+        )));
+    };
+    let req = ForwardRequest {
+        action: action.to_string(),
+        run: Some(run.to_string()),
+        body: String::new(),
+        actor: caller.actor.name.clone(),
+        via: caller.actor.via.to_string(),
+        role: caller.actor.role,
+        remote: caller.remote.to_string(),
+    };
+    let answer: Result<ForwardResponse, _> = match PeerConn::new(&addr, &node.tls) {
+        Ok(conn) => conn.call(Rpc::Forward, &req, FORWARD_TIMEOUT).await,
+        Err(e) => Err(e),
+    };
+    Some(match answer {
+        Ok(r) => (
+            StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            Json(r.body),
+        )
+            .into_response(),
+        Err(e) => retry(format!(
+            "this replica does not hold run {run} yet and cannot reach the leader (replica {leader}): {e}; try again"
+        )),
+    })
+}
+
+/// The leader's side of forwarded writes (and of reads a follower cannot answer yet).
 pub(super) struct ForwardTo(pub(super) Arc<ServeState>);
 
 #[tonic::async_trait]
@@ -236,6 +288,14 @@ impl Forwarded for ForwardTo {
         let resp = match (req.action.as_str(), req.run) {
             ("start_run", _) => {
                 super::start_run(axum::extract::State(state), Extension(caller), req.body).await
+            }
+            ("get_run", Some(run)) => {
+                super::get_run(
+                    axum::extract::State(state),
+                    Extension(caller),
+                    axum::extract::Path(run),
+                )
+                .await
             }
             ("cancel_run", Some(run)) => {
                 super::cancel_run(
