@@ -238,7 +238,10 @@ impl Agent {
 }
 
 fn is_transient(s: &Status) -> bool {
-    matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
+    // a database that did not answer the agent within its connect timeout is reported
+    // at once, not asked again three times over (the agent already waited)
+    (matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
+        && !crate::error::is_database_unavailable(s.message()))
         // tonic reports a failed connection as Unknown with a transport source
         || (s.code() == Code::Unknown && s.message().contains("transport"))
 }

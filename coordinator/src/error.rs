@@ -24,6 +24,14 @@ pub enum RunError {
         rpc: String,
         message: String,
     },
+    /// The agent is up; its database refused it or did not answer (the agent waited
+    /// its connect timeout; the class, not the driver's text, is in the message).
+    #[error("agent {agent}: {message} (during {rpc})")]
+    DatabaseUnavailable {
+        agent: String,
+        rpc: String,
+        message: String,
+    },
     #[error("agent {agent} failed {rpc}: {message}")]
     Agent {
         agent: String,
@@ -50,6 +58,12 @@ pub enum RunError {
     Internal(String),
 }
 
+/// An agent's UNAVAILABLE that is its database's, not its own (`database of dataset D
+/// unavailable (KIND)`, the agent's wording): the agent answered.
+pub fn is_database_unavailable(message: &str) -> bool {
+    message.starts_with("database of dataset ")
+}
+
 impl RunError {
     /// An agent's answer that failed its domain conversion, naming the agent and field.
     pub fn malformed(agent: &str, rpc: &str, e: tally_common::segment::WireError) -> RunError {
@@ -64,6 +78,11 @@ impl RunError {
         let message = s.message().to_string();
         match s.code() {
             Code::PermissionDenied => RunError::PolicyRefused {
+                agent: agent.into(),
+                rpc: rpc.into(),
+                message,
+            },
+            Code::Unavailable if is_database_unavailable(&message) => RunError::DatabaseUnavailable {
                 agent: agent.into(),
                 rpc: rpc.into(),
                 message,
@@ -97,6 +116,7 @@ impl RunError {
             RunError::NoCanonicalForm(_) => "no_canonical_form",
             RunError::PolicyRefused { .. } => "policy_refused",
             RunError::Unreachable { .. } => "agent_unreachable",
+            RunError::DatabaseUnavailable { .. } => "database_unavailable",
             RunError::Agent { .. } | RunError::MalformedAnswer { .. } => "agent_error",
             RunError::Gate { .. } => "gate_tripped",
             RunError::Watermark(_) => "watermark",

@@ -659,6 +659,58 @@ fn log_lines_are_json_objects_under_log_format_json() {
     );
 }
 
+/// An agent whose database refuses it: the run ends within the agent's connect timeout
+/// with `database_unavailable` naming the agent, the dataset and why (the class; the
+/// driver's text stays in the zone's log), not `agent_unreachable` after retries of an
+/// agent that answered (issue 34 item 5).
+#[test]
+fn a_database_that_refuses_its_agent_is_named_not_an_unreachable_agent() {
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    let closed = format!("postgres://postgres@127.0.0.1:{}/x", tally_e2e::proc::free_port());
+    for agent in ["dc1", "vpc2"] {
+        d.start_agent(
+            agent,
+            "orders",
+            &format!("{{ url: '{closed}', table: orders, key: [id] }}"),
+        );
+    }
+    let spec = d.path().join("refused.yaml");
+    std::fs::write(
+        &spec,
+        "name: refused\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n",
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let out = std::process::Command::new(tally_e2e::bins::tally())
+        .arg("run")
+        .arg(&spec)
+        .arg("-c")
+        .arg(d.coordinator_config())
+        .arg("--json")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    let (code, message) = (
+        &j["error"]["code"],
+        j["error"]["message"].as_str().unwrap_or_default(),
+    );
+    assert_eq!(code, "database_unavailable", "{j}");
+    assert!(
+        message.contains("database of dataset orders unavailable (connection refused)")
+            && (message.contains("agent dc1") || message.contains("agent vpc2")),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(12), "reported in {took:?}");
+    // the driver's own words are in the agent's log, in its zone
+    let logs = ["dc1", "vpc2"]
+        .map(|a| std::fs::read_to_string(d.path().join(format!("{a}.log"))).unwrap_or_default())
+        .join("\n");
+    assert!(logs.to_lowercase().contains("connection refused"), "{logs}");
+}
+
 #[test]
 fn duplicate_keys_are_reported_not_folded() {
     let pg = db::postgres();

@@ -286,6 +286,39 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
     }))
 }
 
+/// The class of a driver's connect failure, from its text (every driver words them
+/// its own way): what the coordinator is told, without the text.
+pub fn connect_failure_class(text: &str) -> &'static str {
+    let t = text.to_ascii_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| t.contains(w));
+    if any(&["refused"]) {
+        "connection refused"
+    } else if any(&[
+        "password",
+        "authentication",
+        "access denied",
+        "28p01",
+        "28000",
+        "login failed",
+    ]) {
+        "authentication failed"
+    } else if any(&["tls", "ssl", "certificate"]) {
+        "tls"
+    } else if any(&[
+        "resolve",
+        "lookup",
+        "name or service not known",
+        "nodename",
+        "no such host",
+    ]) {
+        "host not found"
+    } else if any(&["timed out", "timeout", "no answer within"]) {
+        "connection timed out"
+    } else {
+        "cannot connect"
+    }
+}
+
 /// A database URL's engine, with one slot per connection its pool may hold. Every
 /// database call takes a slot first and holds it to the end, so calls beyond the cap
 /// queue here (up to `acquire_timeout`) and the pool below is never short of one.
@@ -433,7 +466,25 @@ impl Connector {
     /// READ transaction.
     async fn lease(&self, dataset: &str, begin: bool) -> Result<Lease> {
         let slot = self.slot(dataset).await?;
-        let conn = self.engine.connect(dataset).await?;
+        let conn = match self.engine.connect(dataset).await {
+            Ok(c) => c,
+            // a pool that timed out says nothing of why: one direct connection does
+            // (its text stays in the zone's log; the answer names the class only)
+            Err(AgentError::DatabaseUnavailable {
+                dataset: d,
+                kind: "connection timed out",
+            }) => {
+                let kind = match tokio::time::timeout(Duration::from_secs(2), self.engine.ping()).await {
+                    Ok(Err(text)) => {
+                        tracing::warn!(dataset = %d, error = %text, "cannot connect to the database");
+                        connect_failure_class(&text)
+                    }
+                    _ => "connection timed out",
+                };
+                return Err(AgentError::DatabaseUnavailable { dataset: d, kind });
+            }
+            Err(e) => return Err(e),
+        };
         let mut lease = Lease {
             conn,
             _slot: slot,
@@ -972,6 +1023,39 @@ mod tests {
         for v in ["18446744073709551615", "77"] {
             let row = b.row_of(vec![Some(v.into()), Some("x".into())]).unwrap();
             assert_eq!(row.key, vec![KeyPart::Text(v.into())]);
+        }
+    }
+
+    #[test]
+    fn a_connect_failure_is_told_by_its_class_whatever_the_driver_says() {
+        for (text, class) in [
+            (
+                "error communicating with database: Connection refused (os error 111)",
+                "connection refused",
+            ),
+            (
+                "password authentication failed for user \"tally\"",
+                "authentication failed",
+            ),
+            (
+                "error returned from database: 1045 (28000): Access denied for user",
+                "authentication failed",
+            ),
+            (
+                "error with configuration: failed to resolve host: Name or service not known",
+                "host not found",
+            ),
+            (
+                "error occurred while attempting to establish a TLS connection: invalid certificate",
+                "tls",
+            ),
+            (
+                "no answer within 5 s (a firewall dropping packets, or a wrong host)",
+                "connection timed out",
+            ),
+            ("something else entirely", "cannot connect"),
+        ] {
+            assert_eq!(connect_failure_class(text), class, "{text}");
         }
     }
 
