@@ -238,10 +238,14 @@ impl Agent {
 }
 
 fn is_transient(s: &Status) -> bool {
-    // a database that did not answer the agent within its connect timeout is reported
-    // at once, not asked again three times over (the agent already waited)
-    (matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
-        && !crate::error::is_database_unavailable(s.message()))
+    // a database that refused the agent (or its login, TLS or host name failed) is
+    // reported at once, not asked again three times over; one that was slow to answer,
+    // or whose connections were all busy, may be a moment's load and is asked again
+    let settled = crate::error::is_database_unavailable(s.message())
+        && !["(connection timed out)", "(all connections busy)"]
+            .iter()
+            .any(|k| s.message().contains(k));
+    (matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::Aborted) && !settled)
         // tonic reports a failed connection as Unknown with a transport source
         || (s.code() == Code::Unknown && s.message().contains("transport"))
 }
