@@ -324,3 +324,28 @@ impl AgentApi for Agent {
         Agent::wait_position(self, req).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_refusal_is_not_asked_again_a_slow_database_is() {
+        let db = |kind: &str| Status::unavailable(format!("database of dataset orders unavailable ({kind})"));
+        for settled in [
+            "connection refused",
+            "authentication failed",
+            "tls",
+            "host not found",
+        ] {
+            assert!(!is_transient(&db(settled)), "{settled}");
+        }
+        for passing in ["connection timed out", "all connections busy"] {
+            assert!(is_transient(&db(passing)), "{passing}");
+        }
+        assert!(is_transient(&Status::unavailable("tcp connect error")));
+        let e = RunError::from_status("dc1", "https://a:1", "Aggregate", db("connection refused"));
+        assert_eq!(e.code(), "database_unavailable");
+        assert!(e.to_string().contains("agent dc1"), "{e}");
+    }
+}
