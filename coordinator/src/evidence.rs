@@ -1311,6 +1311,13 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
     // payload has more than one base64 spelling, so anyone could list one agent-signed
     // answer for two events under a second, equally valid envelope (issue 32 D1)
     let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    // what each side's requests must ask: the record's resolved columns
+    let started_spec = events
+        .iter()
+        .find(|e| e["event"] == "started")
+        .map(|e| e["spec"].clone())
+        .unwrap_or_default();
+    let resolved_columns = recorded_columns(&events, &started_spec).unwrap_or(None);
     // every bucket each side's agent signed: a result's leaf aggregates must be among them
     let mut signed_aggregates: BTreeMap<String, std::collections::HashSet<SignedBucketTotals>> =
         BTreeMap::new();
@@ -1416,7 +1423,7 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                     sp.agent, sp.dataset
                 ));
             }
-            request_matches(&sp, v.get("request"), run_id)?;
+            request_matches(&sp, v.get("request"), run_id, resolved_columns.as_ref())?;
             let event: Event = serde_json::from_value(v.clone()).map_err(|e| format!("the event: {e}"))?;
             match event {
                 Event::Aggregated { response, .. } | Event::Rechecked { response, .. } => {
@@ -1671,7 +1678,12 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
 /// RFC 8785 SHA-256 is the payload's `request_sha256`), and says what the payload's
 /// scope says: rpc, run, dataset, side, method, columns, `key_len`, seal, window, and
 /// whether it covered the whole dataset (docs/evidence.md, "The requests").
-fn request_matches(sp: &AgentResult, req: Option<&Value>, run_id: &str) -> Result<(), String> {
+fn request_matches(
+    sp: &AgentResult,
+    req: Option<&Value>,
+    run_id: &str,
+    resolved: Option<&[Value; 2]>,
+) -> Result<(), String> {
     let req = req.filter(|r| r.is_object()).ok_or(
         "the event records no request (a coordinator from before requests were recorded): \
          what the agent was asked cannot be checked",
@@ -1706,6 +1718,39 @@ fn request_matches(sp: &AgentResult, req: Option<&Value>, run_id: &str) -> Resul
         .map(|c| c.iter().map(|c| c["name"].clone()).collect())
         .unwrap_or_default();
     differ("column names", &Value::Array(names), json!(scope.columns))?;
+    // and each column's form is the one the record resolves for that side: a request
+    // that asks a decimal at a lower scale than the sides declare (or leaves a column
+    // out) would compare less than the statement's fidelity claims
+    let side = scope
+        .side
+        .ok_or("the agent did not sign which side it answered as")?;
+    let want = resolved
+        .map(|r| &r[side as usize])
+        .ok_or("the record's descriptions do not resolve, so what the answer was asked cannot be checked")?;
+    match sp.rpc.as_str() {
+        "Measures" => {
+            let listed = want.as_array().map(Vec::as_slice).unwrap_or_default();
+            for c in req["columns"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                let name = c["name"].as_str().unwrap_or_default();
+                let same = listed
+                    .iter()
+                    .find(|w| w["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)));
+                if same != Some(c) {
+                    return Err(format!(
+                        "the request asks column {c}, the record resolves it as {}",
+                        same.map_or_else(|| "no compared column".to_string(), Value::to_string)
+                    ));
+                }
+            }
+        }
+        _ if req["columns"] != *want => {
+            return Err(format!(
+                "the request asks the columns {}, the record resolves them as {want}",
+                req["columns"]
+            ));
+        }
+        _ => {}
+    }
     let seal = match &req["seal"] {
         Value::Null => Value::Null,
         s => json!({"peer": s["peer"], "peer_dataset": s["peer_dataset"], "nonce": s["nonce"]}),
@@ -1850,6 +1895,13 @@ fn result_fields(
 /// `described` answers, as `tally run` resolves them; `None` for a record without a
 /// description (a run that ended before it).
 fn recorded_fidelity(events: &[Value], spec: &Value) -> Result<Option<Fidelity>, String> {
+    Ok(recorded_resolution(events, spec)?.and_then(|r| r.fidelity))
+}
+
+/// The record's `started` spec resolved against its first `described` event, as `tally
+/// run` resolved it: `None` without a description, or with one that does not resolve
+/// (the run then ended in an error before asking anything).
+fn recorded_resolution(events: &[Value], spec: &Value) -> Result<Option<crate::resolve::Resolved>, String> {
     let Some(described) = events.iter().find(|e| e["event"] == "described") else {
         return Ok(None);
     };
@@ -1865,10 +1917,22 @@ fn recorded_fidelity(events: &[Value], spec: &Value) -> Result<Option<Fidelity>,
     } else {
         spec
     };
-    // a description that does not resolve (drift) ended the run with an error: no fidelity
-    Ok(crate::resolve::resolve(&spec, &s, &t)
-        .ok()
-        .and_then(|r| r.fidelity))
+    // a description that does not resolve (drift) ended the run with an error
+    Ok(crate::resolve::resolve(&spec, &s, &t).ok())
+}
+
+/// Each side's compared columns as a request writes them (name, class, scale, exact,
+/// fixed: docs/evidence.md, "The requests"), from the record's resolution.
+fn recorded_columns(events: &[Value], spec: &Value) -> Result<Option<[Value; 2]>, String> {
+    let as_json = |cols: Vec<tally_common::segment::ColumnSpec>| {
+        let refs: Vec<tally_proto::v1::ColumnRef> =
+            cols.iter().map(tally_proto::v1::ColumnRef::from).collect();
+        tally_common::request_json::columns(&refs)
+    };
+    Ok(
+        recorded_resolution(events, spec)?
+            .map(|r| [as_json(r.source_columns()), as_json(r.target_columns())]),
+    )
 }
 
 /// Whether the statement's fidelity is the one the record gives. A statement signed

@@ -663,6 +663,7 @@ def check_agent_results(st):
         else:
             _check_buckets(e, pl, what)
         _check_request(e, pl, what)
+        _check_request_columns(st, e, pl, what)
         side = e.get("side")
         need(side in ("source", "target"), f"{what}: event side {side!r} is neither source nor target")
         need(sc["side"] == side, f"{what}: the agent signed side {sc['side']!r}, the event says {side!r}")
@@ -683,6 +684,116 @@ def check_agent_results(st):
 
 
 SEG_BOUNDS = ("lower", "upper", "hash_lo", "hash_hi", "period")
+
+
+def _check_request_columns(st, e, pl, what):
+    """evidence.md, "The requests": each column's form is the one the record resolves
+    for that side (canonical-form.md, resolved scale): Aggregate and RowDigests ask
+    exactly the resolved columns in order; Measures asks some of them."""
+    want = resolved_columns(st.spec, st.described)
+    need(want is not None, f"{what}: the record's descriptions do not resolve, so what the answer was asked cannot be checked")
+    side = pl["scope"].get("side")
+    need(side in ("source", "target"), f"{what}: the agent did not sign which side it answered as")
+    cols = e["request"].get("columns")
+    if pl["rpc"] == "Measures":
+        by_name = {_ci(c["name"]): c for c in want[side]}
+        for c in cols:
+            need(by_name.get(_ci(c.get("name"))) == c,
+                 f"{what}: the request asks column {c!r}, the record resolves it as {by_name.get(_ci(c.get('name')))!r}")
+    else:
+        need(cols == want[side], f"{what}: the request asks the columns {cols!r}, the record resolves them as {want[side]!r}")
+
+
+def resolved_columns(spec, described):
+    """Each side's compared columns as requests write them, {"source": [...], "target":
+    [...]}, each {"name", "class", "scale", "exact", "fixed"}; None when the record does
+    not resolve (canonical-form.md: resolved scale, the rules across classes)."""
+    if not is_obj(described) or not is_obj(spec):
+        return None
+    s, t = described.get("source"), described.get("target")
+    if not (is_obj(s) and is_obj(t)):
+        return None
+    scols = {_ci(c.get("name")): c for c in s.get("columns") or [] if is_obj(c)}
+    tcols = {_ci(c.get("name")): c for c in t.get("columns") or [] if is_obj(c)}
+    key = list(spec.get("key") or s.get("key") or [])
+    listed = list(spec.get("columns") or [])
+    if spec.get("mode") == "measures" and not listed:
+        # a measures run resolves its group_by and measure columns only
+        for g in spec.get("group_by") or []:
+            c = g if is_str(g) else (g.get("column") if is_obj(g) else None)
+            c = c.split(":")[0] if is_str(c) else c
+            if c and all(_ci(c) != _ci(x) for x in listed):
+                listed.append(c)
+        for m in spec.get("measures") or []:
+            if all(_ci(m) != _ci(x) for x in listed):
+                listed.append(m)
+        listed = [c for c in listed if all(_ci(c) != _ci(k) for k in key)]
+    if listed:
+        names = listed
+    else:
+        excl = {_ci(x) for x in spec.get("exclude") or []}
+        keys = {_ci(k) for k in key}
+        names = [c.get("name") for c in s.get("columns") or []
+                 if _ci(c.get("name")) not in keys and _ci(c.get("name")) not in excl and _ci(c.get("name")) in tcols]
+    overrides = {_ci(k): v for k, v in (spec.get("overrides") or {}).items()}
+    out = {"source": [], "target": []}
+    for name in key + names:
+        a, b_ = scols.get(_ci(name)), tcols.get(_ci(name))
+        if a is None or b_ is None:
+            return None
+        f = _resolved_format(a, b_, overrides.get(_ci(name)) or {})
+        if f is None:
+            return None
+        for side, c in (("source", a), ("target", b_)):
+            out[side].append({"name": c.get("name"), **f})
+    return out
+
+
+def _resolved_format(a, b_, ov):
+    """canonical-form.md: the class both sides are compared in, its scale (a decimal's
+    larger declared scale, exact where one is undeclared; floats at 6; a time's larger
+    precision, undeclared counting as 6; overrides first), and padding."""
+    ca, cb = a.get("class"), b_.get("class")
+    pair = {ca, cb}
+    fixed = bool(a.get("fixed_char")) or bool(b_.get("fixed_char"))
+    if ca == cb:
+        cls = ca
+    elif pair == {"boolean", "integer"}:
+        cls = "boolean"
+    elif pair == {"integer", "decimal"}:
+        cls = "decimal"
+    elif pair == {"json", "text"}:
+        cls, fixed = "json", False
+    elif pair == {"timestamp", "timestamptz"}:
+        cls = "timestamptz"
+    elif pair == {"decimal", "float"}:
+        cls = "decimal"
+    elif pair == {"text", "binary"}:
+        cls = "binary"
+        fixed = bool((b_ if cb == "binary" else a).get("fixed_char"))
+    else:
+        return None
+    exact, scale = False, 0
+    if cls == "decimal":
+        def declared(c, k):
+            return 0 if k == "integer" else (c.get("scale") if k == "decimal" else "none")
+        scales = [declared(a, ca), declared(b_, cb)]
+        if "scale" in ov:
+            scale = ov["scale"]
+        elif any(x is None for x in scales):
+            exact = True
+        else:
+            scale = max([x for x in scales if x != "none"] or [0])
+    elif cls == "float":
+        scale = ov.get("scale", 6)
+    elif cls in ("timestamp", "timestamptz", "time"):
+        if "precision" in ov:
+            scale = ov["precision"]
+        else:
+            pa = 6 if a.get("scale") is None else a["scale"]
+            pb = 6 if b_.get("scale") is None else b_["scale"]
+            scale = max(pa, pb)
+    return {"class": cls, "scale": scale, "exact": exact, "fixed": fixed}
 
 
 def _check_request(e, pl, what):

@@ -1073,6 +1073,29 @@ fn a_real_runs_bundle_verifies_and_every_tampered_part_is_named() {
         }),
         "agent_results[",
     ));
+    // the forms the columns were asked in are the record's: an agent that signs a
+    // request comparing a decimal below its declared scale cannot back a full-fidelity
+    // statement (the review's false pass)
+    cases.push((
+        "a request at a lower decimal scale than the sides declare, signed by its agent",
+        forger(&|ev, _| {
+            let i = ev
+                .iter()
+                .position(|e| digests_of("dc1")(e))
+                .expect("a dc1 digests event");
+            let cols = ev[i]["request"]["columns"].as_array_mut().unwrap();
+            let c = cols
+                .iter_mut()
+                .find(|c| c["class"] == "decimal")
+                .expect("a decimal column");
+            c["scale"] = json!(0);
+            let digest = spec_digest(&ev[i]["request"]);
+            resign_one(ev, digests_of("dc1"), &dc1_key_, |p| {
+                p["request_sha256"] = json!(digest)
+            });
+        }),
+        "agent_results[",
+    ));
     // strict JSON (issue 32): two members of one name are refused wherever read; a
     // reader keeping the first and one keeping the last would read two records
     cases.push((
@@ -1351,7 +1374,8 @@ fn a_measures_runs_bundle_verifies_and_its_forgeries_fail() {
         (
             "the spec's measures changed after the run",
             respec(&|s| s["measures"] = json!([])),
-            "level-1 totals",
+            // the answers asked a measure column the changed spec does not compare
+            "agent_results[",
         ),
         (
             "a checksum run claimed from measures answers",
