@@ -229,6 +229,7 @@ pub struct Totals {
     pub dataset: String,
     pub count: u64,
     pub sum: String,
+    #[serde(deserialize_with = "nullable")]
     pub xor: Option<String>,
     /// The window the agent signed it read (absent for a run without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,7 +249,9 @@ pub struct SideAgent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SideAgents {
+    #[serde(deserialize_with = "nullable")]
     pub source: Option<SideAgent>,
+    #[serde(deserialize_with = "nullable")]
     pub target: Option<SideAgent>,
 }
 
@@ -1125,6 +1128,24 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
                 ));
             }
             utc_time(&s.predicate.started, true).map_err(|e| format!("started: {e}"))?;
+            // one spelling of a fidelity: absent or an object (never null), and a full
+            // one without a `columns` member (docs/evidence.md, the statement)
+            let raw: Value = serde_json::from_slice(&payload).unwrap_or_default();
+            match raw["predicate"].get("fidelity") {
+                Some(Value::Null) => {
+                    return Err("the predicate's fidelity is null (absent, or an object)".into());
+                }
+                Some(f)
+                    if f.get("columns")
+                        .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty)) =>
+                {
+                    return Err(
+                        "the predicate's fidelity lists an empty columns member (a full fidelity has none)"
+                            .into(),
+                    );
+                }
+                _ => {}
+            }
             utc_time(&s.predicate.finished, false).map_err(|e| format!("finished: {e}"))?;
             match s.subject.as_slice() {
                 [one] if one.name == format!("tally-run:{}", s.predicate.run_id) => Ok(s),

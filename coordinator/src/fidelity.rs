@@ -40,6 +40,7 @@ pub enum Code {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reason {
     pub code: Code,
     /// Reads after the column's name: `amount float at scale 6`.
@@ -47,6 +48,7 @@ pub struct Reason {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ColumnFidelity {
     /// The source's name of the column.
     pub column: String,
@@ -55,6 +57,7 @@ pub struct ColumnFidelity {
 
 /// A run's fidelity: `full`, or `reduced` with every column below it, in column order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fidelity {
     pub level: Level,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -140,6 +140,7 @@ impl KeyCopies {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct DiffCounts {
     pub missing_in_target: u64,
     pub extra_in_target: u64,
