@@ -219,7 +219,13 @@ pub async fn cmd_runs(server: &str, args: RemoteArgs, q: RunsPage, json: bool) -
             );
         }
         if let Some(next) = b["next_cursor"].as_str() {
-            println!("more: tally runs --server {server} --cursor {next}");
+            let mut again = format!("tally runs --server {server} --limit {}", q.limit);
+            for (flag, v) in [("--verdict", &q.verdict), ("--name", &q.name)] {
+                if let Some(v) = v {
+                    again.push_str(&format!(" {flag} {v}"));
+                }
+            }
+            println!("more: {again} --cursor {next}  (and your --ca and login flags)");
         }
         Ok::<(), String>(())
     }

@@ -1243,6 +1243,10 @@ fn verify_into(c: &mut Checks, bundle_text: &[u8], ca_pem: &[u8]) -> Option<()> 
             }
         }
     }
+    if lines.is_empty() {
+        c.check("event chain", Err("the bundle has no events".into()));
+        return None;
+    }
     if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
         c.check("event chain", Err(format!("events[{i}] is a blank line")));
         return None;
@@ -1795,7 +1799,10 @@ fn request_matches(
     };
     let whole = match sp.rpc.as_str() {
         "Aggregate" => {
-            let segs = req["segments"].as_array().ok_or("the request has no segments")?;
+            let segs = req["segments"]
+                .as_array()
+                .filter(|s| !s.is_empty())
+                .ok_or("the request has no segments")?;
             for s in segs {
                 differ("window", &window(&s["segment"]["window"]), signed_window.clone())?;
             }

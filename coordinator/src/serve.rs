@@ -804,6 +804,13 @@ async fn list_runs(
         })),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
+    // a run just finished can be both still running and in the store: listed once, done
+    let done: std::collections::HashSet<String> = runs
+        .iter()
+        .filter(|r| r["state"] == "done")
+        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .collect();
+    runs.retain(|r| r["state"] == "done" || !done.contains(r["id"].as_str().unwrap_or_default()));
     runs.retain(|r| q.wants(r) && q.after_cursor(r["id"].as_str().unwrap_or_default()));
     runs.sort_by(|a, b| {
         newest_first(

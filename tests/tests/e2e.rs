@@ -1049,7 +1049,9 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
         .concat(),
     );
     assert_eq!(code, 0, "{out}");
-    let (code, out) = tally(&["verify", "served.json", "--ca", "certs/ca.pem"]);
+    // tally verify, and the docs-only verifier beside it (tests/src/evidence.rs)
+    let (code, out) =
+        tally_e2e::evidence::verify(&d.path().join("served.json"), &d.path().join("certs/ca.pem"));
     assert_eq!(code, 0, "{out}");
     let served: Value =
         serde_json::from_slice(&std::fs::read(d.path().join("served.json")).unwrap()).unwrap();

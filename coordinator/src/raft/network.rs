@@ -172,27 +172,40 @@ impl PeerNetwork {
     }
 }
 
-/// Which members could be reached at the last call, so that a member going down is
-/// one WARN line and its return one INFO line, however often openraft retries it in
-/// between (its own per-retry lines are off by default: docs/operations.md).
+/// Which members could be reached lately, so that a member going down is one WARN
+/// line and its return one INFO line, however often openraft retries it in between
+/// (its own per-retry lines are off by default: docs/operations.md). A member is down
+/// after [`DOWN_AFTER`] calls in a row failed to reach it (refused, or no answer in
+/// time: a partition or a hung process as well as a stopped one), up at the first
+/// answer.
 #[derive(Debug, Default)]
 pub struct Reachability {
-    down: std::sync::Mutex<std::collections::BTreeSet<NodeId>>,
+    /// Per member: calls in a row that did not reach it, and whether it is down.
+    state: std::sync::Mutex<std::collections::BTreeMap<NodeId, (u32, bool)>>,
 }
+
+/// Failed calls in a row that make a member down (a single slow answer under load is not).
+pub const DOWN_AFTER: u32 = 3;
 
 impl Reachability {
     /// Records a call's outcome; `Some(true)` when the member just went down,
     /// `Some(false)` when it just came back, `None` when nothing changed.
     pub fn record(&self, target: NodeId, reached: bool) -> Option<bool> {
-        let mut down = self
-            .down
+        let mut state = self
+            .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match reached {
-            false if down.insert(target) => Some(true),
-            true if down.remove(&target) => Some(false),
-            _ => None,
+        let (misses, down) = state.entry(target).or_default();
+        if reached {
+            *misses = 0;
+            return std::mem::replace(down, false).then_some(false);
         }
+        *misses = misses.saturating_add(1);
+        if *misses >= DOWN_AFTER && !*down {
+            *down = true;
+            return Some(true);
+        }
+        None
     }
 }
 
@@ -242,9 +255,24 @@ impl PeerTarget {
             }
         };
         let ttl = option.hard_ttl();
-        let answer: Result<Result<Resp, RaftError<NodeId, E>>, PeerError> = conn.call(rpc, req, ttl).await;
+        // answered within openraft's budget or not at all: openraft drops a call past it,
+        // so the outcome is taken here, a little before
+        let budget = ttl.mul_f64(0.9);
+        let answer: Result<Result<Resp, RaftError<NodeId, E>>, PeerError> =
+            match tokio::time::timeout(budget, conn.call(rpc, req, ttl)).await {
+                Ok(a) => a,
+                Err(_) => Err(PeerError::Status {
+                    addr: self.node.addr.clone(),
+                    code: tonic::Code::DeadlineExceeded,
+                    message: format!("no answer within {} ms", budget.as_millis()),
+                }),
+            };
         let reached = match &answer {
             Ok(_) => Some(true),
+            Err(PeerError::Status {
+                code: tonic::Code::DeadlineExceeded,
+                ..
+            }) => Some(false),
             Err(e) if e.unreachable() => Some(false),
             Err(_) => None,
         };
@@ -312,5 +340,27 @@ impl RaftNetwork<TypeConfig> for PeerTarget {
 
     async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> Rpcs<VoteResponse<NodeId>> {
         self.send(Rpc::Vote, RPCTypes::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_is_down_after_calls_in_a_row_fail_and_up_at_its_first_answer() {
+        let r = Reachability::default();
+        assert_eq!(r.record(2, false), None);
+        assert_eq!(r.record(2, true), None, "one miss is no outage");
+        for _ in 1..DOWN_AFTER {
+            assert_eq!(r.record(2, false), None);
+        }
+        assert_eq!(r.record(2, false), Some(true), "down once");
+        for _ in 0..100 {
+            assert_eq!(r.record(2, false), None, "and said once");
+        }
+        assert_eq!(r.record(3, true), None, "another member is its own");
+        assert_eq!(r.record(2, true), Some(false), "back once");
+        assert_eq!(r.record(2, true), None);
     }
 }

@@ -31,14 +31,24 @@ pub(super) fn watch_leadership(state: Arc<ServeState>) {
     tokio::spawn(async move {
         let mut metrics = node.raft.metrics();
         let mut leading: Option<u64> = None;
+        let mut fatal_logged = false;
         loop {
-            let (leader_now, term) = {
+            let (leader_now, term, fatal) = {
                 let m = metrics.borrow_and_update();
                 (
                     m.state == ServerState::Leader && m.current_leader == Some(node.id),
                     m.current_term,
+                    m.running_state.as_ref().err().map(ToString::to_string),
                 )
             };
+            // openraft's own log lines are off by default (docs/operations.md): a Raft
+            // core that stopped on an error is said here, once
+            if let Some(why) = fatal
+                && !fatal_logged
+            {
+                tracing::error!(error = %why, "cluster: this replica's Raft stopped; restart it");
+                fatal_logged = true;
+            }
             if leading.is_some() && (!leader_now || leading != Some(term)) {
                 let dropped = drop_runs(&state).await;
                 tracing::info!(dropped, "cluster: no longer the leader; stopped driving runs");
@@ -371,7 +381,6 @@ pub(super) async fn logged_run(state: &ServeState, id: &str) -> Result<Option<Lo
         }))
 }
 
-/// Every run of the replicated log: running ones first, then the finished, newest first.
 /// The runs of a page (newest first, `limit + 1` at most, so the caller knows whether
 /// another page follows): only the records of the runs it lists, and of those a filter
 /// skips, are read, whatever the history's length.
