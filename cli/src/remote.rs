@@ -225,7 +225,7 @@ pub async fn cmd_runs(server: &str, args: RemoteArgs, q: RunsPage, json: bool) -
                     again.push_str(&format!(" {flag} {v}"));
                 }
             }
-            println!("more: {again} --cursor {next}  (and your --ca and login flags)");
+            println!("more (with your --ca and login flags): {again} --cursor {next}");
         }
         Ok::<(), String>(())
     }

@@ -198,8 +198,12 @@ fn tally_run_on_a_server_prints_what_a_local_run_prints_and_refuses_clearly() {
         ids.push(lines[0].split_whitespace().next().unwrap().to_string());
         match lines.get(1) {
             Some(more) => {
-                assert!(more.starts_with("more: tally runs --server "), "{stdout}");
-                cursor = Some(more.rsplit(' ').next().unwrap().to_string());
+                assert!(
+                    more.starts_with("more (with your --ca and login flags): tally runs --server ")
+                        && more.contains(" --limit 1 "),
+                    "{stdout}"
+                );
+                cursor = Some(more.split(" --cursor ").nth(1).unwrap().to_string());
             }
             None => break,
         }
