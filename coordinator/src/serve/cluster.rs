@@ -186,6 +186,28 @@ pub(super) async fn forward_if_follower(
             "the group has no leader now (an election is under way): try again",
         ));
     };
+    Some(match to_leader(node, &addr, caller, action, run, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(leader, error = %e, "cluster: cannot forward a write to the leader");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot reach the leader (replica {leader}): {e}; try again"),
+            )
+        }
+    })
+}
+
+/// Sends a call to the leader at `addr` on the caller's behalf; its answer as this
+/// replica's response.
+async fn to_leader(
+    node: &crate::raft::Node,
+    addr: &str,
+    caller: &Caller,
+    action: &str,
+    run: Option<&str>,
+    body: &str,
+) -> Result<Response, crate::raft::network::PeerError> {
     let req = ForwardRequest {
         action: action.to_string(),
         run: run.map(str::to_string),
@@ -195,24 +217,14 @@ pub(super) async fn forward_if_follower(
         role: caller.actor.role,
         remote: caller.remote.to_string(),
     };
-    let answer: Result<ForwardResponse, _> = match PeerConn::new(&addr, &node.tls) {
-        Ok(conn) => conn.call(Rpc::Forward, &req, FORWARD_TIMEOUT).await,
-        Err(e) => Err(e),
-    };
-    Some(match answer {
-        Ok(r) => (
-            StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
-            Json(r.body),
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::warn!(leader, error = %e, "cluster: cannot forward a write to the leader");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot reach the leader (replica {leader}): {e}; try again"),
-            )
-        }
-    })
+    let r: ForwardResponse = PeerConn::new(addr, &node.tls)?
+        .call(Rpc::Forward, &req, FORWARD_TIMEOUT)
+        .await?;
+    Ok((
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
+        Json(r.body),
+    )
+        .into_response())
 }
 
 /// On a follower, asks the leader for what this replica does not hold yet (a run whose
@@ -242,29 +254,14 @@ pub(super) async fn forward_read(
             "this replica does not hold run {run} yet and the group has no leader now (an election is under way): try again"
         )));
     };
-    let req = ForwardRequest {
-        action: action.to_string(),
-        run: Some(run.to_string()),
-        body: String::new(),
-        actor: caller.actor.name.clone(),
-        via: caller.actor.via.to_string(),
-        role: caller.actor.role,
-        remote: caller.remote.to_string(),
-    };
-    let answer: Result<ForwardResponse, _> = match PeerConn::new(&addr, &node.tls) {
-        Ok(conn) => conn.call(Rpc::Forward, &req, FORWARD_TIMEOUT).await,
-        Err(e) => Err(e),
-    };
-    Some(match answer {
-        Ok(r) => (
-            StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY),
-            Json(r.body),
-        )
-            .into_response(),
-        Err(e) => retry(format!(
-            "this replica does not hold run {run} yet and cannot reach the leader (replica {leader}): {e}; try again"
-        )),
-    })
+    Some(
+        match to_leader(node, &addr, caller, action, Some(run), "").await {
+            Ok(r) => r,
+            Err(e) => retry(format!(
+                "this replica does not hold run {run} yet and cannot reach the leader (replica {leader}): {e}; try again"
+            )),
+        },
+    )
 }
 
 /// The leader's side of forwarded writes (and of reads a follower cannot answer yet).
