@@ -17,10 +17,10 @@ use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::ClientTls;
 use tally_coordinator::evidence;
 use tally_coordinator::lifecycle;
-use tally_coordinator::result::RunResult;
 use tally_coordinator::runlog::SqliteRunLog;
-use tally_coordinator::runner::{RunOptions, RunRecord, run};
-use tally_coordinator::spec::Spec;
+use tally_coordinator::runtime::{RunOptions, RunRecord, run};
+use tally_engine::result::RunResult;
+use tally_engine::spec::Spec;
 
 pub struct DemoOptions {
     pub rows: i64,

@@ -11,9 +11,9 @@ use clap::{Parser, Subcommand};
 use tally_common::pki;
 use tally_coordinator::client::{Agent, TlsMaterial};
 use tally_coordinator::config::CoordinatorConfig;
-use tally_coordinator::result::RunResult;
-use tally_coordinator::runner::{RunOptions, run};
-use tally_coordinator::spec::Spec;
+use tally_coordinator::runtime::{RunOptions, run};
+use tally_engine::result::RunResult;
+use tally_engine::spec::Spec;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -713,7 +713,7 @@ async fn record_run(
     dir: &std::path::Path,
     spec: &Spec,
     resume: Option<&str>,
-) -> Result<tally_coordinator::runner::RunRecord, String> {
+) -> Result<tally_coordinator::runtime::RunRecord, String> {
     use tally_coordinator::runlog::{RunLog, SqliteRunLog};
     std::fs::create_dir_all(dir).map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
     let log = std::sync::Arc::new(
@@ -753,7 +753,7 @@ async fn record_run(
             (id, Vec::new())
         }
     };
-    Ok(tally_coordinator::runner::RunRecord {
+    Ok(tally_coordinator::runtime::RunRecord {
         log,
         run_id,
         resume: events,

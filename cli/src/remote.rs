@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use hyper::Method;
 use tally_coordinator::api_client::{ApiClient, ApiGroup, ClientOptions};
-use tally_coordinator::result::LevelOut;
-use tally_coordinator::spec::Spec;
+use tally_engine::result::LevelOut;
+use tally_engine::spec::Spec;
 
 use crate::{RemoteArgs, ScheduleCommand, print_result};
 
@@ -36,7 +36,7 @@ fn token(args: &RemoteArgs) -> Result<Option<String>, String> {
     }
 }
 
-/// The line a local run prints for a level (runner.rs), from what the service recorded.
+/// The line a local run prints for a level (the runtime), from what the service recorded.
 fn level_line(started: Instant, l: &LevelOut) -> String {
     let inconsistent = if l.inconsistent > 0 {
         format!(", {} inconsistent parents", l.inconsistent)

@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::result::{LevelOut, RunResult};
+use tally_engine::result::{LevelOut, RunResult};
 
 /// A connection that is not up by then is reported unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,7 +17,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Status};
 
 use crate::config::ClientTls;
-use crate::error::RunError;
+use tally_engine::error::RunError;
 
 /// Attempts per call for transient failures (UNAVAILABLE and transport errors).
 const ATTEMPTS: u32 = 3;
@@ -101,7 +101,7 @@ impl Agent {
     }
 
     fn error(&self, rpc: &str, s: Status) -> RunError {
-        RunError::from_status(&self.name, &self.endpoint, rpc, s)
+        run_error(&self.name, &self.endpoint, rpc, s)
     }
 
     /// Runs `call` with retries of transient failures and backoff.
@@ -237,11 +237,49 @@ impl Agent {
     }
 }
 
+/// An agent's gRPC status as the run's error, by its code (and, for UNAVAILABLE,
+/// whether it is the agent's database rather than the agent).
+pub fn run_error(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError {
+    let message = s.message().to_string();
+    match s.code() {
+        Code::PermissionDenied => RunError::PolicyRefused {
+            agent: agent.into(),
+            rpc: rpc.into(),
+            message,
+        },
+        Code::Unavailable if tally_engine::error::is_database_unavailable(&message) => {
+            RunError::DatabaseUnavailable {
+                agent: agent.into(),
+                rpc: rpc.into(),
+                message,
+            }
+        }
+        Code::Unavailable | Code::DeadlineExceeded => RunError::Unreachable {
+            agent: agent.into(),
+            endpoint: endpoint.into(),
+            rpc: rpc.into(),
+            message,
+        },
+        Code::Unknown if message.contains("transport") || message.is_empty() => RunError::Unreachable {
+            agent: agent.into(),
+            endpoint: endpoint.into(),
+            rpc: rpc.into(),
+            message,
+        },
+        c => RunError::Agent {
+            agent: agent.into(),
+            rpc: rpc.into(),
+            code: format!("{c:?}"),
+            message,
+        },
+    }
+}
+
 fn is_transient(s: &Status) -> bool {
     // a database that refused the agent (or its login, TLS or host name failed) is
     // reported at once, not asked again three times over; one that was slow to answer,
     // or whose connections were all busy, may be a moment's load and is asked again
-    let settled = crate::error::is_database_unavailable(s.message())
+    let settled = tally_engine::error::is_database_unavailable(s.message())
         && !["(connection timed out)", "(all connections busy)"]
             .iter()
             .any(|k| s.message().contains(k));
@@ -272,7 +310,7 @@ impl Digests {
     }
 }
 
-/// What the runner needs of an agent: the five calls of `tally.agent.v1` on domain
+/// What the runtime needs of an agent: the five calls of `tally.agent.v1` on domain
 /// types. [`Agent`] speaks gRPC over mutual TLS; `in_process::InProcessAgent` calls an
 /// agent service in this process (tests, without TLS or processes).
 #[tonic::async_trait]
@@ -344,7 +382,7 @@ mod tests {
             assert!(is_transient(&db(passing)), "{passing}");
         }
         assert!(is_transient(&Status::unavailable("tcp connect error")));
-        let e = RunError::from_status("dc1", "https://a:1", "Aggregate", db("connection refused"));
+        let e = run_error("dc1", "https://a:1", "Aggregate", db("connection refused"));
         assert_eq!(e.code(), "database_unavailable");
         assert!(e.to_string().contains("agent dc1"), "{e}");
     }

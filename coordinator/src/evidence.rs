@@ -22,10 +22,10 @@ use tally_common::wire::measures::{Labels, MeasureGroup};
 
 use crate::client::Digests;
 use crate::config::ClientTls;
-use crate::engine::{Event, Side};
-use crate::fidelity::Fidelity;
-use crate::result::{DiffCounts, RunResult};
 use crate::runlog::RunLog;
+use tally_engine::fidelity::Fidelity;
+use tally_engine::result::{DiffCounts, RunResult};
+use tally_engine::{Event, Side};
 
 /// How far an agent's clock may be from the coordinator's: an answer's signed time must
 /// fall between the run's start and its checkpoint, give or take this.
@@ -415,7 +415,7 @@ pub fn groups_fingerprint(groups: &[tally_common::wire::measures::MeasureGroup])
 /// Whether a level-1 Measures answer was asked for the spec's first group_by level and
 /// its measures, in order (names compared as the run matches columns: ignoring case).
 fn scope_is_specs(scope: &tally_common::evidence::Scope, spec: &Value) -> Result<(), String> {
-    let spec: crate::spec::Spec =
+    let spec: tally_engine::spec::Spec =
         serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
     let first: Vec<String> = spec
         .group_by
@@ -441,7 +441,7 @@ fn scope_is_specs(scope: &tally_common::evidence::Scope, spec: &Value) -> Result
 /// Mode measures: whether both sides' level-1 groups agree, by the run's comparison
 /// (counts exactly; measures by digest, or in clear within the spec's tolerance).
 fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
-    let spec: crate::spec::Spec =
+    let spec: tally_engine::spec::Spec =
         serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
     let mut sides: [Option<tally_common::wire::measures::MeasuresResponse>; 2] = [None, None];
     for v in events
@@ -469,7 +469,7 @@ fn measures_agree(events: &[Value], spec: &Value) -> Result<bool, String> {
         x.count == y.count
             && x.measures.len() == n
             && y.measures.len() == n
-            && crate::engine::measures::compare_group(x, y, &tolerances)
+            && tally_engine::measures::compare_group(x, y, &tolerances)
                 .0
                 .is_empty()
     }))
@@ -1929,24 +1929,27 @@ fn recorded_fidelity(events: &[Value], spec: &Value) -> Result<Option<Fidelity>,
 /// The record's `started` spec resolved against its first `described` event, as `tally
 /// run` resolved it: `None` without a description, or with one that does not resolve
 /// (the run then ended in an error before asking anything).
-fn recorded_resolution(events: &[Value], spec: &Value) -> Result<Option<crate::resolve::Resolved>, String> {
+fn recorded_resolution(
+    events: &[Value],
+    spec: &Value,
+) -> Result<Option<tally_engine::resolve::Resolved>, String> {
     let Some(described) = events.iter().find(|e| e["event"] == "described") else {
         return Ok(None);
     };
-    let spec: crate::spec::Spec =
+    let spec: tally_engine::spec::Spec =
         serde_json::from_value(spec.clone()).map_err(|e| format!("the run's spec does not load: {e}"))?;
     let side = |k: &str| {
         serde_json::from_value::<tally_common::wire::Describe>(described[k].clone())
             .map_err(|e| format!("the described event's {k}: {e}"))
     };
     let (s, t) = (side("source")?, side("target")?);
-    let spec = if spec.mode == crate::spec::Mode::Measures {
-        crate::engine::measures::resolve_spec(&spec)
+    let spec = if spec.mode == tally_engine::spec::Mode::Measures {
+        tally_engine::measures::resolve_spec(&spec)
     } else {
         spec
     };
     // a description that does not resolve (drift) ended the run with an error
-    Ok(crate::resolve::resolve(&spec, &s, &t).ok())
+    Ok(tally_engine::resolve::resolve(&spec, &s, &t).ok())
 }
 
 /// Each side's compared columns as a request writes them (name, class, scale, exact,
@@ -1999,7 +2002,7 @@ fn window_claim(
 ) -> Result<(), String> {
     use tally_common::TypeClass;
     let started = events.iter().find(|e| e["event"] == "started");
-    let spec: Option<crate::spec::WindowSpec> = started
+    let spec: Option<tally_engine::spec::WindowSpec> = started
         .and_then(|e| e["spec"].get("window"))
         .filter(|w| !w.is_null())
         .map(|w| serde_json::from_value(w.clone()).map_err(|e| format!("the spec's window: {e}")))
@@ -2028,8 +2031,9 @@ fn window_claim(
     // the spec is the coordinator's: checked here as tally run checks it, never trusted
     match (&spec.as_of, &spec.lag) {
         (Some(_), None) => {}
-        (None, Some(l)) if crate::spec::parse_duration(l).is_some_and(|d| d <= crate::spec::MAX_LAG_SECS) => {
-        }
+        (None, Some(l))
+            if tally_engine::spec::parse_duration(l)
+                .is_some_and(|d| d <= tally_engine::spec::MAX_LAG_SECS) => {}
         _ => return Err("the spec's window sets neither a valid as_of nor a valid lag".into()),
     }
     let now = match &spec.lag {
@@ -2068,7 +2072,7 @@ fn window_claim(
     ]
     .into_iter()
     .any(|class| {
-        crate::engine::drill::window_upper(&spec, class, now, &zone).is_ok_and(|u| u == signed.upper)
+        tally_engine::drill::window_upper(&spec, class, now, &zone).is_ok_and(|u| u == signed.upper)
     });
     if fits {
         Ok(())
@@ -2115,7 +2119,7 @@ mod tests {
 
     /// A run's record as the verifier reads it: `started` with its spec, then `described`.
     fn record(target: TypeClass, declared: &str) -> (Vec<Value>, Value) {
-        let spec: crate::spec::Spec = tally_common::config_file::parse_yaml(
+        let spec: tally_engine::spec::Spec = tally_common::config_file::parse_yaml(
             Path::new("s.yaml"),
             "name: t\nsource: { agent: a, dataset: d }\ntarget: { agent: b, dataset: d }\n",
         )

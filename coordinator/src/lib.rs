@@ -3,7 +3,12 @@
 //! datasets differ. It never holds a database credential, and sees row keys or
 //! values only where both the spec and the agents' policies allow.
 //!
-//! Depends on `tally-proto` and `tally-common`; never on the agent, and it links no
+//! The run itself is `tally-engine`'s pure state machine; this crate is everything
+//! around it that does I/O: the runtime that drives it against two agents
+//! ([`runtime`]), the agents' gRPC client, the run log and store, evidence, the
+//! service (`tally serve`, its Raft group and API) and the API's client.
+//!
+//! Depends on `tally-proto`, `tally-common` and `tally-engine`; never on the agent, and it links no
 //! database driver but SQLite's (its run store). Cargo enforces it: the agent is a
 //! dependency of the `tally` binary's package (`cli/`), where `tally demo` starts two
 //! agents on loopback, and of the tests crate, whose in-process agent drives the
@@ -19,20 +24,12 @@ pub mod cluster_cli;
 pub mod cluster_config;
 pub mod config;
 pub mod cron;
-pub mod engine;
-pub mod error;
 pub mod evidence;
-pub mod fidelity;
 pub mod ledger;
 pub mod lifecycle;
-pub mod planner;
 pub mod raft;
 pub mod redact;
-pub mod resolve;
-pub mod result;
-pub mod rows;
 pub mod runlog;
-pub mod runner;
+pub mod runtime;
 pub mod serve;
-pub mod spec;
 pub mod store;

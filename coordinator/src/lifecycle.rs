@@ -7,9 +7,9 @@
 use serde_json::{Map, Value, json};
 
 use crate::evidence::{self, Signer};
-use crate::result::RunResult;
 use crate::runlog::RunLog;
-use crate::spec::Spec;
+use tally_engine::result::RunResult;
+use tally_engine::spec::Spec;
 
 /// The current time as RFC 3339 in UTC (`2026-12-05T03:15:55.123456789Z`, a fraction
 /// only where it is not zero): what a record's `started`, an audit line's `time` and a

@@ -54,9 +54,9 @@ use crate::runlog::{RunLog, SqliteRunLog};
 
 mod cluster;
 mod schedules;
-use crate::runner::{RunOptions, RunRecord, cancelled_result, run};
-use crate::spec::Spec;
+use crate::runtime::{RunOptions, RunRecord, cancelled_result, run};
 use crate::store::RunStore;
+use tally_engine::spec::Spec;
 
 /// Runs executing at once; more wait their turn.
 const CONCURRENT_RUNS: usize = 4;
@@ -552,7 +552,7 @@ async fn spawn_run(
 /// Signs a finished run's evidence into its record (see [`crate::evidence::seal_run`]);
 /// a failure is logged (the run's result stands; its bundle is refused until a restart
 /// seals it).
-async fn seal(st: &ServeState, run_id: &str, result: &crate::result::RunResult) {
+async fn seal(st: &ServeState, run_id: &str, result: &tally_engine::result::RunResult) {
     if let Err(e) = crate::evidence::seal_run(st.runlog.as_ref(), run_id, result, &st.signer).await {
         tracing::error!(run = %run_id, error = %e, "cannot sign the run's evidence");
     }
@@ -612,7 +612,7 @@ fn recorded_result(
     st: &ServeState,
     run_id: &str,
     events: &[serde_json::Value],
-) -> Option<crate::result::RunResult> {
+) -> Option<tally_engine::result::RunResult> {
     let doc = events
         .iter()
         .rev()

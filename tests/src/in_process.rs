@@ -22,7 +22,7 @@ use tally_proto::v1::agent_server::Agent as _;
 use tonic::{Request, Status};
 
 use tally_coordinator::client::{AgentApi, Digests};
-use tally_coordinator::error::RunError;
+use tally_engine::error::RunError;
 
 /// The endpoint errors name for an in-process agent.
 const ENDPOINT: &str = "in-process";
@@ -58,7 +58,7 @@ impl InProcessAgent {
     }
 
     fn error(&self, rpc: &str, s: Status) -> RunError {
-        RunError::from_status(&self.name, ENDPOINT, rpc, s)
+        tally_coordinator::client::run_error(&self.name, ENDPOINT, rpc, s)
     }
 
     fn valid<T>(

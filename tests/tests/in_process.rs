@@ -9,10 +9,10 @@ use tally_agent::sample_data::write_orders;
 use tally_common::pki;
 use tally_e2e::in_process::InProcessAgent;
 
-use tally_coordinator::result::{DiffKind, RunResult, Verdict};
 use tally_coordinator::runlog::{MemoryRunLog, RunLog};
-use tally_coordinator::runner::{RunOptions, RunRecord, run};
-use tally_coordinator::spec::Spec;
+use tally_coordinator::runtime::{RunOptions, RunRecord, run};
+use tally_engine::result::{DiffKind, RunResult, Verdict};
+use tally_engine::spec::Spec;
 
 fn agent_yaml(dir: &Path, name: &str) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.yaml"));
@@ -744,26 +744,26 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     async fn describe(
         &self,
         dataset: &str,
-    ) -> Result<tally_common::wire::Describe, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::Describe, tally_engine::error::RunError> {
         self.agent.describe(dataset).await
     }
     async fn aggregate(
         &self,
         req: tally_common::wire::AggregateRequest,
-    ) -> Result<tally_common::wire::AggregateResponse, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::AggregateResponse, tally_engine::error::RunError> {
         self.agent.aggregate(req).await
     }
     async fn row_digests(
         &self,
         req: tally_common::wire::RowDigestsRequest,
-    ) -> Result<tally_coordinator::client::Digests, tally_coordinator::error::RunError> {
+    ) -> Result<tally_coordinator::client::Digests, tally_engine::error::RunError> {
         self.agent.row_digests(req).await
     }
     async fn reveal(
         &self,
         req: tally_common::wire::RevealRequest,
         rows: bool,
-    ) -> Result<tally_common::wire::RevealResponse, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::RevealResponse, tally_engine::error::RunError> {
         if self.hang {
             std::future::pending::<()>().await;
         }
@@ -774,25 +774,25 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     async fn investigation_sql(
         &self,
         req: tally_common::wire::InvestigationSqlRequest,
-    ) -> Result<String, tally_coordinator::error::RunError> {
+    ) -> Result<String, tally_engine::error::RunError> {
         self.agent.investigation_sql(req).await
     }
     async fn measures(
         &self,
         req: tally_common::wire::measures::MeasuresRequest,
-    ) -> Result<tally_common::wire::measures::MeasuresResponse, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::measures::MeasuresResponse, tally_engine::error::RunError> {
         self.agent.measures(req).await
     }
     async fn read_position(
         &self,
         req: tally_common::wire::ReadPositionRequest,
-    ) -> Result<tally_common::wire::PositionResponse, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::PositionResponse, tally_engine::error::RunError> {
         self.agent.read_position(req).await
     }
     async fn wait_position(
         &self,
         req: tally_common::wire::WaitPositionRequest,
-    ) -> Result<tally_common::wire::PositionResponse, tally_coordinator::error::RunError> {
+    ) -> Result<tally_common::wire::PositionResponse, tally_engine::error::RunError> {
         self.agent.wait_position(req).await
     }
 }

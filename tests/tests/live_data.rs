@@ -221,7 +221,10 @@ fn a_delayed_mariadb_replica_being_appended_to_is_reconciled_exactly_under_a_wat
     let db = "live_append";
     let d = mariadb_setup(db);
     let _writer = mariadb_writer(&mariadb_pair().primary, db, false);
-    std::thread::sleep(Duration::from_millis(1500));
+    // the control needs rows written more than the lag (1 s) and less than the delay
+    // (3 s) before the bound is read: 1.5 s of writing left a band of half a second,
+    // which a loaded machine's slow start of the writer could leave empty
+    std::thread::sleep(Duration::from_millis(3500));
 
     let control = d.run(&spec("window: { column: at, lag: 1s }\n"));
     assert_eq!(control.code, 1, "{}\n{}", control.stdout, control.stderr);

@@ -38,7 +38,7 @@ use crate::api_auth::Actor;
 use crate::config::Role;
 use crate::cron::Cron;
 use crate::runlog::{RunLogError, Schedule};
-use crate::spec::Spec;
+use tally_engine::spec::Spec;
 
 /// What a PUT carries.
 #[derive(Debug, serde::Deserialize)]

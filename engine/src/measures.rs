@@ -148,7 +148,7 @@ impl ChildTotals {
 /// A spec in mode measures compares its group_by and measure columns: unless it lists
 /// `columns`, only those are resolved (so a column without a canonical form elsewhere
 /// in the table does not stop it).
-pub(crate) fn resolve_spec(spec: &Spec) -> Spec {
+pub fn resolve_spec(spec: &Spec) -> Spec {
     let mut s = spec.clone();
     if s.columns.is_empty() {
         for c in spec
@@ -727,7 +727,7 @@ impl Engine {
 /// their tolerance, and those that differ within it; the count is compared by the
 /// caller. A measure is compared in clear where both answers give its values, by its
 /// sealed digest otherwise. `tally verify` judges a bundle's level 1 with this too.
-pub(crate) fn compare_group(
+pub fn compare_group(
     a: &MeasureGroup,
     b: &MeasureGroup,
     tolerances: &[Option<tally_common::measures::Tolerance>],

@@ -616,7 +616,7 @@ fn zone_seconds(tz: &str) -> i64 {
 /// (timestamps to nanosecond digits, which each agent cuts to the column's
 /// precision), or the clock minus `lag` (a naive timestamp or a date in the source
 /// agent's `time_zone`, a timestamptz in UTC).
-pub(crate) fn window_upper(
+pub fn window_upper(
     w: &crate::spec::WindowSpec,
     class: TypeClass,
     now_ms: Option<i64>,

@@ -1,4 +1,6 @@
-//! The runtime around the [`Engine`]: it executes the engine's commands against two
+//! One reconciliation against two agents: [`run`], the entry point the CLI and the
+//! service call, and the runtime around the [`Engine`] (the pure state machine of
+//! `tally-engine`). The runtime executes the engine's commands against two
 //! [`AgentApi`]s (the calls of one step concurrently), measures and draws what the
 //! engine may not (elapsed times, the run nonce, the `max_seconds` gate), and for each
 //! answer FIRST appends the event to the run log, THEN steps the engine. A run given
@@ -9,20 +11,62 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io::IsTerminal;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
-use super::{Command, Engine, Event, Side};
+use tally_engine::error::RunError;
+use tally_engine::result::{ErrorOut, RunResult};
+use tally_engine::spec::Spec;
+use tally_engine::{Command, Engine, Event, Side, empty_result};
+
 use crate::client::AgentApi;
-use crate::error::RunError;
-use crate::result::RunResult;
-use crate::runner::{RunOptions, RunRecord};
-use crate::spec::Spec;
+use crate::runlog::RunLog;
 
 type Answer<'a> = Pin<Box<dyn Future<Output = Event> + Send + 'a>>;
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Progress lines on stderr (default: when stderr is a terminal).
+    pub progress: Option<bool>,
+    /// Where the run records its events, and what it resumes from.
+    pub record: Option<RunRecord>,
+}
+
+/// A run's record in the run log (DESIGN §9): the run appends every answer it gets
+/// (`engine::Event`) before it takes the next step, and a `level` event after each
+/// drill level. A run given its earlier events resumes by replaying them: recorded
+/// answers (levels, row digests, reveals, investigation SQL) are not asked again, an
+/// unanswered call is. Events of other kinds (`started`, `finished`) are skipped.
+#[derive(Clone)]
+pub struct RunRecord {
+    pub log: Arc<dyn RunLog>,
+    pub run_id: String,
+    /// The run's events so far, as loaded (empty for a new run).
+    pub resume: Vec<Value>,
+}
+
+impl std::fmt::Debug for RunRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRecord")
+            .field("run_id", &self.run_id)
+            .field("resume", &self.resume.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a run stopped before it finished: verdict `error`, code `cancelled`.
+pub fn cancelled_result(spec: &Spec, message: String) -> RunResult {
+    let mut res = empty_result(spec);
+    res.error = Some(ErrorOut {
+        code: RunError::Cancelled.code().to_string(),
+        message,
+    });
+    res
+}
 
 struct Runtime<'a> {
     source: &'a dyn AgentApi,
@@ -94,6 +138,7 @@ fn ms_since_start(resume: &[Value]) -> Option<u64> {
 
 /// Runs `spec` between two agents (resuming from `opts.record`'s events, if any);
 /// never fails: errors become verdict `error`.
+/// Runs `spec` between two agents; never fails: errors become verdict `error`.
 pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
     let rt = Runtime {
         source,
@@ -407,7 +452,7 @@ impl Runtime<'_> {
                     side,
                     request,
                     rows,
-                } => super::events::reveal_answer(
+                } => tally_engine::events::reveal_answer(
                     range,
                     page,
                     side,

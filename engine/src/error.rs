@@ -1,7 +1,5 @@
 //! Errors of a run, each with a stable code for `--json` and the exit status 2.
 
-use tonic::{Code, Status};
-
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunError {
     #[error("{0}")]
@@ -71,40 +69,6 @@ impl RunError {
             agent: agent.to_string(),
             rpc: rpc.to_string(),
             message: e.to_string(),
-        }
-    }
-
-    pub fn from_status(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError {
-        let message = s.message().to_string();
-        match s.code() {
-            Code::PermissionDenied => RunError::PolicyRefused {
-                agent: agent.into(),
-                rpc: rpc.into(),
-                message,
-            },
-            Code::Unavailable if is_database_unavailable(&message) => RunError::DatabaseUnavailable {
-                agent: agent.into(),
-                rpc: rpc.into(),
-                message,
-            },
-            Code::Unavailable | Code::DeadlineExceeded => RunError::Unreachable {
-                agent: agent.into(),
-                endpoint: endpoint.into(),
-                rpc: rpc.into(),
-                message,
-            },
-            Code::Unknown if message.contains("transport") || message.is_empty() => RunError::Unreachable {
-                agent: agent.into(),
-                endpoint: endpoint.into(),
-                rpc: rpc.into(),
-                message,
-            },
-            c => RunError::Agent {
-                agent: agent.into(),
-                rpc: rpc.into(),
-                code: format!("{c:?}"),
-                message,
-            },
         }
     }
 

@@ -1,17 +1,29 @@
-//! The run engine (DESIGN §9): one reconciliation as a pure, serialisable state
-//! machine. `step(event) -> commands`: it owns the describe and resolve results, the
+//! `tally-engine`, the run engine (DESIGN §9): one reconciliation as a pure,
+//! serialisable state machine, with what it is made of: the spec ([`spec`]), schema
+//! resolution ([`resolve`]), the bisection planner ([`planner`]), the rows phase's
+//! comparison ([`rows`]), fidelity ([`fidelity`]), the result ([`result`]) and the
+//! run's errors ([`error`]). It depends on `tally-common` and serde only: no I/O, no
+//! network, no database driver, which Cargo enforces.
+//!
+//! The machine: `step(event) -> commands`: it owns the describe and resolve results, the
 //! seals, the drill ([`Planner`]), the gates (except the wall clock, which the runtime
 //! enforces), investigation SQL, the rows phase and the [`RunResult`]. It does no I/O,
-//! reads no clock and draws no randomness: the runtime ([`runtime`]) executes its
+//! reads no clock and draws no randomness: the coordinator's runtime executes its
 //! commands and feeds the answers back as [`Event`]s, appending each to the run log
 //! first, so a run resumes by replaying its events ([`Engine::replay`]).
 
 mod confirm_leaves;
-pub(crate) mod drill;
+pub mod drill;
+pub mod error;
 pub mod events;
-pub(crate) mod measures;
+pub mod fidelity;
+pub mod measures;
+pub mod planner;
+pub mod resolve;
+pub mod result;
+pub mod rows;
 mod rows_phase;
-pub mod runtime;
+pub mod spec;
 #[cfg(test)]
 mod tests;
 mod watermark;

@@ -1,6 +1,6 @@
 //! The bisection planner: pure, no I/O. It proposes the next level's requests,
 //! takes both sides' buckets, and decides which segments match, which descend and
-//! which become leaves. The runner (runner.rs) does the calls.
+//! which become leaves. The coordinator's runtime does the calls.
 //!
 //! A level costs one aggregate per side whatever the factor: every differing parent
 //! of the level travels in the same request. The first level doubles as the quick
