@@ -143,7 +143,6 @@ pub async fn serve(
         None => None,
     };
     let store = RunStore::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
-    let audit = AuditLog::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
     let node = match &cfg.cluster {
         Some(c) => Some(crate::raft::node::start(c, config_path, data_dir).await?),
         None => None,
@@ -155,6 +154,21 @@ pub async fn serve(
                 .await
                 .map_err(|e| format!("data_dir: {e}"))?,
         ),
+    };
+    let audit = match &node {
+        // the group's trail is replicated; an audit.jsonl of an earlier version holds
+        // this replica's own events from before, and is left as it is
+        Some(_) => {
+            if data_dir.join("audit.jsonl").exists() {
+                tracing::info!(
+                    "audit: audit.jsonl holds this replica's events from before the trail was replicated; it is kept as it is and no longer written"
+                );
+            }
+            AuditLog::new(runlog.clone())
+        }
+        None => AuditLog::open_single(runlog.clone(), data_dir)
+            .await
+            .map_err(|e| format!("data_dir: {e}"))?,
     };
     let tls = TlsMaterial::load(&cfg.tls).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let signer = crate::evidence::Signer::load(&cfg.tls)
@@ -249,8 +263,9 @@ pub async fn serve(
 
 impl ServeState {
     /// Appends an audit event; a request answered `status` by `caller` (absent when it
-    /// did not log in).
-    fn record(
+    /// did not log in). In a group the event is written by the leader: a follower
+    /// hands it over, and a call it cannot audit is not done.
+    async fn record(
         &self,
         caller: Option<&Caller>,
         remote: SocketAddr,
@@ -259,26 +274,39 @@ impl ServeState {
         reason: Option<String>,
     ) -> Result<(), String> {
         let Attempt { req, action, run } = what;
-        self.audit
-            .record(Event {
-                actor: caller.map(|c| c.actor.name.clone()),
-                via: caller.map(|c| c.actor.via.to_string()),
-                role: caller.map(|c| c.actor.role.name().to_string()),
-                remote: remote.to_string(),
-                method: req.0.to_string(),
-                path: req.1.to_string(),
-                action: action.to_string(),
-                run: run.map(str::to_string),
-                status: status.as_u16(),
-                reason,
-            })
-            .map(|_| ())
-            .inspect_err(|e| tracing::error!(error = %e, "api: cannot write the audit log"))
+        let event = Event {
+            actor: caller.map(|c| c.actor.name.clone()),
+            via: caller.map(|c| c.actor.via.to_string()),
+            role: caller.map(|c| c.actor.role.name().to_string()),
+            remote: remote.to_string(),
+            method: req.0.to_string(),
+            path: req.1.to_string(),
+            action: action.to_string(),
+            run: run.map(str::to_string),
+            status: status.as_u16(),
+            reason,
+            replica: self.node.as_ref().map(|n| n.id),
+            time: Some(now()),
+        };
+        self.audit_event(event)
+            .await
+            .inspect_err(|e| tracing::error!(error = %e, "api: cannot write the audit trail"))
+    }
+
+    /// Writes `event` to the trail, here or, on a follower, through the leader.
+    async fn audit_event(&self, event: Event) -> Result<(), String> {
+        match self.audit.record(event.clone()).await {
+            Ok(_) => Ok(()),
+            Err(crate::runlog::RunLogError::NotLeader { .. }) => cluster::forward_audit(self, event).await,
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// A refused state change: recorded, then answered.
-    fn refuse(&self, caller: &Caller, what: Attempt<'_>, status: StatusCode, msg: String) -> Response {
-        let _ = self.record(Some(caller), caller.remote, what, status, Some(msg.clone()));
+    async fn refuse(&self, caller: &Caller, what: Attempt<'_>, status: StatusCode, msg: String) -> Response {
+        let _ = self
+            .record(Some(caller), caller.remote, what, status, Some(msg.clone()))
+            .await;
         error(status, msg)
     }
 }
@@ -311,17 +339,19 @@ async fn authenticate(
         Err(e) => {
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
             if req.method() != Method::GET && req.method() != Method::HEAD {
-                let _ = state.record(
-                    None,
-                    peer.addr,
-                    Attempt {
-                        req: (req.method(), req.uri().path()),
-                        action: "request",
-                        run: None,
-                    },
-                    status,
-                    Some(e.to_string()),
-                );
+                let _ = state
+                    .record(
+                        None,
+                        peer.addr,
+                        Attempt {
+                            req: (req.method(), req.uri().path()),
+                            action: "request",
+                            run: None,
+                        },
+                        status,
+                        Some(e.to_string()),
+                    )
+                    .await;
             }
             tracing::info!(remote = %peer.addr, error = %e, "api: not logged in");
             error(status, e.to_string())
@@ -346,16 +376,18 @@ async fn require(
         caller.actor.role.name()
     );
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return state.refuse(
-            &caller,
-            Attempt {
-                req: (req.method(), req.uri().path()),
-                action: "request",
-                run: None,
-            },
-            StatusCode::FORBIDDEN,
-            msg,
-        );
+        return state
+            .refuse(
+                &caller,
+                Attempt {
+                    req: (req.method(), req.uri().path()),
+                    action: "request",
+                    run: None,
+                },
+                StatusCode::FORBIDDEN,
+                msg,
+            )
+            .await;
     }
     error(StatusCode::FORBIDDEN, msg)
 }
@@ -383,17 +415,18 @@ async fn start_run(
     };
     let spec: Spec = match parse_yaml(Path::new("request body"), &body) {
         Ok(s) => s,
-        Err(e) => return refuse(e.to_string()),
+        Err(e) => return refuse(e.to_string()).await,
     };
     if let Err(e) = spec.validate(Path::new("request body")) {
-        return refuse(e.to_string());
+        return refuse(e.to_string()).await;
     }
     for (side, agent) in [("source", &spec.source.agent), ("target", &spec.target.agent)] {
         if !state.agents.contains_key(agent) {
             let known = state.agents.keys().cloned().collect::<Vec<_>>().join(", ");
             return refuse(format!(
                 "{side}.agent {agent:?} is not configured (agents: {known})"
-            ));
+            ))
+            .await;
         }
     }
     let n = state.counter.fetch_add(1, Ordering::Relaxed);
@@ -403,17 +436,20 @@ async fn start_run(
         None => n.to_string(),
     });
     // no audit event, no run
-    if let Err(e) = state.record(
-        Some(&caller),
-        caller.remote,
-        Attempt {
-            req,
-            action: "start_run",
-            run: Some(&id),
-        },
-        StatusCode::ACCEPTED,
-        Some(format!("spec {:?}", spec.name)),
-    ) {
+    if let Err(e) = state
+        .record(
+            Some(&caller),
+            caller.remote,
+            Attempt {
+                req,
+                action: "start_run",
+                run: Some(&id),
+            },
+            StatusCode::ACCEPTED,
+            Some(format!("spec {:?}", spec.name)),
+        )
+        .await
+    {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the run was not started: cannot write the audit log: {e}"),
@@ -896,41 +932,48 @@ async fn cancel_run(
         } else {
             (StatusCode::NOT_FOUND, format!("no run {id}"))
         };
-        return state.refuse(
-            &caller,
-            Attempt {
-                req,
-                action: "cancel_run",
-                run: Some(&id),
-            },
-            status,
-            msg,
-        );
+        return state
+            .refuse(
+                &caller,
+                Attempt {
+                    req,
+                    action: "cancel_run",
+                    run: Some(&id),
+                },
+                status,
+                msg,
+            )
+            .await;
     };
     if r.cancel.is_none() {
         let msg = format!("run {id} is being cancelled already");
-        return state.refuse(
-            &caller,
+        return state
+            .refuse(
+                &caller,
+                Attempt {
+                    req,
+                    action: "cancel_run",
+                    run: Some(&id),
+                },
+                StatusCode::CONFLICT,
+                msg,
+            )
+            .await;
+    }
+    if let Err(e) = state
+        .record(
+            Some(&caller),
+            caller.remote,
             Attempt {
                 req,
                 action: "cancel_run",
                 run: Some(&id),
             },
-            StatusCode::CONFLICT,
-            msg,
-        );
-    }
-    if let Err(e) = state.record(
-        Some(&caller),
-        caller.remote,
-        Attempt {
-            req,
-            action: "cancel_run",
-            run: Some(&id),
-        },
-        StatusCode::ACCEPTED,
-        None,
-    ) {
+            StatusCode::ACCEPTED,
+            None,
+        )
+        .await
+    {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the run was not cancelled: cannot write the audit log: {e}"),
@@ -946,21 +989,22 @@ async fn cancel_run(
         .into_response()
 }
 
-/// Both chains, verified as they are read: the run store's index (what was run, with
-/// each document's hash) and the audit log (who changed what, from where).
+/// Both chains, verified as they are read: what was run (the run store's index; in a
+/// group each run's own chain in the replicated log) and the audit trail (who changed
+/// what, from where, on which replica), the same on every replica of a group.
 async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
+    let (events, events_seq, events_head) = match state.audit.events().await {
+        Ok(e) => e,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let events = json!({ "seq": events_seq, "head": events_head, "entries": events });
     if state.node.is_some() {
         // a group keeps runs in the replicated run log, not in a local store: each run's
-        // own chain (its event count and head), and this replica's audit log
+        // own chain (its event count and head)
         let heads = match state.runlog.runs().await {
             Ok(h) => h,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
-        let events = match state.audit.events() {
-            Ok(e) => e,
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        };
-        let (events_seq, events_head) = state.audit.head();
         let runs: Vec<serde_json::Value> = heads
             .iter()
             .filter(|h| !crate::ledger::is_internal(&h.run_id))
@@ -968,19 +1012,18 @@ async fn audit_log(State(state): State<Arc<ServeState>>) -> Response {
             .collect();
         return Json(json!({
             "runs": { "log": "replicated", "entries": runs },
-            "events": { "seq": events_seq, "head": events_head, "entries": events },
+            "events": events,
         }))
         .into_response();
     }
-    let (runs, events) = match (state.store.entries(), state.audit.events()) {
-        (Ok(r), Ok(e)) => (r, e),
-        (Err(e), _) | (_, Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    let runs = match state.store.entries() {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
     let (runs_seq, runs_head) = state.store.head();
-    let (events_seq, events_head) = state.audit.head();
     Json(json!({
         "runs": { "seq": runs_seq, "head": runs_head, "entries": runs },
-        "events": { "seq": events_seq, "head": events_head, "entries": events },
+        "events": events,
     }))
     .into_response()
 }
@@ -1086,7 +1129,7 @@ mod tests {
             store: RunStore::open(d).unwrap(),
             runlog: runlog.clone(),
             node: None,
-            audit: AuditLog::open(d).unwrap(),
+            audit: AuditLog::new(runlog.clone()),
             credentials: Credentials::from_config(&Default::default()),
             running: Mutex::new(BTreeMap::new()),
             permits: Semaphore::new(CONCURRENT_RUNS),

@@ -28,7 +28,8 @@ use crate::cluster_config::host_of;
 /// authenticated (the leader trusts the follower's authentication: both are members).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ForwardRequest {
-    /// `start_run` or `cancel_run`.
+    /// `start_run`, `get_run`, `cancel_run`, `put_schedule`, `delete_schedule`, or
+    /// `audit`: an audit event the follower recorded (in `body`), for the trail.
     pub action: String,
     /// The run, for `cancel_run`.
     #[serde(default)]

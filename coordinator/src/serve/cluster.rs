@@ -227,6 +227,40 @@ async fn to_leader(
         .into_response())
 }
 
+/// On a follower, hands an audit event to the leader, which writes it to the
+/// replicated trail: done once the leader has it committed; an error when the group has
+/// no leader or the leader cannot be reached (a call that must be audited is then not
+/// done).
+pub(super) async fn forward_audit(state: &ServeState, event: crate::audit::Event) -> Result<(), String> {
+    let Some(node) = state.node.as_ref() else {
+        return Err("not in a group".into());
+    };
+    let Some((leader, addr)) = node.leader_addr().filter(|(l, _)| *l != node.id) else {
+        return Err("the group has no leader now (an election is under way)".into());
+    };
+    let req = ForwardRequest {
+        action: "audit".to_string(),
+        run: None,
+        body: serde_json::to_string(&event).map_err(|e| e.to_string())?,
+        actor: format!("replica {}", node.id),
+        via: "replica".to_string(),
+        role: crate::config::Role::Viewer,
+        remote: String::new(),
+    };
+    let r: ForwardResponse = PeerConn::new(&addr, &node.tls)
+        .map_err(|e| e.to_string())?
+        .call(Rpc::Forward, &req, FORWARD_TIMEOUT)
+        .await
+        .map_err(|e| format!("cannot reach the leader (replica {leader}): {e}"))?;
+    match r.status {
+        200 => Ok(()),
+        s => Err(format!(
+            "the leader (replica {leader}) did not record it ({s}): {}",
+            r.body
+        )),
+    }
+}
+
 /// On a follower, asks the leader for what this replica does not hold yet (a run whose
 /// start it has not applied): the leader's answer; 503 with `Retry-After` while the
 /// group has no leader or the leader cannot be reached; `None` on the leader itself
@@ -275,6 +309,18 @@ impl Forwarded for ForwardTo {
             return ForwardResponse {
                 status: 503,
                 body: serde_json::json!({"error": "this replica is no longer the leader: try again"}),
+            };
+        }
+        if req.action == "audit" {
+            // a follower's audit event: written to the trail here, where Raft writes
+            let answer = |status: u16, body: serde_json::Value| ForwardResponse { status, body };
+            let event: crate::audit::Event = match serde_json::from_str(&req.body) {
+                Ok(e) => e,
+                Err(e) => return answer(400, serde_json::json!({"error": format!("audit event: {e}")})),
+            };
+            return match state.audit.record(event).await {
+                Ok(e) => answer(200, serde_json::json!({"seq": e.seq})),
+                Err(e) => answer(503, serde_json::json!({"error": e.to_string()})),
             };
         }
         let caller = Caller {

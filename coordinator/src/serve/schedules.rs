@@ -124,18 +124,18 @@ pub(super) async fn put(
     };
     let refuse = |msg: String| state.refuse(&caller, attempt, StatusCode::BAD_REQUEST, msg);
     if let Err(e) = check_name(&name) {
-        return refuse(e);
+        return refuse(e).await;
     }
     let body: ScheduleBody = match parse_yaml(Path::new("request body"), &body) {
         Ok(b) => b,
-        Err(e) => return refuse(e.to_string()),
+        Err(e) => return refuse(e.to_string()).await,
     };
     let cron: Cron = match body.cron.parse() {
         Ok(c) => c,
-        Err(e) => return refuse(format!("cron: {e}")),
+        Err(e) => return refuse(format!("cron: {e}")).await,
     };
     if let Err(e) = body.spec.validate(Path::new("request body: spec")) {
-        return refuse(e.to_string());
+        return refuse(e.to_string()).await;
     }
     for (side, agent) in [
         ("source", &body.spec.source.agent),
@@ -145,7 +145,8 @@ pub(super) async fn put(
             let known = state.agents.keys().cloned().collect::<Vec<_>>().join(", ");
             return refuse(format!(
                 "spec.{side}.agent {agent:?} is not configured (agents: {known})"
-            ));
+            ))
+            .await;
         }
     }
     let existed = match state.runlog.schedules().await {
@@ -164,13 +165,16 @@ pub(super) async fn put(
     } else {
         StatusCode::CREATED
     };
-    if let Err(e) = state.record(
-        Some(&caller),
-        caller.remote,
-        attempt,
-        status,
-        Some(format!("cron {:?}, spec {:?}", schedule.cron, body.spec.name)),
-    ) {
+    if let Err(e) = state
+        .record(
+            Some(&caller),
+            caller.remote,
+            attempt,
+            status,
+            Some(format!("cron {:?}, spec {:?}", schedule.cron, body.spec.name)),
+        )
+        .await
+    {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the schedule was not stored: cannot write the audit log: {e}"),
@@ -208,17 +212,22 @@ pub(super) async fn delete(
     };
     match state.runlog.schedules().await {
         Ok(s) if !s.contains_key(&name) => {
-            return state.refuse(
-                &caller,
-                attempt,
-                StatusCode::NOT_FOUND,
-                format!("no schedule {name}"),
-            );
+            return state
+                .refuse(
+                    &caller,
+                    attempt,
+                    StatusCode::NOT_FOUND,
+                    format!("no schedule {name}"),
+                )
+                .await;
         }
         Ok(_) => {}
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
-    if let Err(e) = state.record(Some(&caller), caller.remote, attempt, StatusCode::OK, None) {
+    if let Err(e) = state
+        .record(Some(&caller), caller.remote, attempt, StatusCode::OK, None)
+        .await
+    {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the schedule was not removed: cannot write the audit log: {e}"),
@@ -328,17 +337,19 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
             return;
         }
     }
-    let _ = state.record(
-        Some(&caller),
-        caller.remote,
-        Attempt {
-            req: (&Method::POST, path.as_str()),
-            action: "scheduled_run",
-            run: Some(&id),
-        },
-        StatusCode::ACCEPTED,
-        Some(format!("tick {} of cron {:?}", rfc3339(due), s.cron)),
-    );
+    let _ = state
+        .record(
+            Some(&caller),
+            caller.remote,
+            Attempt {
+                req: (&Method::POST, path.as_str()),
+                action: "scheduled_run",
+                run: Some(&id),
+            },
+            StatusCode::ACCEPTED,
+            Some(format!("tick {} of cron {:?}", rfc3339(due), s.cron)),
+        )
+        .await;
     tracing::info!(schedule = %name, run = %id, "scheduler: started the tick's run");
     spawn_run(
         state.clone(),
