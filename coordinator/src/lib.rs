@@ -34,5 +34,6 @@ pub mod rows;
 pub mod runlog;
 pub mod runner;
 pub mod serve;
+pub mod signing;
 pub mod spec;
 pub mod store;
