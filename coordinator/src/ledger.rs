@@ -21,8 +21,8 @@ use tally_common::chain::{line_hash, verify_lines};
 use tally_common::dsse::{CHECKPOINT, CertificateChecker, Envelope, Usage};
 use tally_common::seal::certificates_from_pem;
 
-use crate::evidence::{Check, Checkpoint, Signer};
 use crate::runlog::RunLog;
+use crate::signing::{Check, Checkpoint, Signer};
 
 /// The ledger's id in the run log.
 pub const LEDGER: &str = "_ledger";

@@ -32,4 +32,5 @@ pub mod redact;
 pub mod runlog;
 pub mod runtime;
 pub mod serve;
+pub mod signing;
 pub mod store;
