@@ -43,7 +43,7 @@ pub struct SignedCheckpoint {
     pub certificate: String,
 }
 
-/// Pins every run whose head moved since the ledger's last pin, and signs the new
+/// Pins every run (and the audit trail) whose head moved since the ledger's last pin, and signs the new
 /// ledger head; nothing when no run moved. Returns the new checkpoint, if any.
 pub async fn checkpoint(log: &dyn RunLog, signer: &Signer) -> Result<Option<SignedCheckpoint>, String> {
     let ledger = log.load(LEDGER).await.map_err(|e| e.to_string())?;
@@ -60,7 +60,9 @@ pub async fn checkpoint(log: &dyn RunLog, signer: &Signer) -> Result<Option<Sign
         .await
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter(|h| !is_internal(&h.run_id) && pinned.get(&h.run_id) != Some(&h.events))
+        // the audit trail is pinned like a run (a rewrite of it shows at the next
+        // `audit verify --since`); the ledger and the checkpoints cannot pin themselves
+        .filter(|h| h.run_id != LEDGER && h.run_id != CHECKPOINTS && pinned.get(&h.run_id) != Some(&h.events))
         .map(|h| json!({"run": h.run_id, "seq": h.events, "head": h.head}))
         .collect();
     if moved.is_empty() {
@@ -411,5 +413,36 @@ mod tests {
         signer(other.path());
         let other_ca = std::fs::read(other.path().join("ca.pem")).unwrap();
         assert!(failed(&verify(&text, &other_ca, None)).is_some_and(|n| n.starts_with("checkpoint")));
+    }
+
+    #[tokio::test]
+    async fn the_audit_trail_is_pinned_so_a_rewrite_of_it_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+        let log = std::sync::Arc::new(MemoryRunLog::default());
+        let trail = crate::audit::AuditLog::new(log.clone());
+        for status in [202, 401] {
+            trail
+                .record(crate::audit::Event {
+                    remote: "127.0.0.1:1".into(),
+                    method: "POST".into(),
+                    path: "/v1/runs".into(),
+                    action: "start_run".into(),
+                    status,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        let c = checkpoint(log.as_ref(), &s)
+            .await
+            .unwrap()
+            .expect("the trail moved");
+        let export = export(log.as_ref()).await.unwrap();
+        assert_eq!(failed(&verify(&export.join("\n"), &ca, Some(&c))), None);
+        // the trail's first call rewritten and the trail re-chained
+        let forged = rewritten(&export, crate::audit::AUDIT, 1).join("\n");
+        assert_eq!(failed(&verify(&forged, &ca, Some(&c))), Some("ledger line 1"));
     }
 }

@@ -213,12 +213,9 @@ fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
 const SPEC: &str = "name: failover\nsource: { agent: dc1, dataset: orders }\ntarget: { agent: vpc2, dataset: orders }\n\
                     bisection: { strategy: quantile, factor: 4, threshold: 50 }\nreporting: { level: with_keys }\n";
 
-/// A member down for a while is one WARN line on the leader when it goes and one INFO
-/// line when it returns, not a line per replication retry, and routine lifecycle is at
-/// INFO: `tally serve`'s default log filter, as an operator runs it (issue 34 item 4).
-#[test]
-fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
-    let d = Deployment::new(&["dc1"]);
+/// Three replicas named r1..r3 with no database behind their one agent (named, never
+/// called), configured under `d` with files named `prefix-N`; not started.
+fn agentless_group(d: &Deployment, prefix: &str) -> (PathBuf, Vec<Replica>) {
     let out = Command::new(bins::tally())
         .args(["certs", "init", "--out"])
         .arg(d.path().join("certs"))
@@ -236,19 +233,20 @@ fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
         .map(|p| format!("'localhost:{p}'"))
         .collect::<Vec<_>>()
         .join(", ");
-    let mut replicas: Vec<Replica> = (1..=3u64)
+    let replicas: Vec<Replica> = (1..=3u64)
         .map(|id| {
             let (api, peer) = (free_port(), peers[id as usize - 1]);
-            let cfg = dir.join(format!("quiet-{id}.yaml"));
+            let cfg = dir.join(format!("{prefix}-{id}.yaml"));
             std::fs::write(
                 &cfg,
                 format!(
-                    "listen: 127.0.0.1:{api}\ndata_dir: quiet-{id}\n{agents}\
-                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
+                    "listen: 127.0.0.1:{api}\ndata_dir: {prefix}-{id}\n{agents}\
+                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}, {{ name: root, sha256: {}, role: admin }}]\n\
                      cluster:\n  node_id: {id}\n  listen: 127.0.0.1:{peer}\n  advertise: 'localhost:{peer}'\n  \
                      tls: {{ cert: certs/peer-r{id}.pem, key: certs/peer-r{id}-key.pem, ca: certs/peer-ca.pem }}\n  \
                      initial_members: [{members}]\n",
-                    sha256_hex(TOKEN)
+                    sha256_hex(TOKEN),
+                    sha256_hex(ADMIN)
                 ),
             )
             .unwrap();
@@ -256,12 +254,22 @@ fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
                 id,
                 api,
                 cfg,
-                db: dir.join(format!("quiet-{id}/raft.db")),
-                log: dir.join(format!("quiet-{id}.log")),
+                db: dir.join(format!("{prefix}-{id}/raft.db")),
+                log: dir.join(format!("{prefix}-{id}.log")),
                 guard: None,
             }
         })
         .collect();
+    (dir, replicas)
+}
+
+/// A member down for a while is one WARN line on the leader when it goes and one INFO
+/// line when it returns, not a line per replication retry, and routine lifecycle is at
+/// INFO: `tally serve`'s default log filter, as an operator runs it (issue 34 item 4).
+#[test]
+fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
+    let d = Deployment::new(&["dc1"]);
+    let (dir, mut replicas) = agentless_group(&d, "quiet");
     for r in &mut replicas {
         r.start_with(&dir, None);
     }
@@ -321,6 +329,89 @@ fn a_member_down_for_a_while_is_one_warning_not_a_flood() {
         errors.len(),
         outage.lines().count()
     );
+}
+
+/// The audit trail is replicated (issue 34 item 2): a call refused by a follower and
+/// one it forwarded are both in the one trail, which stays whole and the same on every
+/// live replica when the replica that handled them is killed, and which a restarted
+/// replica catches up on.
+#[test]
+fn the_audit_trail_is_the_same_on_every_replica_and_outlives_the_one_that_handled_a_call() {
+    let d = Deployment::new(&["dc1"]);
+    let (dir, mut replicas) = agentless_group(&d, "audit");
+    for r in &mut replicas {
+        r.start(&dir);
+    }
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    let (li, fi) = (l as usize - 1, l as usize % 3);
+    let ti = 3 - li - fi;
+    let f = &replicas[fi];
+    // refused by the follower itself: nobody logged in
+    let (code, _) = request(
+        f.api,
+        None,
+        "POST",
+        "/v1/runs",
+        Some("not-a-token-at-all-0000"),
+        "x",
+    )
+    .unwrap();
+    assert_eq!(code, 401);
+    // forwarded to the leader and refused there: a spec that does not parse
+    let (code, body) = request(f.api, None, "POST", "/v1/runs", Some(TOKEN), "name: [").unwrap();
+    assert_eq!(code, 400, "{body}");
+    let trail = |r: &Replica| -> Option<Value> {
+        let (code, a) = request(r.api, None, "GET", "/v1/audit", Some(ADMIN), "").ok()?;
+        assert_eq!(code, 200, "replica {}: {a}", r.id);
+        Some(a["events"].clone())
+    };
+    let handled_by_follower = |events: &Value| {
+        events["entries"].as_array().is_some_and(|e| {
+            e.iter().any(|x| {
+                x["status"] == 401 && x["path"] == "/v1/runs" && x["replica"].as_u64() == Some(fi as u64 + 1)
+            })
+        })
+    };
+    let forwarded = |events: &Value| {
+        events["entries"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|x| x["action"] == "start_run" && x["status"] == 400 && x["actor"] == "ci")
+        })
+    };
+    // the follower's own events are written through the leader: once a call has been
+    // answered its event is committed, and every replica applies it
+    let same_everywhere = |rs: &[&Replica]| -> Value {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let trails: Vec<Option<Value>> = rs.iter().map(|r| trail(r)).collect();
+            if trails
+                .iter()
+                .all(|t| t.as_ref().is_some_and(|t| handled_by_follower(t) && forwarded(t)))
+                && trails.windows(2).all(|w| w[0] == w[1])
+            {
+                return trails[0].clone().unwrap();
+            }
+            assert!(
+                Instant::now() < until,
+                "the replicas' audit trails differ or miss a call: {trails:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let before = same_everywhere(&[&replicas[0], &replicas[1], &replicas[2]]);
+    assert_eq!(
+        before["seq"].as_u64().unwrap() as usize,
+        before["entries"].as_array().unwrap().len()
+    );
+    // the replica that handled both calls goes: nothing of the trail goes with it
+    replicas[fi].kill();
+    let after = same_everywhere(&[&replicas[li], &replicas[ti]]);
+    assert_eq!(after, before, "the trail after losing replica {}", fi + 1);
+    // back, it serves the same trail
+    let dir2 = dir.clone();
+    replicas[fi].start(&dir2);
+    let all = same_everywhere(&[&replicas[0], &replicas[1], &replicas[2]]);
+    assert_eq!(all["head"], before["head"]);
 }
 
 #[test]
