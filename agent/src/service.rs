@@ -24,7 +24,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, watermark};
 use crate::error::AgentError;
 use crate::policy;
 use crate::release::{self, Asked, DigestsSent};
@@ -32,7 +32,6 @@ use crate::release_log::ReleaseLog;
 use crate::reveal_budget::RevealBudget;
 use crate::sealing::{self, Identity, Zone};
 use crate::tls::client_name;
-use crate::watermark;
 
 pub struct AgentService {
     pub datasets: BTreeMap<String, Arc<Dataset>>,

@@ -16,6 +16,7 @@ pub mod oracle;
 pub mod postgres;
 pub mod sqlite;
 pub mod sqlx_conn;
+pub mod throttle;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +113,7 @@ impl CanonRow {
 }
 
 /// What a row sink asks of the reader after a row: read on, or pause reading first
-/// (a throttle, [`crate::throttle`]). A paused reader stops taking rows from the
+/// (a throttle, [`crate::connector::throttle`]). A paused reader stops taking rows from the
 /// engine; its statement stays open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -327,7 +328,7 @@ pub struct Connector {
     slots: Arc<Semaphore>,
     acquire_timeout: Duration,
     /// The URL's load monitor, for datasets with `throttle.max_load`.
-    monitor: Arc<crate::throttle::LoadMonitor>,
+    monitor: Arc<crate::connector::throttle::LoadMonitor>,
 }
 
 /// A connection and its slot, for one call or one request. A lease that was not
@@ -413,21 +414,22 @@ impl Connector {
     }
 
     /// The load probe of this URL's engine, if its dialect has one.
-    pub fn probe(&self) -> Option<crate::throttle::Probe> {
+    pub fn probe(&self) -> Option<crate::connector::throttle::Probe> {
         let statements = self.engine.dialect().load_probe_sql();
-        (!statements.is_empty()).then(|| crate::throttle::Probe {
+        (!statements.is_empty()).then(|| crate::connector::throttle::Probe {
             engine: Arc::clone(&self.engine),
             statements,
         })
     }
 
-    /// Starts a throttled read (see [`crate::throttle::Pacer::start`]).
+    /// Starts a throttled read (see [`crate::connector::throttle::Pacer::start`]).
     pub async fn pacer<'a>(
         &self,
-        throttle: &'a crate::throttle::Throttle,
+        throttle: &'a crate::connector::throttle::Throttle,
         dataset: &str,
-    ) -> Result<crate::throttle::Pacer<'a>> {
-        crate::throttle::Pacer::start(throttle, &self.monitor, self.probe().as_ref(), dataset).await
+    ) -> Result<crate::connector::throttle::Pacer<'a>> {
+        crate::connector::throttle::Pacer::start(throttle, &self.monitor, self.probe().as_ref(), dataset)
+            .await
     }
 
     /// The engine behind this URL.
@@ -559,7 +561,7 @@ impl Connector {
         shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
-        throttle: Option<&crate::throttle::Throttle>,
+        throttle: Option<&crate::connector::throttle::Throttle>,
         f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
@@ -685,7 +687,7 @@ impl Session {
         shape: FetchShape,
         cols: &[BoundColumn],
         key_len: usize,
-        throttle: Option<&crate::throttle::Throttle>,
+        throttle: Option<&crate::connector::throttle::Throttle>,
         f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
     ) -> Result<()> {
         self.connector

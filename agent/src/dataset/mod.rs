@@ -3,6 +3,8 @@
 //! named rows, and investigation SQL. Policy is checked by the service before and
 //! after these run; nothing here decides what may leave the zone.
 
+pub mod watermark;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -12,12 +14,12 @@ use tally_common::segment::{ColumnSpec, KeyPart, KeyTuple, Period, Segment, Spli
 use tally_common::types::TypeClass;
 
 use crate::config::{DatasetConfig, Hashing, Source};
+use crate::connector::throttle::Throttle;
 use crate::connector::{CanonRow, Connector, Session};
 use crate::dialect::{self, ChildRule, FetchShape, check_bounds};
 use crate::error::{AgentError, Result};
 use crate::hash_pipe::HashPipe;
 use crate::schema::{BoundColumn, ColumnInfo, DatasetInfo};
-use crate::throttle::Throttle;
 
 pub struct Dataset {
     pub name: String,
