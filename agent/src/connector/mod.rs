@@ -5,6 +5,8 @@
 //! One connector per database URL: the agent shares it (`Arc`) between every dataset
 //! on that URL, so the URL's connection cap holds whatever the number of datasets.
 
+#[cfg(any(feature = "duckdb", feature = "oracle"))]
+pub mod blocking;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 #[cfg(feature = "mssql")]
@@ -22,6 +24,8 @@ pub mod throttle;
 mod traits;
 
 pub use pool::{Connector, Session};
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+pub use pool::{IdlePool, Pooled};
 pub(crate) use rows::key_into;
 pub use rows::{CanonRow, RowBuilder, agg_row, parse_sum, reread};
 pub use traits::{AggRow, EngineConn, EngineConnector, Flow, RowSink, obey};

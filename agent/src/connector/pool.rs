@@ -420,3 +420,82 @@ impl Session {
         lease.finish(&dataset).await
     }
 }
+
+/// Connections of an engine whose driver has no pool of its own (SQL Server, Oracle):
+/// a connection that finished a call or request cleanly goes back here, for the next,
+/// and at most `connections.max_connections` wait here.
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+pub struct IdlePool<C> {
+    idle: Arc<std::sync::Mutex<Vec<C>>>,
+    max: usize,
+}
+
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+impl<C> Clone for IdlePool<C> {
+    fn clone(&self) -> Self {
+        IdlePool {
+            idle: Arc::clone(&self.idle),
+            max: self.max,
+        }
+    }
+}
+
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+impl<C> IdlePool<C> {
+    pub fn new(limits: &ConnectionsConfig) -> Self {
+        IdlePool {
+            idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+            max: limits.max_connections as usize,
+        }
+    }
+
+    /// An idle connection, if one waits.
+    pub fn reuse(&self) -> Option<C> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Lends `conn` (reused or new) to one call or request.
+    pub fn lend(&self, conn: C) -> Pooled<C> {
+        Pooled {
+            pool: self.clone(),
+            conn: Some(conn),
+            in_tx: false,
+        }
+    }
+}
+
+/// A connection lent by an [`IdlePool`]: back to it when dropped, unless it was
+/// discarded or is inside a transaction (a pool never hands out a connection inside
+/// someone's transaction).
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+pub struct Pooled<C> {
+    pool: IdlePool<C>,
+    conn: Option<C>,
+    /// Set from `begin` until `commit` succeeds.
+    pub in_tx: bool,
+}
+
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+impl<C> Pooled<C> {
+    /// The connection; `None` once discarded (or while a blocking call holds it).
+    pub fn slot(&mut self) -> &mut Option<C> {
+        &mut self.conn
+    }
+
+    /// Closes the connection instead of returning it.
+    pub fn discard(&mut self) {
+        self.conn = None;
+    }
+}
+
+#[cfg(any(feature = "mssql", feature = "oracle"))]
+impl<C> Drop for Pooled<C> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take().filter(|_| !self.in_tx) {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < self.pool.max {
+                idle.push(c);
+            }
+        }
+    }
+}
