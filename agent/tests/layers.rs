@@ -9,6 +9,7 @@
 //! 4. service: policy, release, sealing, measures, the gRPC service and server
 //!
 //! A reference is any `crate::<module>` path outside a comment, test modules included.
+//! No file is longer than [`MAX_LINES`] lines before its `#[cfg(test)]` module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+/// The most lines a file of `agent/src` has before its tests.
+const MAX_LINES: usize = 800;
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|(_, ms)| ms.contains(&module))
@@ -195,6 +199,21 @@ fn every_module_imports_only_its_own_layer_or_below() {
     assert!(files.len() > 30, "read {} files of agent/src", files.len());
     let v = violations(&files);
     assert!(v.is_empty(), "the agent's layers are broken:\n{}", v.join("\n"));
+}
+
+#[test]
+fn no_file_is_longer_than_800_lines_before_its_tests() {
+    let long: Vec<String> = agent_sources()
+        .iter()
+        .filter_map(|(p, text)| {
+            let lines = text
+                .lines()
+                .position(|l| l.trim() == "#[cfg(test)]")
+                .unwrap_or_else(|| text.lines().count());
+            (lines > MAX_LINES).then(|| format!("src/{}: {lines} lines", p.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these files:\n{}", long.join("\n"));
 }
 
 #[test]

@@ -83,7 +83,7 @@ pub async fn scan<C: Send + 'static>(
         let mut b = RowBuilder::new(dataset, cols, key_len, reread);
         while let Some(fields) = rx.recv().await {
             // the builder refuses a row of other than the requested width
-            obey(f(b.row_of(fields?)?)?).await;
+            obey(f(b.row_of(fields?)?)?).await?;
         }
         Ok(())
     };

@@ -458,7 +458,7 @@ impl EngineConn for Conn {
                 fields.push(cell(col, d).map_err(|e| canonical_error(dataset, &col.info.name, e))?);
             }
             // the builder refuses a row of other than the requested width
-            obey(f(b.canonical_row_of(&fields)?)?).await;
+            obey(f(b.canonical_row_of(&fields)?)?).await?;
         }
         Ok(())
     }

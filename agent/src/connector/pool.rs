@@ -259,7 +259,7 @@ impl Connector {
         cols: &[BoundColumn],
         key_len: usize,
         throttle: Option<&crate::connector::throttle::Throttle>,
-        f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow) -> Result<Flow> + Send),
     ) -> Result<()> {
         let reread = reread(self.dialect(), shape, cols);
         let mut pacer = match throttle {
@@ -268,10 +268,10 @@ impl Connector {
         };
         l.conn
             .scan(dataset, sql, cols, key_len, &reread, &mut |row| {
-                f(row)?;
+                let asked = f(row)?;
                 match &mut pacer {
-                    Some(p) => p.after_row(),
-                    None => Ok(Flow::Go),
+                    Some(p) => Ok(asked.then(p.after_row()?)),
+                    None => Ok(asked),
                 }
             })
             .await
@@ -300,7 +300,9 @@ impl Connector {
     ) -> Result<()> {
         let mut l = self.lease(dataset, false).await?;
         let r = self
-            .scan_on(&mut l, dataset, sql, shape, cols, key_len, None, f)
+            .scan_on(&mut l, dataset, sql, shape, cols, key_len, None, &mut |row| {
+                f(row).map(|()| Flow::Go)
+            })
             .await;
         if r.is_ok() {
             l.finish(dataset).await?;
@@ -376,7 +378,8 @@ impl Session {
     }
 
     /// Runs a row fetch rendered with `shape` and hands each row, in canonical form, to `f`.
-    /// A row fetch in this request's transaction, paced by `throttle` if given.
+    /// A row fetch in this request's transaction, paced by `throttle` if given, and
+    /// waiting for what `f` answers ([`Flow`]).
     #[allow(clippy::too_many_arguments)]
     pub async fn scan(
         &mut self,
@@ -385,7 +388,7 @@ impl Session {
         cols: &[BoundColumn],
         key_len: usize,
         throttle: Option<&crate::connector::throttle::Throttle>,
-        f: &mut (dyn FnMut(&CanonRow) -> Result<()> + Send),
+        f: &mut (dyn FnMut(&CanonRow) -> Result<Flow> + Send),
     ) -> Result<()> {
         self.connector
             .scan_on(

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+
 use tally_common::segment::KeyTuple;
 use tally_common::types::TypeClass;
 
@@ -13,22 +15,53 @@ use crate::schema::{BoundColumn, DatasetInfo};
 
 use super::CanonRow;
 
-/// What a row sink asks of the reader after a row: read on, or pause reading first
-/// (a throttle, [`crate::connector::throttle`]). A paused reader stops taking rows from the
-/// engine; its statement stays open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a row sink asks of the reader after a row: read on, pause reading first (a
+/// throttle, [`crate::connector::throttle`]), or wait for the sink's consumer. A paused
+/// or waiting reader stops taking rows from the engine; its statement stays open.
 pub enum Flow {
     Go,
     Pause(Duration),
+    /// Wait for this before reading on: a sink whose consumer has no room yet (a slow
+    /// client of a digest stream) hands over what it waits for; its error ends the read.
+    Wait(BoxFuture<'static, Result<()>>),
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flow::Go => write!(f, "Go"),
+            Flow::Pause(d) => write!(f, "Pause({d:?})"),
+            Flow::Wait(_) => write!(f, "Wait"),
+        }
+    }
+}
+
+impl Flow {
+    /// What `self` asks, then what `next` asks.
+    pub fn then(self, next: Flow) -> Flow {
+        match (self, next) {
+            (Flow::Go, f) | (f, Flow::Go) => f,
+            (Flow::Pause(a), Flow::Pause(b)) => Flow::Pause(a + b),
+            (a, b) => Flow::Wait(Box::pin(async move {
+                obey(a).await?;
+                obey(b).await
+            })),
+        }
+    }
 }
 
 /// Where a row fetch hands its rows.
 pub type RowSink<'a> = dyn FnMut(&CanonRow) -> Result<Flow> + Send + 'a;
 
 /// Does what a sink asked: every engine's read loop awaits it after each row.
-pub async fn obey(flow: Flow) {
-    if let Flow::Pause(d) = flow {
-        tokio::time::sleep(d).await;
+pub async fn obey(flow: Flow) -> Result<()> {
+    match flow {
+        Flow::Go => Ok(()),
+        Flow::Pause(d) => {
+            tokio::time::sleep(d).await;
+            Ok(())
+        }
+        Flow::Wait(f) => f.await,
     }
 }
 

@@ -8,7 +8,7 @@ use tally_common::period::period_label;
 use tally_common::segment::{Segment, bucket_hash};
 
 use crate::config::{Hashing, Source};
-use crate::connector::{CanonRow, Session};
+use crate::connector::{CanonRow, Flow, Session, obey};
 use crate::dialect::{self, FetchShape};
 use crate::error::{AgentError, Result};
 
@@ -29,6 +29,24 @@ impl Dataset {
         ordered: bool,
         key_hashes: bool,
         f: &mut (dyn FnMut(&CanonRow, u64) -> Result<()> + Send),
+    ) -> Result<u64> {
+        self.stream_segment(s, b, h, seg, ordered, key_hashes, &mut |row, kh| {
+            f(row, kh).map(|()| Flow::Go)
+        })
+        .await
+    }
+
+    /// [`Dataset::scan_segment`] whose `f` answers what the read does next ([`Flow`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_segment(
+        &self,
+        s: &mut Session,
+        b: &Bound,
+        h: &Hasher,
+        seg: &Segment,
+        ordered: bool,
+        key_hashes: bool,
+        f: &mut (dyn FnMut(&CanonRow, u64) -> Result<Flow> + Send),
     ) -> Result<u64> {
         let d = self.connector.dialect_for(&b.info);
         let key = b.key_infos();
@@ -67,17 +85,17 @@ impl Dataset {
                 // that assigns children, so a row the two disagree on is in neither
                 // (the drill then sees the parent and children not add up)
                 if !seg.in_key_range(&row.key) {
-                    return Ok(());
+                    return Ok(Flow::Go);
                 }
                 if let Some((i, p)) = period
                     && period_label(row.field(i), p.granularity).unwrap_or_default() != p.label
                 {
-                    return Ok(());
+                    return Ok(Flow::Go);
                 }
                 if let Some((i, w)) = &window
                     && !w.keeps(row.field(*i))
                 {
-                    return Ok(());
+                    return Ok(Flow::Go);
                 }
                 if !key_hashes && seg.hash.is_none() {
                     return f(row, 0);
@@ -87,7 +105,7 @@ impl Dataset {
                     .hash
                     .is_some_and(|(lo, hi)| !(lo..hi).contains(&bucket_hash(kh)))
                 {
-                    return Ok(());
+                    return Ok(Flow::Go);
                 }
                 f(row, kh)
             },
@@ -96,7 +114,8 @@ impl Dataset {
         Ok(seen)
     }
 
-    /// (key hash, row checksum) of every row of a segment, handed over in batches.
+    /// (key hash, row checksum) of every row of a segment, handed over in batches; the
+    /// read does what the sink answers after each batch (waits for its consumer).
     pub async fn digests(
         &self,
         s: &mut Session,
@@ -104,21 +123,21 @@ impl Dataset {
         h: &Hasher,
         seg: &Segment,
         batch: usize,
-        sink: &mut (dyn FnMut(Vec<(u64, u64)>) -> Result<()> + Send),
+        sink: &mut (dyn FnMut(Vec<(u64, u64)>) -> Result<Flow> + Send),
     ) -> Result<u64> {
         let mut buf = Vec::with_capacity(batch);
         let mut n = 0;
-        self.scan_segment(s, b, h, seg, false, true, &mut |row, kh| {
+        self.stream_segment(s, b, h, seg, false, true, &mut |row, kh| {
             buf.push((kh, h.row(row.row_string().as_bytes())));
             n += 1;
             if buf.len() >= batch {
-                sink(std::mem::replace(&mut buf, Vec::with_capacity(batch)))?;
+                return sink(std::mem::replace(&mut buf, Vec::with_capacity(batch)));
             }
-            Ok(())
+            Ok(Flow::Go)
         })
         .await?;
         if !buf.is_empty() {
-            sink(buf)?;
+            obey(sink(buf)?).await?;
         }
         Ok(n)
     }
