@@ -184,6 +184,13 @@ mod tests {
     use tally_common::checksum::HashMethod;
     use tally_common::seal::RunKeys;
 
+    #[test]
+    fn hash_thread_is_on_or_off_as_set_and_by_cores_when_absent() {
+        assert!(!enabled(Some(false)) && enabled(Some(true)));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(enabled(None), cores > 1);
+    }
+
     fn rows(n: usize) -> Vec<(usize, Vec<u8>)> {
         (0..n)
             .map(|i| {

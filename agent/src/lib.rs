@@ -22,7 +22,6 @@ pub mod schema;
 pub mod sealing;
 pub mod server;
 pub mod service;
-pub mod throttle;
 pub mod tls;
 pub mod watermark;
 

@@ -265,7 +265,7 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                     );
                 }
                 if let Some(t) = &ds.throttle {
-                    use tally_agent::throttle::{Load, read_load};
+                    use tally_agent::connector::throttle::{Load, read_load};
                     let mut said = Vec::new();
                     if let Some(r) = t.config.max_rows_per_second {
                         said.push(format!("max_rows_per_second {r}"));
@@ -294,7 +294,7 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
                     println!("  throttle: {}", said.join(", "));
                 }
                 if let Some(w) = &ds.config.watermark {
-                    match tally_agent::watermark::read(ds).await {
+                    match tally_agent::dataset::watermark::read(ds).await {
                         Ok(p) => println!("  watermark: {} reads {p}", w.describe()),
                         Err(e) => {
                             println!("  watermark: {e}");

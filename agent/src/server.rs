@@ -163,3 +163,39 @@ impl Bound {
             .map_err(|e| AgentError::Config(format!("server: {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::config_file::parse_yaml;
+
+    fn config(dataset: &str) -> AgentConfig {
+        let p = Path::new("agent.yaml");
+        let c: AgentConfig = parse_yaml(
+            p,
+            &format!(
+                "listen: 127.0.0.1:7401\ntls: {{ ca: ca.pem, cert: a.pem, key: a-key.pem, zone_key: a-zone.key }}\n\
+                 datasets:\n  o: {{ {dataset} }}\n"
+            ),
+        )
+        .unwrap();
+        c.validate(p).unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_throttle_with_max_load_is_refused_where_its_engine_has_no_probe() {
+        // SQLite has no server load to probe: refused when the agent opens it
+        let c = config("url: 'sqlite://x.db', table: t, key: [id], throttle: { max_load: 4 }");
+        let e = open_datasets(&c, Path::new("agent.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("datasets.o.throttle.max_load") && e.contains("sqlite"),
+            "{e}"
+        );
+        // its row budget is fine
+        let c = config("url: 'sqlite://x.db', table: t, key: [id], throttle: { max_rows_per_second: 5 }");
+        assert!(open_datasets(&c, Path::new("agent.yaml")).is_ok());
+    }
+}

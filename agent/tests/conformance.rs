@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use tally_agent::config::{Hashing, Source};
-use tally_agent::connector::Connector;
+use tally_agent::connector::{Connector, Flow};
 use tally_agent::dataset::{AggregateOut, Bound, Dataset};
 use tally_agent::dialect;
 use tally_agent::error::AgentError;
@@ -831,7 +831,7 @@ async fn digest_count(ds: &Dataset, b: &Bound) -> Result<usize, AgentError> {
         100,
         &mut |batch| {
             n += batch.len();
-            Ok(())
+            Ok(Flow::Go)
         },
     )
     .await?;
@@ -1042,7 +1042,7 @@ async fn composite_key_on(variants: Vec<KeyVariant>) {
                 let mut got = Vec::new();
                 ds.digests(&mut ds.session().await.unwrap(), &b, &h, seg, 7, &mut |batch| {
                     got.extend(batch);
-                    Ok(())
+                    Ok(Flow::Go)
                 })
                 .await
                 .unwrap_or_else(|e| panic!("{name} digests of {seg:?} ({hashing:?}): {e}"));
@@ -1203,7 +1203,7 @@ async fn every_engine_and_path_keeps_the_same_rows_of_a_window() {
                 100,
                 &mut |batch| {
                     digests += batch.len() as u64;
-                    Ok(())
+                    Ok(Flow::Go)
                 },
             )
             .await

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tally_agent::config::{Hashing, Source};
-use tally_agent::connector::Connector;
+use tally_agent::connector::{Connector, Flow};
 use tally_agent::dataset::{Bound, Dataset};
 use tally_agent::dialect;
 use tally_agent::schema::ColumnInfo;
@@ -291,7 +291,7 @@ async fn labels_on(e: Box<dyn EngineFixture>) {
                             100,
                             &mut |batch| {
                                 read += batch.len() as u64;
-                                Ok(())
+                                Ok(Flow::Go)
                             },
                         )
                         .await;

@@ -729,6 +729,33 @@ async fn every_response_carries_the_release_log_head() {
     assert_eq!(last_line(&f)["released"]["rows"], 0);
 }
 
+/// A full stream waits for its client without holding a runtime thread: here the one
+/// thread serves the agent and the client alike (a blocking wait would never return).
+#[tokio::test(flavor = "current_thread")]
+async fn a_digest_stream_waits_for_a_slow_client_on_one_thread() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let mut stream = c.row_digests(digests("big")).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    // the agent fills the stream's buffer meanwhile, then waits
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut n = first.digests.len();
+    let mut last = first;
+    while let Some(b) = stream.message().await.unwrap() {
+        n += b.digests.len();
+        last = b;
+    }
+    assert!(last.digests.is_empty() && !last.envelope.is_empty());
+    let l = last_line(&f);
+    assert_eq!(
+        (l["rpc"].as_str(), l["outcome"].as_str()),
+        (Some("RowDigests"), Some("ok")),
+        "{l}"
+    );
+    assert_eq!(l["released"]["digests"].as_u64(), Some(n as u64), "{l}");
+    assert!(n > 4 * 4096, "more digests than the stream buffers: {n}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_digest_stream_is_logged_as_cancelled() {
     let f = start("").await;

@@ -1,6 +1,6 @@
 //! DuckDB through the duckdb crate (behind the `duckdb` cargo feature). The driver is
 //! blocking: every call runs on `spawn_blocking` with its session's cloned connection, and
-//! row streams cross back to the async side through a bounded channel.
+//! row streams cross back to the async side through a bounded channel ([`super::blocking`]).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use tally_common::civil;
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
+use super::{AggRow, EngineConn, EngineConnector, RowSink, agg_row, blocking};
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
@@ -182,28 +182,6 @@ impl DuckDbConnector {
             .map_err(|e| db_err(dataset, e))
     }
 
-    /// Runs `f` on the session's connection on a blocking thread; the connection
-    /// comes back with the answer (lost, and the session with it, if `f` panics).
-    async fn blocking<T: Send + 'static>(
-        &self,
-        conn: &mut Option<Connection>,
-        dataset: &str,
-        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let c = take(conn, dataset)?;
-        let (c, r) = tokio::task::spawn_blocking(move || {
-            let r = f(&c);
-            (c, r)
-        })
-        .await
-        .map_err(|_| AgentError::Query {
-            dataset: dataset.to_string(),
-            kind: "worker panicked",
-        })?;
-        *conn = Some(c);
-        r
-    }
-
     /// Rows of a query as text, first row only.
     fn first_row(
         conn: &Connection,
@@ -236,7 +214,7 @@ impl DuckDbConnector {
             Source::Query(_) => None,
         };
         let ds = dataset.to_string();
-        self.blocking(conn, dataset, move |conn| {
+        blocking::run(conn, dataset, move |conn| {
             let mut stmt = conn
                 .prepare(&format!("DESCRIBE SELECT * FROM {rel}"))
                 .map_err(|e| db_err(&ds, e))?;
@@ -286,50 +264,32 @@ impl DuckDbConnector {
         reread: &[bool],
         f: &mut RowSink<'_>,
     ) -> Result<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
         let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
         let zones: Vec<Option<String>> = cols.iter().map(|c| c.zone.clone()).collect();
-        let c = take(conn, dataset)?;
-        let worker = tokio::task::spawn_blocking(move || {
-            let conn = c;
-            let run = || -> Result<()> {
-                let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
-                let p = params(&binds);
-                let mut rows = stmt
-                    .query(duckdb::params_from_iter(p.iter()))
-                    .map_err(|e| db_err(&ds, e))?;
-                while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
-                    let fields = zones
-                        .iter()
-                        .enumerate()
-                        .map(|(i, z)| r.get_ref(i).ok().and_then(|v| field(v, z.as_deref())))
-                        .collect();
-                    if tx.blocking_send(Ok(fields)).is_err() {
-                        break; // the caller stopped listening
-                    }
+        blocking::scan(conn, dataset, cols, key_len, reread, f, move |conn, out| {
+            let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
+            let p = params(&binds);
+            let mut rows = stmt
+                .query(duckdb::params_from_iter(p.iter()))
+                .map_err(|e| db_err(&ds, e))?;
+            while let Some(r) = rows.next().map_err(|e| db_err(&ds, e))? {
+                let fields = zones
+                    .iter()
+                    .enumerate()
+                    .map(|(i, z)| r.get_ref(i).ok().and_then(|v| field(v, z.as_deref())))
+                    .collect();
+                if !out.send(fields) {
+                    break; // the caller stopped listening
                 }
-                Ok(())
-            };
-            if let Err(e) = run() {
-                let _ = tx.blocking_send(Err(e));
             }
-            conn
-        });
-        let mut b = RowBuilder::new(dataset, cols, key_len, reread);
-        while let Some(fields) = rx.recv().await {
-            obey(f(b.row_of(fields?)?)?).await;
-        }
-        let c = worker.await.map_err(|_| AgentError::Query {
-            dataset: dataset.to_string(),
-            kind: "worker panicked",
-        })?;
-        *conn = Some(c);
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     pub async fn count(&self, conn: &mut Option<Connection>, dataset: &str, sql: &Sql) -> Result<u64> {
         let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
-        self.blocking(conn, dataset, move |conn| {
+        blocking::run(conn, dataset, move |conn| {
             Ok(Self::first_row(conn, &ds, &text_sql, &binds)?
                 .remove(0)
                 .and_then(|s| s.parse().ok())
@@ -351,7 +311,7 @@ impl DuckDbConnector {
             dataset.to_string(),
             key_classes.to_vec(),
         );
-        self.blocking(conn, dataset, move |conn| {
+        blocking::run(conn, dataset, move |conn| {
             let mut stmt = conn.prepare(&text_sql).map_err(|e| db_err(&ds, e))?;
             let p = params(&binds);
             let mut rows = stmt
@@ -379,7 +339,7 @@ impl DuckDbConnector {
         sql: &str,
     ) -> Result<Option<String>> {
         let (text_sql, ds) = (sql.to_string(), dataset.to_string());
-        self.blocking(conn, dataset, move |conn| {
+        blocking::run(conn, dataset, move |conn| {
             Ok(Self::first_row(conn, &ds, &text_sql, &[])?.remove(0))
         })
         .await
@@ -389,7 +349,7 @@ impl DuckDbConnector {
     pub async fn execute_batch(&self, dataset: &str, sql: &str) -> Result<()> {
         let (text_sql, ds) = (sql.to_string(), dataset.to_string());
         let mut conn = Some(self.connection(dataset)?);
-        self.blocking(&mut conn, dataset, move |conn| {
+        blocking::run(&mut conn, dataset, move |conn| {
             conn.execute_batch(&text_sql).map_err(|e| db_err(&ds, e))
         })
         .await
@@ -495,20 +455,13 @@ impl EngineConn for Conn {
 }
 
 /// The session's connection, unless an earlier call lost it.
-fn take(conn: &mut Option<Connection>, dataset: &str) -> Result<Connection> {
-    conn.take().ok_or_else(|| AgentError::Query {
-        dataset: dataset.to_string(),
-        kind: "connection lost",
-    })
-}
-
 /// Opens a request's transaction: a DuckDB transaction reads one snapshot.
 fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
     match conn {
         Some(c) => c
             .execute_batch("BEGIN TRANSACTION")
             .map_err(|e| db_err(dataset, e)),
-        None => take(conn, dataset).map(drop),
+        None => blocking::take(conn, dataset).map(drop),
     }
 }
 
@@ -516,7 +469,7 @@ fn begin(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
 fn end(conn: &mut Option<Connection>, dataset: &str) -> Result<()> {
     match conn {
         Some(c) => c.execute_batch("COMMIT").map_err(|e| db_err(dataset, e)),
-        None => take(conn, dataset).map(drop),
+        None => blocking::take(conn, dataset).map(drop),
     }
 }
 

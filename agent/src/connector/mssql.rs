@@ -10,8 +10,6 @@
 //! login only, as the server allows); the server certificate is verified against `ca`,
 //! or the system roots, unless `trust_server_certificate=true` (warned).
 
-use std::sync::{Arc, Mutex};
-
 use futures::TryStreamExt;
 use tally_common::canonical::{Value, canonical_from_text, canonical_value};
 use tally_common::civil::{civil_from_days, days_from_civil};
@@ -21,7 +19,7 @@ use tiberius::{AuthMethod, Client, ColumnData, Config, EncryptionLevel, Query};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
+use super::{AggRow, EngineConn, EngineConnector, IdlePool, Pooled, RowBuilder, RowSink, agg_row, obey};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::mssql::{self as dialect, MsSql};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -38,8 +36,7 @@ pub const NOT_LIVE_VERIFIED: &str = "SQL Server support is not live-verified: it
 pub struct MsSqlConnector {
     config: Config,
     /// Connections returned after a finished call, reused by the next.
-    idle: Arc<Mutex<Vec<Tds>>>,
-    max_idle: usize,
+    idle: IdlePool<Tds>,
     pub dialect: MsSql,
 }
 
@@ -129,8 +126,7 @@ impl MsSqlConnector {
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<MsSqlConnector> {
         Ok(MsSqlConnector {
             config: parse_url(url)?,
-            idle: Arc::new(Mutex::new(Vec::new())),
-            max_idle: limits.max_connections as usize,
+            idle: IdlePool::new(limits),
             dialect: MsSql,
         })
     }
@@ -163,7 +159,7 @@ impl EngineConnector for MsSqlConnector {
     }
 
     async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
-        let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = self.idle.reuse();
         let client = match reused {
             Some(c) => c,
             None => tokio::time::timeout(super::CONNECT_TIMEOUT, self.connect_new())
@@ -175,9 +171,7 @@ impl EngineConnector for MsSqlConnector {
                 .map_err(|e| db_err(dataset, e))?,
         };
         Ok(Box::new(Conn {
-            engine: self.clone(),
-            client: Some(client),
-            in_tx: false,
+            client: self.idle.lend(client),
         }))
     }
 
@@ -193,21 +187,7 @@ impl EngineConnector for MsSqlConnector {
 
 /// One connection; back to the idle list when a call or request finished cleanly.
 pub struct Conn {
-    engine: MsSqlConnector,
-    client: Option<Tds>,
-    in_tx: bool,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // a connection inside a transaction or one that was discarded is not reused
-        if let Some(c) = self.client.take().filter(|_| !self.in_tx) {
-            let mut idle = self.engine.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < self.engine.max_idle {
-                idle.push(c);
-            }
-        }
-    }
+    client: Pooled<Tds>,
 }
 
 fn bind<'a>(sql: &'a Sql) -> Query<'a> {
@@ -223,7 +203,7 @@ fn bind<'a>(sql: &'a Sql) -> Query<'a> {
 
 impl Conn {
     fn client(&mut self, dataset: &str) -> Result<&mut Tds> {
-        self.client.as_mut().ok_or_else(|| AgentError::Query {
+        self.client.slot().as_mut().ok_or_else(|| AgentError::Query {
             dataset: dataset.to_string(),
             kind: "connection lost",
         })
@@ -385,18 +365,18 @@ pub fn cell(
 #[async_trait::async_trait]
 impl EngineConn for Conn {
     async fn begin(&mut self, dataset: &str) -> Result<()> {
-        self.in_tx = true;
+        self.client.in_tx = true;
         self.simple(dataset, dialect::BEGIN).await
     }
 
     async fn commit(&mut self, dataset: &str) -> Result<()> {
         self.simple(dataset, "COMMIT").await?;
-        self.in_tx = false;
+        self.client.in_tx = false;
         Ok(())
     }
 
     fn discard(&mut self) {
-        self.client = None;
+        self.client.discard();
     }
 
     async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
@@ -478,7 +458,7 @@ impl EngineConn for Conn {
                 fields.push(cell(col, d).map_err(|e| canonical_error(dataset, &col.info.name, e))?);
             }
             // the builder refuses a row of other than the requested width
-            obey(f(b.canonical_row_of(&fields)?)?).await;
+            obey(f(b.canonical_row_of(&fields)?)?).await?;
         }
         Ok(())
     }

@@ -484,7 +484,7 @@ impl MySqlConnector {
                     b.push(value)?;
                 }
             }
-            obey(f(b.finish()?)?).await;
+            obey(f(b.finish()?)?).await?;
         }
         Ok(())
     }

@@ -4,14 +4,12 @@
 //! The driver loads Oracle's client library (`libclntsh`, Instant Client) at the first
 //! connect; without it a call fails with an error naming what to install, and nothing
 //! else in the agent is affected. The driver is blocking: each call runs on
-//! `spawn_blocking` with the connection moved in and back out.
+//! `spawn_blocking` with the connection moved in and back out ([`super::blocking`]).
 //!
 //! Rows are read raw and made canonical in the agent by default: [`cell`] renders each
 //! driver value, unit-tested on the values the driver hands out.
 //!
 //! URL: `oracle://user:password@host:1521/service_name`.
-
-use std::sync::{Arc, Mutex};
 
 use oracle::sql_type::{OracleType, Timestamp};
 use oracle::{Connection, SqlValue};
@@ -19,7 +17,7 @@ use tally_common::canonical::{CanonicalError, Value, canonical_from_text, canoni
 use tally_common::segment::KeyPart;
 use tally_common::types::TypeClass;
 
-use super::{AggRow, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
+use super::{AggRow, EngineConn, EngineConnector, IdlePool, Pooled, RowSink, agg_row, blocking};
 use crate::config::{ConnectionsConfig, Source};
 use crate::dialect::oracle::{self as dialect, Oracle};
 use crate::dialect::{Dialect, FetchShape, Sql, relation};
@@ -49,8 +47,8 @@ impl std::fmt::Debug for Target {
 #[derive(Clone)]
 pub struct OracleConnector {
     target: Target,
-    idle: Arc<Mutex<Vec<Connection>>>,
-    max_idle: usize,
+    /// Connections returned after a finished call, reused by the next.
+    idle: IdlePool<Connection>,
     pub dialect: Oracle,
 }
 
@@ -126,8 +124,7 @@ impl OracleConnector {
     pub fn open(url: &str, limits: &ConnectionsConfig) -> Result<OracleConnector> {
         Ok(OracleConnector {
             target: parse_url(url)?,
-            idle: Arc::new(Mutex::new(Vec::new())),
-            max_idle: limits.max_connections as usize,
+            idle: IdlePool::new(limits),
             dialect: Oracle,
         })
     }
@@ -163,7 +160,7 @@ impl EngineConnector for OracleConnector {
     }
 
     async fn connect(&self, dataset: &str) -> Result<Box<dyn EngineConn>> {
-        let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = self.idle.reuse();
         let conn = match reused {
             Some(c) => c,
             None => {
@@ -187,9 +184,7 @@ impl EngineConnector for OracleConnector {
             }
         };
         Ok(Box::new(Conn {
-            engine: self.clone(),
-            conn: Some(conn),
-            in_tx: false,
+            conn: self.idle.lend(conn),
         }))
     }
 
@@ -210,20 +205,7 @@ impl EngineConnector for OracleConnector {
 
 /// One connection; back to the idle list when a call or request finished cleanly.
 pub struct Conn {
-    engine: OracleConnector,
-    conn: Option<Connection>,
-    in_tx: bool,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.take().filter(|_| !self.in_tx) {
-            let mut idle = self.engine.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < self.engine.max_idle {
-                idle.push(c);
-            }
-        }
-    }
+    conn: Pooled<Connection>,
 }
 
 /// Bind values for the driver.
@@ -247,21 +229,7 @@ impl Conn {
         dataset: &str,
         f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let c = self.conn.take().ok_or_else(|| AgentError::Query {
-            dataset: dataset.to_string(),
-            kind: "connection lost",
-        })?;
-        let (c, r) = tokio::task::spawn_blocking(move || {
-            let r = f(&c);
-            (c, r)
-        })
-        .await
-        .map_err(|_| AgentError::Query {
-            dataset: dataset.to_string(),
-            kind: "worker panicked",
-        })?;
-        self.conn = Some(c);
-        r
+        blocking::run(self.conn.slot(), dataset, f).await
     }
 
     /// Every row of a statement as its values' texts (catalog and aggregate results).
@@ -415,7 +383,7 @@ fn type_parts(t: &OracleType) -> (String, i32, i32) {
 #[async_trait::async_trait]
 impl EngineConn for Conn {
     async fn begin(&mut self, dataset: &str) -> Result<()> {
-        self.in_tx = true;
+        self.conn.in_tx = true;
         let ds = dataset.to_string();
         self.blocking(dataset, move |c| {
             c.execute(dialect::BEGIN, &[])
@@ -429,12 +397,12 @@ impl EngineConn for Conn {
         let ds = dataset.to_string();
         self.blocking(dataset, move |c| c.commit().map_err(|e| db_err(&ds, e)))
             .await?;
-        self.in_tx = false;
+        self.conn.in_tx = false;
         Ok(())
     }
 
     fn discard(&mut self) {
-        self.conn = None;
+        self.conn.discard();
     }
 
     async fn describe(&mut self, dataset: &str, source: &Source) -> Result<DatasetInfo> {
@@ -521,51 +489,30 @@ impl EngineConn for Conn {
         f: &mut RowSink<'_>,
     ) -> Result<()> {
         // rows cross from the blocking reader through a bounded channel
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<Option<String>>>>(1024);
         let (text, binds, ds, owned) = (
             sql.text.clone(),
             sql.binds.clone(),
             dataset.to_string(),
             cols.to_vec(),
         );
-        let reader = self.blocking(dataset, move |c| {
+        blocking::scan(self.conn.slot(), dataset, cols, key_len, &[], f, move |c, out| {
             let p = params(&binds);
             let refs: Vec<&dyn oracle::sql_type::ToSql> = p.iter().map(|b| b.as_ref() as _).collect();
-            let rows = match c.query(&text, &refs) {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(db_err(&ds, e)));
-                    return Ok(());
-                }
-            };
-            for r in rows {
+            for r in c.query(&text, &refs).map_err(|e| db_err(&ds, e))? {
                 let fields = r.map_err(|e| db_err(&ds, e)).and_then(|r| {
                     r.sql_values()
                         .iter()
                         .zip(&owned)
                         .map(|(v, col)| cell(col, v).map_err(|e| canonical_error(&ds, &col.info.name, e)))
                         .collect::<Result<Vec<_>>>()
-                });
-                let stop = fields.is_err();
-                if tx.blocking_send(fields).is_err() || stop {
-                    break; // the receiver stopped, or an error was sent
+                })?;
+                if !out.send(fields) {
+                    break; // the receiver stopped
                 }
             }
             Ok(())
-        });
-        // the receiver is the consumer's: when it stops (an error of `f`), dropping it
-        // ends the reader's sends, so the join below cannot wait on a full channel
-        let consume = async move {
-            let mut b = RowBuilder::new(dataset, cols, key_len, &[]);
-            while let Some(fields) = rx.recv().await {
-                let fields = fields?;
-                // the builder refuses a row of other than the requested width
-                obey(f(b.canonical_row_of(&fields)?)?).await;
-            }
-            Ok(())
-        };
-        let (read, consumed) = tokio::join!(reader, consume);
-        consumed.and(read)
+        })
+        .await
     }
 
     async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {

@@ -239,7 +239,7 @@ impl PgConnector {
                     .map_err(|e| AgentError::from_db(dataset, e))?;
                 b.push(v)?;
             }
-            obey(f(b.finish()?)?).await;
+            obey(f(b.finish()?)?).await?;
         }
         Ok(())
     }
@@ -273,7 +273,7 @@ impl PgConnector {
             while let Some(line) = lines.next_line() {
                 b.start();
                 copy_fields(dataset, line, cols.len(), &mut scratch, &mut |v| b.push(v))?;
-                obey(f(b.finish()?)?).await;
+                obey(f(b.finish()?)?).await?;
             }
         }
         if lines.pending.is_empty() {

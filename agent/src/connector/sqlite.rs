@@ -213,7 +213,7 @@ impl SqliteConnector {
         let q = bind_all(sqlx::query(AssertSqlSafe(sql.text.as_str())), &sql.binds);
         let mut rows = SpanlessRows::new(|| q.fetch(&mut *conn));
         while let Some(row) = rows.next().await.map_err(|e| AgentError::from_db(dataset, e))? {
-            obey(f(&decode_row(dataset, &row, cols, key_len)?)?).await;
+            obey(f(&decode_row(dataset, &row, cols, key_len)?)?).await?;
         }
         Ok(())
     }

@@ -19,93 +19,14 @@
 //! A throttled dataset is read in the agent (hashing in SQL cannot be paced
 //! mid-statement), so `hashing: pushdown` with a throttle is refused at startup.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::connector::{EngineConnector, Flow};
+use super::{EngineConn, EngineConnector, Flow};
+pub use crate::config::ThrottleConfig;
 use crate::error::{AgentError, Result};
-use tally_common::config_file::ConfigError;
-
-/// A dataset's `throttle:` block.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ThrottleConfig {
-    /// At most this many rows read per second, over every request on the dataset.
-    #[serde(default)]
-    pub max_rows_per_second: Option<u64>,
-    /// Pause reads while the database runs more than this many statements of other
-    /// database users than the agent's.
-    #[serde(default)]
-    pub max_load: Option<u32>,
-    /// How often the load is read while throttled reads run.
-    #[serde(default = "default_probe_interval_ms")]
-    pub probe_interval_ms: u64,
-    /// A read paused longer than this (in total) fails with `UNAVAILABLE`.
-    #[serde(default = "default_max_pause_secs")]
-    pub max_pause_secs: u64,
-}
-
-fn default_probe_interval_ms() -> u64 {
-    1000
-}
-
-fn default_max_pause_secs() -> u64 {
-    600
-}
-
-impl ThrottleConfig {
-    pub fn validate(&self, file: &Path, at: &str) -> std::result::Result<(), ConfigError> {
-        let key = |k: &str| format!("{at}.{k}");
-        if self.max_rows_per_second.is_none() && self.max_load.is_none() {
-            return Err(ConfigError::invalid(
-                file,
-                at,
-                "set max_rows_per_second, max_load or both (or remove the block)",
-            ));
-        }
-        if self.max_rows_per_second == Some(0) {
-            return Err(ConfigError::invalid(
-                file,
-                key("max_rows_per_second"),
-                "must be at least 1",
-            ));
-        }
-        if self.probe_interval_ms < 50 {
-            return Err(ConfigError::invalid(
-                file,
-                key("probe_interval_ms"),
-                "must be at least 50 (each probe is a query on the database)",
-            ));
-        }
-        if self.max_pause_secs == 0 || self.max_pause_secs > 7 * 86_400 {
-            return Err(ConfigError::invalid(
-                file,
-                key("max_pause_secs"),
-                "must be between 1 and 604800 (7 days)",
-            ));
-        }
-        if self.probe_interval_ms > 60_000 {
-            return Err(ConfigError::invalid(
-                file,
-                key("probe_interval_ms"),
-                "must be at most 60000",
-            ));
-        }
-        Ok(())
-    }
-
-    fn probe_interval(&self) -> Duration {
-        Duration::from_millis(self.probe_interval_ms)
-    }
-
-    fn max_pause(&self) -> Duration {
-        Duration::from_secs(self.max_pause_secs)
-    }
-}
 
 /// One dataset's throttle: its configuration and its shared row budget.
 #[derive(Debug)]
@@ -246,7 +167,7 @@ pub async fn read_load(probe: &Probe, dataset: &str) -> Load {
 async fn probe_once(
     probe: &Probe,
     dataset: &str,
-    conn: &mut Option<Box<dyn crate::connector::EngineConn>>,
+    conn: &mut Option<Box<dyn EngineConn>>,
     chosen: &mut Option<&'static str>,
 ) -> Load {
     if conn.is_none() {
@@ -489,7 +410,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_key() {
-        let f = Path::new("agent.yaml");
+        let f = std::path::Path::new("agent.yaml");
         let e = cfg(None, None)
             .validate(f, "datasets.x.throttle")
             .unwrap_err()
