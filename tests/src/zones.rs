@@ -104,6 +104,33 @@ impl Deployment {
         port
     }
 
+    /// Starts agent `name` again (after its process was killed) with the same config
+    /// and port: a restart, as a supervisor would do it.
+    pub fn restart_agent(&mut self, name: &str) {
+        let path = self.path().join(format!("{name}.yaml"));
+        let log_path = self.path().join(format!("{name}.log"));
+        let a = self.agent(name);
+        a.guard.kill();
+        let stderr = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log_path)
+            .expect("agent log");
+        a.guard = ChildGuard::spawn(
+            name,
+            Command::new(bins::tally_agent())
+                .arg("-c")
+                .arg(&path)
+                .stdout(stderr.try_clone().unwrap())
+                .stderr(stderr),
+        )
+        .expect("starting tally-agent");
+        assert!(
+            wait_for_port(a.port, Duration::from_secs(20)),
+            "agent {name} did not listen again; see {name}.log"
+        );
+    }
+
     pub fn agent(&mut self, name: &str) -> &mut AgentProc {
         self.agents.iter_mut().find(|a| a.name == name).expect("agent")
     }

@@ -638,6 +638,187 @@ fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result
     );
 }
 
+/// Faults other than a leader's death, mid-run (issue 34 item 8): a follower killed,
+/// and the target's agent killed and restarted by its supervisor at once. Each run ends
+/// with its exact result (exit 1) or, for the agent, a clear error naming it (exit 2,
+/// `agent_unreachable`) when the restart outlasted the client's retries; either way the
+/// group holds each run once and its evidence verifies with both verifiers, and the run
+/// after the fault is exact.
+#[test]
+fn a_follower_killed_or_an_agent_restarted_mid_run_ends_exact_or_clear_and_signed() {
+    const ROWS: i64 = 100_000;
+    let (pg, my) = (db::postgres(), db::mariadb());
+    let (pg_url, my_url) = load_rows(pg, my, "e2e_faults", ROWS);
+    let mut d = Deployment::new(&["dc1", "vpc2"]);
+    group_certs(&d, &["dc1", "vpc2"]);
+    let policy = "{ max_level: with_keys }";
+    d.start_agent(
+        "dc1",
+        "orders",
+        &format!("{{ url: '{pg_url}', table: orders, key: [id], policy: {policy} }}"),
+    );
+    d.start_agent(
+        "vpc2",
+        "orders",
+        &format!("{{ url: '{my_url}', table: orders, key: [id], policy: {policy} }}"),
+    );
+    let agents = std::fs::read_to_string(d.coordinator_config()).unwrap();
+    let (dir, mut replicas) = group(&d, "faults", &agents);
+    for r in &mut replicas {
+        r.start(&dir);
+    }
+    leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    std::fs::write(dir.join("faults.yaml"), SPEC).unwrap();
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let servers = replicas
+        .iter()
+        .map(|r| format!("http://127.0.0.1:{}", r.api))
+        .collect::<Vec<_>>()
+        .join(",");
+    // starts a run; its id once accepted, and the client to wait for
+    let start = || {
+        let mut cli = Command::new(bins::tally())
+            .args(["run", "--json", "--server", &servers, "--token-file"])
+            .arg(dir.join("token"))
+            .arg(dir.join("faults.yaml"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = cli.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let id = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("no `run … started` line within 60 s");
+            if let Some(rest) = line.strip_prefix("tally run: run ") {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        (id, cli, reader)
+    };
+    let level_one = |replicas: &[Replica], id: &str| {
+        let until = Instant::now() + Duration::from_secs(120);
+        while replicas.iter().all(|r| levels(&r.db, id) < 1) {
+            assert!(
+                Instant::now() < until,
+                "run {id}: no level committed within 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let evidence_verifies = |r: &Replica, id: &str| {
+        let until = Instant::now() + Duration::from_secs(30);
+        let bundle = loop {
+            let (code, bundle) = r.get_as(&format!("/v1/runs/{id}/evidence"), ADMIN);
+            if code == 200 {
+                break bundle;
+            }
+            assert!(Instant::now() < until, "run {id}: evidence: {code}: {bundle}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let path = dir.join(format!("{id}.bundle.json"));
+        std::fs::write(&path, serde_json::to_vec(&bundle).unwrap()).unwrap();
+        let (code, report) = tally_e2e::evidence::verify(&path, &dir.join("certs/ca.pem"));
+        assert_eq!(code, 0, "run {id}: the bundle does not verify:\n{report}");
+    };
+    let mut ids = BTreeSet::new();
+
+    // a follower killed after level 1: nothing changes for the run
+    let (id, cli, reader) = start();
+    level_one(&replicas, &id);
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
+    let fi = l as usize % 3;
+    replicas[fi].kill();
+    let out = cli.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "follower killed: exit code\n{log}\n{stdout}"
+    );
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        differences(&result),
+        expected_rows(ROWS),
+        "follower killed\n{log}"
+    );
+    evidence_verifies(&replicas[l as usize - 1], &id);
+    ids.insert(id);
+    replicas[fi].start(&dir);
+    leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+
+    // the target's agent killed after level 1 and started again at once
+    let (id, cli, reader) = start();
+    level_one(&replicas, &id);
+    d.restart_agent("vpc2");
+    let out = cli.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{log}"));
+    match out.status.code() {
+        Some(1) => assert_eq!(
+            differences(&result),
+            expected_rows(ROWS),
+            "agent restarted\n{log}"
+        ),
+        Some(2) => {
+            assert_eq!(result["error"]["code"], "agent_unreachable", "{stdout}");
+            assert!(
+                result["error"]["message"].as_str().unwrap().contains("vpc2"),
+                "{stdout}"
+            );
+        }
+        c => panic!("agent restarted: exit {c:?}\n{log}\n{stdout}"),
+    }
+    eprintln!(
+        "the target's agent restarted mid-run: exit {:?}{}",
+        out.status.code(),
+        if out.status.code() == Some(2) {
+            " (agent_unreachable, vpc2)"
+        } else {
+            " with the exact differences"
+        }
+    );
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
+    evidence_verifies(&replicas[l as usize - 1], &id);
+    ids.insert(id);
+
+    // and the next run, with the agent back, is exact
+    let (id, cli, reader) = start();
+    let out = cli.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "after the faults\n{log}\n{stdout}");
+    assert_eq!(
+        differences(&serde_json::from_str(&stdout).unwrap()),
+        expected_rows(ROWS)
+    );
+    ids.insert(id);
+
+    // each run once in the group
+    let (code, listed) = replicas[l as usize - 1].get("/v1/runs?limit=100");
+    assert_eq!(code, 200, "{listed}");
+    let held: BTreeSet<String> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(held, ids, "{listed}");
+}
+
 #[test]
 fn a_group_of_three_fails_over_mid_run_and_a_follower_catches_up_through_a_snapshot() {
     let (pg, my) = (db::postgres(), db::mariadb());
