@@ -290,7 +290,9 @@ impl ServeState {
         };
         self.audit_event(event)
             .await
-            .inspect_err(|e| tracing::error!(error = %e, "api: cannot write the audit trail"))
+            // a call whose event is lost is refused (a write) or was refused anyway (a
+            // login): during an election this is routine, not a page
+            .inspect_err(|e| tracing::warn!(error = %e, "api: cannot write the audit trail"))
     }
 
     /// Writes `event` to the trail, here or, on a follower, through the leader.
