@@ -499,6 +499,26 @@ impl Server {
 
     /// Runs SQL (one or more statements) through the engine's own CLI client; panics
     /// with the client's message on error. Returns the output (tab-separated rows).
+    /// Restarts a PostgreSQL this test started (`start_postgres_*`): an immediate
+    /// stop, which cuts every session as a crash would, then a start with the same
+    /// settings (`pg_ctl restart` reuses them), waiting until it accepts connections.
+    pub fn restart_immediately(&self) {
+        assert_eq!(self.kind, Kind::Postgres, "only PostgreSQL restarts here");
+        let data_dir = self.exec(None, "SHOW data_directory;").trim().to_string();
+        let pg_ctl = pg_bindir().join("pg_ctl");
+        let mut c = if is_root() {
+            let mut c = in_ns(self.ns.as_deref(), "runuser");
+            c.args(["-u", "postgres", "--"]).arg(pg_ctl);
+            c
+        } else {
+            in_ns(self.ns.as_deref(), pg_ctl)
+        };
+        c.args(["-D", &data_dir, "restart", "-m", "immediate", "-w", "-t", "60"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        run(&mut c, "pg_ctl restart");
+    }
+
     pub fn exec(&self, db: Option<&str>, sql: &str) -> String {
         self.try_exec(db, sql)
             .unwrap_or_else(|e| panic!("{:?} SQL failed: {e}\n{}", self.kind, &sql[..sql.len().min(2000)]))

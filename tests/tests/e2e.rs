@@ -108,7 +108,17 @@ fn orders_sql(mariadb: bool, p: Option<&Plant>) -> String {
 
 /// PostgreSQL `dc1` holding the source, MariaDB `vpc2` holding the target.
 fn deploy(db_name: &str, target: Option<&Plant>, src_policy: &str, tgt_policy: &str) -> Deployment {
-    let pg = db::postgres();
+    deploy_on(db::postgres(), db_name, target, src_policy, tgt_policy)
+}
+
+/// [`deploy`] with the source on PostgreSQL server `pg`.
+fn deploy_on(
+    pg: &db::Server,
+    db_name: &str,
+    target: Option<&Plant>,
+    src_policy: &str,
+    tgt_policy: &str,
+) -> Deployment {
     let my = db::mariadb();
     let pg_url = pg.create_database(db_name);
     let my_url = my.create_database(db_name);
@@ -338,6 +348,66 @@ fn an_agent_killed_mid_run_gives_a_clear_error() {
     assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(out.json["error"]["code"], "agent_unreachable", "{}", out.stdout);
     assert!(out.json["error"]["message"].as_str().unwrap().contains("vpc2"));
+}
+
+/// The source's PostgreSQL restarted mid-run (issue 34 item 8: every connection the
+/// agent holds is cut, and the server refuses new ones for a moment): the run ends
+/// with its exact result when the agent's retries outlast the restart, or with a clear
+/// `database_unavailable` naming the agent, never another error or a wrong result.
+#[test]
+fn a_database_restarted_mid_run_ends_exact_or_as_database_unavailable() {
+    let pg = db::start_postgres_configured(&[]);
+    let p = plant();
+    let mut outcomes = Vec::new();
+    for attempt in 1..=3 {
+        let d = deploy_on(&pg, &format!("e2e_pgrestart{attempt}"), Some(&p), OPEN, OPEN);
+        let mut child = d.spawn_run(&spec("quantile", "with_keys"));
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        loop {
+            let line = lines.next().expect("run ended before resolving").unwrap();
+            if line.contains("resolved") {
+                break;
+            }
+        }
+        pg.restart_immediately();
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let mut out = parse_run(child.wait_with_output().unwrap());
+        out.stderr = rest.join("\n");
+        match out.code {
+            1 => assert_eq!(
+                differences(&out.json),
+                expected(&p),
+                "attempt {attempt}\n{}",
+                out.stderr
+            ),
+            2 => {
+                assert_eq!(
+                    out.json["error"]["code"], "database_unavailable",
+                    "attempt {attempt}: {}",
+                    out.stdout
+                );
+                assert!(
+                    out.json["error"]["message"].as_str().unwrap().contains("dc1"),
+                    "{}",
+                    out.stdout
+                );
+            }
+            c => panic!("attempt {attempt}: exit {c}\n{}\n{}", out.stdout, out.stderr),
+        }
+        // the agent's log says why, in the driver's words (inside the zone only)
+        eprintln!("attempt {attempt}: exit {} {}", out.code, out.json["error"]);
+        outcomes.push(out.code);
+        // the next run, on the restarted server, is exact
+        let again = d.run(&spec("quantile", "with_keys"));
+        assert_eq!(
+            again.code, 1,
+            "after the restart: {}\n{}",
+            again.stdout, again.stderr
+        );
+        assert_eq!(differences(&again.json), expected(&p));
+    }
+    eprintln!("outcomes over three restarts: {outcomes:?}");
 }
 
 #[test]
