@@ -192,7 +192,14 @@ impl Lan {
     /// A Lan of one host per name (at most 9).
     pub fn new(names: &[&str]) -> Lan {
         assert!((1..=9).contains(&names.len()), "a Lan has 1 to 9 hosts");
-        let id = std::process::id() % 100_000;
+        // this process's id and its how-many-th Lan: two tests of one binary run at once
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = MADE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let id = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            (b'a' + (nth % 26) as u8) as char
+        );
         let hub = format!("tl{id}h");
         let hosts: Vec<Host> = names
             .iter()

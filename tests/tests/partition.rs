@@ -768,3 +768,191 @@ fn a_partitioned_leader_takes_no_writes_drives_no_run_and_rejoins_one_history() 
         t_test.elapsed()
     );
 }
+
+/// The leader cut off from one agent only (issue 34 item 8): each agent in a zone of
+/// its own, the leader's host and the target agent's host dropping each other's
+/// packets while every replica still reaches the other replicas and the source agent.
+/// The run ends with a clear error naming the agent it cannot reach (exit 2,
+/// `agent_unreachable`), within the client's keepalive bound, never a result; the
+/// group holds the run once, closed, and the next run, once the link is mended, is
+/// exact.
+#[test]
+fn a_leader_cut_off_from_one_agent_ends_the_run_with_a_clear_error() {
+    let lan = Lan::new(&["r1", "r2", "r3", "zone-a", "zone-b"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (src, tgt) = load(dir);
+    let (zone_a, zone_b) = (3usize, 4usize);
+    let mut certs = Command::new(bins::tally());
+    certs.args(["certs", "init", "--out"]).arg(dir.join("certs"));
+    for ((name, _), h) in AGENTS.iter().zip([zone_a, zone_b]) {
+        certs.args(["--agent", &format!("{name}={}", lan.hosts[h].addr)]);
+    }
+    for h in &lan.hosts[..3] {
+        certs.args(["--peer", &h.name]);
+    }
+    let out = certs.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut agents = Vec::new();
+    for (((name, port), db), h) in AGENTS.iter().zip([&src, &tgt]).zip([zone_a, zone_b]) {
+        let addr = &lan.hosts[h].addr;
+        let cfg = dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen: {addr}:{port}\n\
+                 tls: {{ ca: certs/ca.pem, cert: certs/{name}.pem, key: certs/{name}-key.pem, zone_key: certs/{name}-zone.key, allowed_clients: [coordinator] }}\n\
+                 release_log: {}\n\
+                 datasets:\n  orders: {{ url: 'sqlite://{}', table: orders, key: [id], policy: {{ max_level: with_keys }} }}\n",
+                dir.join(format!("{name}-release.jsonl")).display(),
+                db.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        agents.push(
+            ChildGuard::spawn(
+                name,
+                Command::new("ip")
+                    .args(["netns", "exec", &lan.hosts[h].ns])
+                    .arg(bins::tally_agent())
+                    .arg("-c")
+                    .arg(&cfg)
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log),
+            )
+            .unwrap(),
+        );
+        let until = Instant::now() + Duration::from_secs(30);
+        while !Topology::can_connect(&lan.hosts[0].ns, addr, *port) {
+            assert!(
+                Instant::now() < until,
+                "agent {name} not reachable at {addr}:{port}; see {name}.log"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let members = lan.hosts[..3]
+        .iter()
+        .map(|h| format!("'{}:{PEER_PORT}'", h.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let agents_cfg: String = AGENTS
+        .iter()
+        .zip([zone_a, zone_b])
+        .map(|((name, port), h)| {
+            format!(
+                "  {name}: {{ endpoint: \"https://{}:{port}\" }}\n",
+                lan.hosts[h].addr
+            )
+        })
+        .collect();
+    let mut replicas: Vec<Replica> = lan.hosts[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let id = i as u64 + 1;
+            let cfg = dir.join(format!("serve-{id}.yaml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "listen: 127.0.0.1:{API_PORT}\ndata_dir: store-{id}\n\
+                     tls: {{ ca: certs/ca.pem, cert: certs/coordinator.pem, key: certs/coordinator-key.pem }}\n\
+                     agents:\n{agents_cfg}\
+                     api:\n  tokens: [{{ name: ci, sha256: {}, role: operator }}]\n\
+                     cluster:\n  node_id: {id}\n  listen: {addr}:{PEER_PORT}\n  advertise: '{name}:{PEER_PORT}'\n  \
+                     tls: {{ cert: certs/peer-{name}.pem, key: certs/peer-{name}-key.pem, ca: certs/peer-ca.pem }}\n  \
+                     initial_members: [{members}]\n",
+                    sha256_hex(TOKEN),
+                    addr = h.addr,
+                    name = h.name
+                ),
+            )
+            .unwrap();
+            Replica {
+                id,
+                host: i,
+                ns: h.ns.clone(),
+                addr: h.addr.clone(),
+                cfg,
+                db: dir.join(format!("store-{id}/raft.db")),
+                log: dir.join(format!("serve-{id}.log")),
+                guard: None,
+            }
+        })
+        .collect();
+    for r in &mut replicas {
+        r.start();
+    }
+    let all = [1u64, 2, 3];
+    let l = leader(&replicas, &all, Duration::from_secs(60));
+    let li = l as usize - 1;
+
+    // a run on the leader; once a level is committed, its link to zone B is cut
+    let (code, body, _) = replicas[li].api(
+        "POST",
+        "/v1/runs",
+        &spec("one-agent-cut"),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let dbs: Vec<&Path> = replicas.iter().map(|r| r.db.as_path()).collect();
+    let (lead, _, committed) = first_level(&id, &dbs, Duration::from_secs(120));
+    let li = lead as usize - 1;
+    lan.cut(replicas[li].host, zone_b);
+    let cut = Instant::now();
+    assert!(!Topology::can_connect(
+        &replicas[li].ns,
+        &lan.hosts[zone_b].addr,
+        AGENTS[1].1
+    ));
+    assert!(Topology::can_connect(
+        &replicas[li].ns,
+        &lan.hosts[zone_a].addr,
+        AGENTS[0].1
+    ));
+    for (j, r) in replicas.iter().enumerate().filter(|(j, _)| *j != li) {
+        assert!(
+            Topology::can_connect(&r.ns, &lan.hosts[zone_b].addr, AGENTS[1].1),
+            "replica {}",
+            j + 1
+        );
+    }
+    eprintln!("replica {lead} cut off from zone B after {committed} committed level(s)");
+
+    // the run ends, as an error naming the agent the leader cannot reach
+    let doc = wait_done(&replicas[li], &id, Duration::from_secs(240));
+    let ended = cut.elapsed();
+    let j = &doc["result"];
+    eprintln!("the run ended {ended:?} after the cut: {}", j["error"]);
+    assert_eq!(j["verdict"], "error", "{j}");
+    assert_eq!(j["error"]["code"], "agent_unreachable", "{j}");
+    assert!(j["error"]["message"].as_str().unwrap().contains("vpc2"), "{j}");
+    for r in &replicas {
+        let doc = wait_done(r, &id, Duration::from_secs(30));
+        assert_eq!(
+            doc["result"]["error"]["code"], "agent_unreachable",
+            "replica {}",
+            r.id
+        );
+        let (_, list) = r.get("/v1/runs");
+        let runs = list["runs"].as_array().unwrap();
+        assert_eq!(
+            runs.iter().filter(|x| x["id"] == id.as_str()).count(),
+            1,
+            "{list}"
+        );
+    }
+
+    // mended, the next run is exact
+    lan.mend(replicas[li].host, zone_b);
+    let l = leader(&replicas, &all, Duration::from_secs(60));
+    let (code, body, _) =
+        replicas[l as usize - 1].api("POST", "/v1/runs", &spec("mended"), Duration::from_secs(30));
+    assert_eq!(code, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let doc = wait_done(&replicas[l as usize - 1], &id, Duration::from_secs(180));
+    assert_eq!(differences(&doc["result"]), expected(), "{}", doc["result"]);
+    drop(agents);
+}
