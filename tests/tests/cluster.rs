@@ -436,12 +436,14 @@ fn the_audit_trail_is_the_same_on_every_replica_and_outlives_the_one_that_handle
     assert_eq!(all["head"], before["head"]);
 }
 
-/// The leader killed at a random moment of each of several runs (issue 34, "done
-/// when"): `tally run --server` with every replica follows each run through the
-/// failover, prints the exact planted differences and exits 1, every time. The number of
-/// kills is `TALLY_LEADER_KILLS` (5 in the suite; docs/operations.md gives a 20-kill
-/// figure); the moments come from a seed printed first (`TALLY_LEADER_KILLS_SEED`
-/// replays one).
+/// The leader killed in each phase of a run and at random moments (issue 34 items 1
+/// and 8, and its "done when"): `tally run --server` with every replica follows each
+/// run through the failover, prints the exact planted differences and exits 1, every
+/// time; no run starts twice and every run's evidence verifies with both verifiers.
+/// Kills cycle through the phases (resolving, the rows phase, sealing) and a random
+/// moment. The number of kills is `TALLY_LEADER_KILLS` (5 in the suite;
+/// docs/operations.md gives a 20-kill figure); the random moments come from a seed
+/// printed first (`TALLY_LEADER_KILLS_SEED` replays one).
 #[test]
 fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result_and_exit_code() {
     const ROWS: i64 = 100_000;
@@ -558,12 +560,43 @@ fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result
             }
         };
         assert!(ids.insert(id.clone()), "run {id} twice");
-        // within the first half of a run's length (later runs are quicker than the
-        // first): after the leader is found, the kill still lands inside the run
-        // (counted below from its events)
-        let at = next() % (span / 2).max(1);
-        std::thread::sleep(Duration::from_millis(at));
-        let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+        // the moment: the phases in turn (the run just accepted: resolving; its first
+        // row digests committed: the rows phase; its `finished` committed: sealing),
+        // then a random one within the first half of a run's length (later runs are
+        // quicker than the first); the leader is the one that named the run
+        let l: u64 = id
+            .split('-')
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("run id {id}"));
+        let db = replicas[l as usize - 1].db.clone();
+        let committed = |kind: &str| {
+            let until = Instant::now() + Duration::from_secs(120);
+            let q = format!(
+                "SELECT count(*) FROM sm_run_event WHERE run_id = '{id}' AND event LIKE '%\\\"event\\\":\\\"{kind}\\\"%'"
+            );
+            while matches!(tally_e2e::raft_db::value(&db, &q).as_str(), "" | "0") {
+                assert!(Instant::now() < until, "run {id}: no {kind} event within 120 s");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        let phase = ["resolving", "rows phase", "sealing", "random"][(k - 1) % 4];
+        let at = match phase {
+            "resolving" => 0,
+            "rows phase" => {
+                committed("digests");
+                0
+            }
+            "sealing" => {
+                committed("finished");
+                0
+            }
+            _ => {
+                let at = next() % (span / 2).max(1);
+                std::thread::sleep(Duration::from_millis(at));
+                at
+            }
+        };
         replicas[l as usize - 1].kill();
         let t = Instant::now();
         let out = cli.wait_with_output().unwrap();
@@ -607,12 +640,22 @@ fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result
             serde_json::from_slice::<Value>(&text).unwrap()["event"] == "resumed"
         });
         mid_run += usize::from(resumed);
+        // and it verifies, with both verifiers, whichever leader signed it
+        let path = dir.join(format!("{id}.bundle.json"));
+        std::fs::write(&path, serde_json::to_vec(&bundle).unwrap()).unwrap();
+        let (code, report) = tally_e2e::evidence::verify(&path, &dir.join("certs/ca.pem"));
+        assert_eq!(code, 0, "kill {k}: run {id}'s bundle does not verify:\n{report}");
         eprintln!(
-            "kill {k}: replica {l} {at} ms into run {id} ({}): exit 1 with the exact differences {took:?} after the kill",
+            "kill {k} ({phase}{}): replica {l}, run {id} ({}): exit 1 with the exact differences {took:?} after the kill",
+            if phase == "random" {
+                format!(", {at} ms in")
+            } else {
+                String::new()
+            },
             if resumed {
                 "resumed by the new leader"
             } else {
-                "it had finished"
+                "no resume: it had finished"
             }
         );
         // back before the next kill: a group of three survives one loss at a time
