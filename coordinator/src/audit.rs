@@ -49,7 +49,8 @@ pub struct AuditEvent {
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
-    /// The replica that handled the call (a group's node id), absent on a single node.
+    /// The replica that answered the caller (a group's node id; a call a follower
+    /// forwarded is the leader's, which answered it), absent on a single node.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub replica: Option<u64>,
     /// SHA-256 of the previous line of the chain.
@@ -112,15 +113,13 @@ impl AuditLog {
         let legacy = dir.join(LEGACY);
         if legacy.exists() {
             let (_, _, old) = crate::chain::read::<AuditEvent>(&legacy)?;
-            if trail
-                .log
-                .lines(AUDIT)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_empty()
-            {
-                for e in old {
-                    let mut event = stored(&e);
+            // copied one event at a time: a start that stopped part-way goes on from
+            // where it stopped (the trail then holds only imported events, a prefix)
+            let lines = trail.log.verified_lines(AUDIT).await.map_err(|e| e.to_string())?;
+            let imported = lines.iter().take_while(|(_, v)| v["imported"] == true).count();
+            if imported == lines.len() && imported < old.len() {
+                for e in &old[imported..] {
+                    let mut event = stored(e);
                     event.insert("imported".into(), Value::Bool(true));
                     trail.log.append(AUDIT, event).await.map_err(|e| e.to_string())?;
                 }
@@ -132,10 +131,10 @@ impl AuditLog {
         Ok(trail)
     }
 
-    /// Appends one event (fields a caller chose, such as the path, are cut to
-    /// [`MAX_FIELD`] characters). On a replica that does not lead its group this is
-    /// [`RunLogError::NotLeader`]: the caller hands the event to the leader.
-    pub async fn record(&self, e: Event) -> Result<AuditEvent, RunLogError> {
+    /// Appends one event (fields a caller chose, such as the path or a reason quoting
+    /// a spec, are cut to [`MAX_FIELD`] characters); its number in the trail. On a
+    /// replica that does not lead its group this is [`RunLogError::NotLeader`].
+    pub async fn record(&self, e: Event) -> Result<u64, RunLogError> {
         let outcome = if e.status < 400 { "accepted" } else { "refused" };
         // what a caller sends is cut to a bounded length: an anonymous request cannot
         // make the trail grow by more than an event of this size
@@ -144,16 +143,16 @@ impl AuditLog {
             seq: 0,
             time: e.time.unwrap_or_else(crate::lifecycle::now_rfc3339),
             actor: e.actor.map(cut),
-            via: e.via,
-            role: e.role,
+            via: e.via.map(cut),
+            role: e.role.map(cut),
             remote: cut(e.remote),
             method: cut(e.method),
             path: cut(e.path),
-            action: e.action,
+            action: cut(e.action),
             run: e.run.map(cut),
             outcome: outcome.into(),
             status: e.status,
-            reason: e.reason,
+            reason: e.reason.map(cut),
             replica: e.replica,
             prev: String::new(),
         };
@@ -163,21 +162,7 @@ impl AuditLog {
         let mut tries = 0;
         loop {
             match self.log.append(AUDIT, stored(&event)).await {
-                Ok(at) => {
-                    let lines = self.log.lines(AUDIT).await?;
-                    let prev = match at.seq {
-                        1 => tally_common::chain::GENESIS.to_string(),
-                        n => lines
-                            .get(n as usize - 2)
-                            .map(|l| line_hash(l))
-                            .unwrap_or_default(),
-                    };
-                    return Ok(AuditEvent {
-                        seq: at.seq,
-                        prev,
-                        ..event
-                    });
-                }
+                Ok(at) => return Ok(at.seq),
                 Err(RunLogError::Conflict { .. }) if tries < 3 => tries += 1,
                 Err(e) => return Err(e),
             }
@@ -263,12 +248,12 @@ mod tests {
     async fn events_are_chained_in_the_run_log_and_say_whether_they_were_done() {
         let log: Arc<dyn RunLog> = Arc::new(MemoryRunLog::default());
         let trail = AuditLog::new(log.clone());
-        let first = trail.record(ev(202, Some("r1"))).await.unwrap();
-        let second = trail.record(ev(403, None)).await.unwrap();
-        assert_eq!((first.seq, second.seq), (1, 2));
+        assert_eq!(trail.record(ev(202, Some("r1"))).await.unwrap(), 1);
+        assert_eq!(trail.record(ev(403, None)).await.unwrap(), 2);
         let (events, seq, head) = AuditLog::new(log.clone()).events().await.unwrap();
-        assert_eq!(events, vec![first.clone(), second.clone()]);
+        assert_eq!(events.len(), 2);
         assert_eq!(seq, 2);
+        assert_eq!(events[0].prev, tally_common::chain::GENESIS);
         assert_eq!(events[0].outcome, "accepted");
         assert_eq!(events[0].run.as_deref(), Some("r1"));
         assert_eq!(events[1].outcome, "refused");
@@ -287,7 +272,7 @@ mod tests {
         let calls: Vec<_> = (0..16)
             .map(|i| {
                 let t = trail.clone();
-                tokio::spawn(async move { t.record(ev(202, Some(&format!("r{i}")))).await.unwrap().seq })
+                tokio::spawn(async move { t.record(ev(202, Some(&format!("r{i}")))).await.unwrap() })
             })
             .collect();
         let mut seqs = Vec::new();
@@ -336,5 +321,21 @@ mod tests {
         // opened again: nothing copied twice
         let trail = AuditLog::open_single(log, dir.path()).await.unwrap();
         assert_eq!(trail.events().await.unwrap().0.len(), 2);
+        // a copy that stopped after the first event goes on with the second, once
+        std::fs::rename(dir.path().join(LEGACY_KEPT), dir.path().join(LEGACY)).unwrap();
+        let log: Arc<dyn RunLog> = Arc::new(MemoryRunLog::default());
+        let mut first = stored(
+            &crate::chain::read::<AuditEvent>(&dir.path().join(LEGACY))
+                .unwrap()
+                .2[0],
+        );
+        first.insert("imported".into(), Value::Bool(true));
+        log.append(AUDIT, first).await.unwrap();
+        let trail = AuditLog::open_single(log, dir.path()).await.unwrap();
+        let (events, _, _) = trail.events().await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.status).collect::<Vec<_>>(),
+            vec![202, 401]
+        );
     }
 }

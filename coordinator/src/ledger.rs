@@ -65,7 +65,9 @@ pub async fn checkpoint(log: &dyn RunLog, signer: &Signer) -> Result<Option<Sign
         .filter(|h| h.run_id != LEDGER && h.run_id != CHECKPOINTS && pinned.get(&h.run_id) != Some(&h.events))
         .map(|h| json!({"run": h.run_id, "seq": h.events, "head": h.head}))
         .collect();
-    if moved.is_empty() {
+    // the trail alone moving (refused logins, say) makes no checkpoint: it is pinned
+    // with the next run that moves, so a stream of refusals is not a stream of signatures
+    if moved.iter().all(|m| m["run"] == crate::audit::AUDIT) {
         return Ok(None);
     }
     let time = tally_common::evidence::now_rfc3339();
@@ -435,10 +437,16 @@ mod tests {
                 .await
                 .unwrap();
         }
+        assert_eq!(
+            checkpoint(log.as_ref(), &s).await.unwrap(),
+            None,
+            "the trail alone pins nothing"
+        );
+        log.start("r1", ev(json!({"event": "started"}))).await.unwrap();
         let c = checkpoint(log.as_ref(), &s)
             .await
             .unwrap()
-            .expect("the trail moved");
+            .expect("a run moved, and the trail with it");
         let export = export(log.as_ref()).await.unwrap();
         assert_eq!(failed(&verify(&export.join("\n"), &ca, Some(&c))), None);
         // the trail's first call rewritten and the trail re-chained

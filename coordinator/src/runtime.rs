@@ -138,7 +138,6 @@ fn ms_since_start(resume: &[Value]) -> Option<u64> {
 
 /// Runs `spec` between two agents (resuming from `opts.record`'s events, if any);
 /// never fails: errors become verdict `error`.
-/// Runs `spec` between two agents; never fails: errors become verdict `error`.
 pub async fn run(spec: &Spec, source: &dyn AgentApi, target: &dyn AgentApi, opts: &RunOptions) -> RunResult {
     let rt = Runtime {
         source,

@@ -1,7 +1,7 @@
 //! `tally serve`: the coordinator as a long-running service. An HTTPS API starts runs
 //! and returns their results; every finished run is kept in the hash-chained run store
 //! (store.rs) under `data_dir`, and every request that changes state, or tries to, in
-//! the hash-chained audit log beside it (audit.rs).
+//! the hash-chained audit trail in the run log (audit.rs).
 //!
 //! ```text
 //! GET  /healthz               open      liveness and readiness
@@ -13,7 +13,7 @@
 //! POST /v1/runs               operator  body: a spec (YAML or JSON) → 202 {"id": …}
 //! POST /v1/runs/{id}/cancel   operator  stops a running run: it is stored with verdict error,
 //!                                       code cancelled
-//! GET  /v1/audit              auditor   both chains: the run store's index and the audit log
+//! GET  /v1/audit              auditor   the run store's index (a group: every run's chain) and the audit trail
 //! GET, PUT, DELETE /v1/schedules[/{name}]  scheduled runs (schedules.rs beside this file)
 //! ```
 //!
@@ -98,6 +98,10 @@ struct ServeState {
     /// One checkpoint of the log at a time (after a run, or the minute's).
     checkpointing: Mutex<()>,
 }
+
+/// How long an audit event may take to commit: a leader cut off from its majority
+/// refuses the call rather than wait for the partition to heal.
+const AUDIT_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What a request to be audited tried: (method, path), the action, the run it names.
 #[derive(Debug, Clone, Copy)]
@@ -288,19 +292,53 @@ impl ServeState {
             replica: self.node.as_ref().map(|n| n.id),
             time: Some(now()),
         };
-        self.audit_event(event)
-            .await
-            // a call whose event is lost is refused (a write) or was refused anyway (a
-            // login): during an election this is routine, not a page
-            .inspect_err(|e| tracing::warn!(error = %e, "api: cannot write the audit trail"))
+        self.audit_event(event).await
     }
 
-    /// Writes `event` to the trail, here or, on a follower, through the leader.
+    /// Writes `event` to the trail: on the leader (or a single node) through the run
+    /// log, within [`AUDIT_WITHIN`]; a refusal answered by a follower is handed to the
+    /// leader. An accepted call is audited only where it is carried out, so a replica
+    /// that is not (or no longer) the leader records no "accepted" for a change it
+    /// will not make: the call is then refused.
     async fn audit_event(&self, event: Event) -> Result<(), String> {
-        match self.audit.record(event.clone()).await {
-            Ok(_) => Ok(()),
-            Err(crate::runlog::RunLogError::NotLeader { .. }) => cluster::forward_audit(self, event).await,
-            Err(e) => Err(e.to_string()),
+        let refusal = event.status >= 400;
+        let follower = self.node.as_ref().is_some_and(|n| !n.is_leader());
+        let outcome = if follower {
+            Err(crate::runlog::RunLogError::NotLeader { leader: None })
+        } else if !refusal {
+            // an accepted call reaches here only once a majority confirmed this leader
+            // (forward_if_follower): no deadline, which could leave an event committed
+            // after its call was refused
+            self.audit.record(event.clone()).await.map(|_| ())
+        } else {
+            // a refusal skips that confirmation (a failed login): a leader cut off from
+            // its majority would wait for the heal
+            match tokio::time::timeout(AUDIT_WITHIN, self.audit.record(event.clone())).await {
+                Ok(r) => r.map(|_| ()),
+                Err(_) => {
+                    let e = format!("no majority committed it within {AUDIT_WITHIN:?}");
+                    tracing::warn!(error = %e, "api: cannot write the audit trail");
+                    return Err(e);
+                }
+            }
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(crate::runlog::RunLogError::NotLeader { .. }) if refusal => {
+                cluster::forward_audit(self, event).await.inspect_err(
+                    |e| tracing::warn!(error = %e, "api: a refusal's audit event was not recorded"),
+                )
+            }
+            Err(crate::runlog::RunLogError::NotLeader { .. }) => {
+                let e = "this replica no longer leads the group".to_string();
+                tracing::warn!(error = %e, "api: cannot write the audit trail");
+                Err(e)
+            }
+            Err(e) => {
+                // the store itself: every audited call fails until someone looks
+                tracing::error!(error = %e, "api: cannot write the audit trail");
+                Err(e.to_string())
+            }
         }
     }
 
@@ -865,6 +903,10 @@ async fn get_run(
     Extension(caller): Extension<Caller>,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
+    // the log's own chains (the ledger, the audit trail) are no runs, and are not read
+    if crate::ledger::is_internal(&id) {
+        return error(StatusCode::NOT_FOUND, format!("no run {id}"));
+    }
     let running = state
         .running
         .lock()

@@ -368,6 +368,17 @@ fn the_audit_trail_is_the_same_on_every_replica_and_outlives_the_one_that_handle
     let (li, fi) = (l as usize - 1, l as usize % 3);
     let ti = 3 - li - fi;
     let f = &replicas[fi];
+    // the follower knows the leader before it is asked (else it has nobody to hand
+    // its events to)
+    let until = Instant::now() + Duration::from_secs(30);
+    while status(f).and_then(|s| s["leader"].as_u64()) != Some(l) {
+        assert!(
+            Instant::now() < until,
+            "replica {} does not name leader {l}",
+            f.id
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // refused by the follower itself: nobody logged in
     let (code, _) = request(
         f.api,
@@ -421,9 +432,14 @@ fn the_audit_trail_is_the_same_on_every_replica_and_outlives_the_one_that_handle
         }
     };
     let before = same_everywhere(&[&replicas[0], &replicas[1], &replicas[2]]);
-    assert_eq!(
-        before["seq"].as_u64().unwrap() as usize,
-        before["entries"].as_array().unwrap().len()
+    // exactly the two calls, each once: the refusal the follower answered (its own
+    // event, handed to the leader) and the forwarded one the leader answered
+    let entries = before["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{before:#}");
+    let named: Vec<u64> = entries.iter().map(|e| e["replica"].as_u64().unwrap()).collect();
+    assert!(
+        named.contains(&(fi as u64 + 1)) && named.contains(&l),
+        "{before:#}"
     );
     // the replica that handled both calls goes: nothing of the trail goes with it
     replicas[fi].kill();
@@ -434,6 +450,10 @@ fn the_audit_trail_is_the_same_on_every_replica_and_outlives_the_one_that_handle
     replicas[fi].start(&dir2);
     let all = same_everywhere(&[&replicas[0], &replicas[1], &replicas[2]]);
     assert_eq!(all["head"], before["head"]);
+    // and the leader, which wrote both events and answered the forwarded call, goes
+    replicas[li].kill();
+    let after = same_everywhere(&[&replicas[fi], &replicas[ti]]);
+    assert_eq!(after, before, "the trail after losing the leader, replica {l}");
 }
 
 /// The leader killed in each phase of a run and at random moments (issue 34 items 1
@@ -664,7 +684,8 @@ fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result
         std::thread::sleep(Duration::from_secs(1));
     }
     // no run started twice: every run the group holds is one of the ones asked for
-    let (code, listed) = replicas[0].get("/v1/runs?limit=100");
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    let (code, listed) = replicas[l as usize - 1].get("/v1/runs?limit=100");
     assert_eq!(code, 200, "{listed}");
     let held: BTreeSet<String> = listed["runs"]
         .as_array()
@@ -778,11 +799,23 @@ fn a_follower_killed_or_an_agent_restarted_mid_run_ends_exact_or_clear_and_signe
     let mut ids = BTreeSet::new();
 
     // a follower killed after level 1: nothing changes for the run
+    let unfinished = |replicas: &[Replica], id: &str| {
+        let q = format!(
+            "SELECT count(*) FROM sm_run_event WHERE run_id = '{id}' AND event LIKE '%\\\"event\\\":\\\"finished\\\"%'"
+        );
+        replicas
+            .iter()
+            .all(|r| matches!(tally_e2e::raft_db::value(&r.db, &q).as_str(), "" | "0"))
+    };
     let (id, cli, reader) = start();
     level_one(&replicas, &id);
     let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
     let fi = l as usize % 3;
     replicas[fi].kill();
+    assert!(
+        unfinished(&replicas, &id),
+        "run {id} had finished before the follower was killed"
+    );
     let out = cli.wait_with_output().unwrap();
     let log = reader.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -805,6 +838,11 @@ fn a_follower_killed_or_an_agent_restarted_mid_run_ends_exact_or_clear_and_signe
     // the target's agent killed after level 1 and started again at once
     let (id, cli, reader) = start();
     level_one(&replicas, &id);
+    d.agent("vpc2").guard.kill();
+    assert!(
+        unfinished(&replicas, &id),
+        "run {id} had finished before its agent was killed"
+    );
     d.restart_agent("vpc2");
     let out = cli.wait_with_output().unwrap();
     let log = reader.join().unwrap();

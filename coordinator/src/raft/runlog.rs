@@ -61,20 +61,21 @@ impl RaftRunLog {
         event: Map<String, Value>,
         new: bool,
     ) -> Result<Appended, RunLogError> {
-        let events = self.reader.run_events(run).await.map_err(store_err)?;
-        let head = match events.last() {
-            Some(v) if !new => line_hash(&line_of(run, v)?),
+        // the count and the last line only: a long chain (the audit trail) is not read
+        // whole for each append
+        let tail = self.reader.run_tail(run).await.map_err(store_err)?;
+        let (count, head) = match tail {
+            Some((n, v)) if !new => (n, line_hash(&line_of(run, &v)?)),
             Some(_) => {
                 return Err(RunLogError::Conflict {
                     run: run.to_string(),
                     seq: 1,
                 });
             }
-            None => GENESIS.to_string(),
+            None => (0, GENESIS.to_string()),
         };
         // a start is the run's event 0 whatever this replica has applied: the state
         // machine refuses it if another leader's start of the same run committed first
-        let count = events.len() as u64;
         let (seq, line) = next_line(run, count, &head, event)?;
         let head = line_hash(&line);
         let command = Command::AppendRunEvent {

@@ -207,6 +207,24 @@ impl StateReader {
             .collect()
     }
 
+    /// A run's event count and last event (`None` for a run with no events): what an
+    /// append needs, read without the run's other events.
+    pub async fn run_tail(&self, run_id: &str) -> Result<Option<(u64, serde_json::Value)>, RaftStoreError> {
+        let row =
+            sqlx::query("SELECT seq, event FROM sm_run_event WHERE run_id = ? ORDER BY seq DESC LIMIT 1")
+                .bind(run_id)
+                .fetch_optional(&self.db.read)
+                .await?;
+        row.map(|row| {
+            let last: i64 = row.try_get(0)?;
+            Ok((
+                from_sql_int(last)? + 1,
+                serde_json::from_str(row.try_get::<&str, _>(1)?)?,
+            ))
+        })
+        .transpose()
+    }
+
     /// Every run's id, event count and last event, by run id (run ids start with the
     /// hex milliseconds of their start, so this is start order).
     pub async fn run_heads(&self) -> Result<Vec<(String, u64, serde_json::Value)>, RaftStoreError> {

@@ -318,8 +318,16 @@ impl Forwarded for ForwardTo {
                 Ok(e) => e,
                 Err(e) => return answer(400, serde_json::json!({"error": format!("audit event: {e}")})),
             };
+            // only refusals a follower answered itself come this way: an accepted call
+            // is audited by the leader that carries it out
+            if event.status < 400 {
+                return answer(
+                    400,
+                    serde_json::json!({"error": "only a refusal's audit event is forwarded"}),
+                );
+            }
             return match state.audit.record(event).await {
-                Ok(e) => answer(200, serde_json::json!({"seq": e.seq})),
+                Ok(seq) => answer(200, serde_json::json!({"seq": seq})),
                 Err(e) => answer(503, serde_json::json!({"error": e.to_string()})),
             };
         }

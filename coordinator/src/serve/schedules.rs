@@ -337,6 +337,9 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
             return;
         }
     }
+    // after the start, which decides whether this replica starts the tick at all: a
+    // leader that dies between the two leaves the run without its audit event, but the
+    // run's own `started` event names the schedule and the tick
     let _ = state
         .record(
             Some(&caller),
