@@ -123,6 +123,9 @@ impl Refusal {
                 C::InvalidPurpose | C::InvalidPurposeContext { .. } => Refusal::WrongUsage,
                 _ => Refusal::Other(e.to_string()),
             },
+            rustls::Error::AlertReceived(_) => {
+                Refusal::Other(format!("the client refused this agent's certificate: {e}"))
+            }
             _ => Refusal::Other(e.to_string()),
         }
     }

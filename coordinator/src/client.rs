@@ -3,6 +3,7 @@
 //! Requests and answers are the domain types of `tally_common::wire`; the proto
 //! messages stop here, and an answer that does not convert is a `MalformedAnswer`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tally_common::wire::measures::{MeasuresRequest, MeasuresResponse};
@@ -27,6 +28,107 @@ pub struct Agent {
     pub name: String,
     pub endpoint: String,
     client: AgentClient<Channel>,
+    /// Names the cause when a call fails at the TLS handshake (`None` when the material
+    /// does not make a rustls config: the channel then fails on its own terms).
+    probe: Option<Arc<HandshakeProbe>>,
+}
+
+/// A TLS handshake of its own with the agent, made only after a call failed in
+/// transport: tonic and hyper surface a refused client certificate as "transport
+/// error" or "operation was canceled" (the agent's alert is lost when the refusal
+/// arrives while the request is in flight, as it does with TLS 1.3), so the
+/// coordinator shakes hands once more, alone, and reads the alert or the refusal.
+struct HandshakeProbe {
+    config: Arc<rustls::ClientConfig>,
+    host: String,
+    port: u16,
+    not_after: Option<String>,
+}
+
+impl std::fmt::Debug for HandshakeProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeProbe")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Each step of the probe (connect, handshake, the agent's first answer) waits this long.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl HandshakeProbe {
+    fn new(endpoint: &str, tls: &TlsMaterial) -> Option<HandshakeProbe> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
+        let host = uri
+            .host()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&tls.ca) {
+            roots.add(c.ok()?).ok()?;
+        }
+        let chain = CertificateDer::pem_slice_iter(&tls.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        let key = PrivateKeyDer::from_pem_slice(&tls.key).ok()?;
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .ok()?
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .ok()?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Some(HandshakeProbe {
+            config: Arc::new(config),
+            host,
+            port,
+            not_after: tally_common::pki::pem_not_after(&tls.cert),
+        })
+    }
+
+    /// The handshake's cause of failure, or `None` when it goes through (or the agent
+    /// cannot be reached at all: not a TLS matter).
+    async fn cause(&self) -> Option<String> {
+        use tokio::io::AsyncReadExt;
+        let sides = crate::tls_refusal::Sides {
+            peer: "the agent",
+            ours: "the coordinator's certificate (tls.cert)",
+            our_ca: "the coordinator's tls.ca",
+            our_not_after: self.not_after.clone(),
+        };
+        let named = |e: std::io::Error| {
+            crate::tls_refusal::rustls_error(&e).map(|r| crate::tls_refusal::cause(r, &sides))
+        };
+        let tcp = tokio::time::timeout(
+            PROBE_TIMEOUT,
+            tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let name = rustls::pki_types::ServerName::try_from(self.host.clone()).ok()?;
+        let connect = tokio_rustls::TlsConnector::from(self.config.clone()).connect(name, tcp);
+        let mut tls = match tokio::time::timeout(PROBE_TIMEOUT, connect).await.ok()? {
+            Ok(tls) => tls,
+            Err(e) => return named(e),
+        };
+        // with TLS 1.3 the agent checks the client certificate after this side's part
+        // of the handshake: its refusal is the first thing read
+        let mut first = [0u8; 64];
+        match tokio::time::timeout(PROBE_TIMEOUT, tls.read(&mut first))
+            .await
+            .ok()?
+        {
+            Err(e) => named(e),
+            Ok(_) => None,
+        }
+    }
 }
 
 /// PEM material for the coordinator's side of mutual TLS.
@@ -97,11 +199,30 @@ impl Agent {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
             client: AgentClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
+            probe: HandshakeProbe::new(endpoint, tls).map(Arc::new),
         })
     }
 
     fn error(&self, rpc: &str, s: Status) -> RunError {
         run_error(&self.name, &self.endpoint, rpc, s)
+    }
+
+    /// A call's last error; one that failed in transport is checked for a refused TLS
+    /// handshake, whose cause the run's error then names.
+    async fn final_error(&self, rpc: &str, s: Status) -> RunError {
+        if failed_in_transport(&s)
+            && let Some(probe) = &self.probe
+            && let Some(cause) = probe.cause().await
+        {
+            tracing::warn!(agent = %self.name, rpc, status = %s, "the TLS handshake with the agent failed: {cause}");
+            return RunError::Unreachable {
+                agent: self.name.clone(),
+                endpoint: self.endpoint.clone(),
+                rpc: rpc.into(),
+                message: format!("TLS handshake refused: {cause}"),
+            };
+        }
+        self.error(rpc, s)
     }
 
     /// Runs `call` with retries of transient failures and backoff.
@@ -119,7 +240,7 @@ impl Agent {
                     tokio::time::sleep(delay).await;
                     delay *= 4;
                 }
-                Err(s) => return Err(self.error(rpc, s)),
+                Err(s) => return Err(self.final_error(rpc, s).await),
             }
         }
         unreachable!("the last attempt returns")
@@ -272,6 +393,18 @@ pub fn run_error(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError 
             code: format!("{c:?}"),
             message,
         },
+    }
+}
+
+/// A failure of the connection rather than an answer of the agent: where a refused
+/// TLS handshake shows (tonic: Unknown "transport error", Unavailable, or Cancelled
+/// when the connection closed under a request).
+fn failed_in_transport(s: &Status) -> bool {
+    match s.code() {
+        Code::Unknown => s.message().contains("transport") || s.message().is_empty(),
+        Code::Unavailable => !tally_engine::error::is_database_unavailable(s.message()),
+        Code::Cancelled => true,
+        _ => false,
     }
 }
 

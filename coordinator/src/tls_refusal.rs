@@ -1,0 +1,119 @@
+//! The cause of a failed TLS handshake in words the operator can act on, by class:
+//! `unknown CA`, `expired`, `wrong usage`, `no client certificate` (what the agent's
+//! log names for the same refusal), or the certificate of the other side that this
+//! side refused. Used for the coordinator's calls to agents (client.rs).
+
+use rustls::{AlertDescription as A, CertificateError as C, Error};
+
+/// Who is who in a handshake's message.
+#[derive(Debug, Clone)]
+pub struct Sides<'a> {
+    /// The other side, e.g. `the agent`.
+    pub peer: &'a str,
+    /// This side's certificate, e.g. `the coordinator's certificate (tls.cert)`.
+    pub ours: &'a str,
+    /// The CA file this side trusts, e.g. `tls.ca`.
+    pub our_ca: &'a str,
+    /// This side's certificate's notAfter, for an expired one.
+    pub our_not_after: Option<String>,
+}
+
+fn rfc3339(t: rustls::pki_types::UnixTime) -> String {
+    time::OffsetDateTime::from_unix_timestamp(t.as_secs() as i64)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| format!("{} s after the epoch", t.as_secs()))
+}
+
+/// The cause of `e`, a rustls error of this side's handshake: an alert the peer sent
+/// (it refused this side's certificate) or this side's refusal of the peer's.
+pub fn cause(e: &Error, s: &Sides) -> String {
+    let Sides {
+        peer, ours, our_ca, ..
+    } = s;
+    match e {
+        Error::AlertReceived(A::UnknownCA) => {
+            format!("unknown CA: {peer} does not trust {ours}: it is not signed by a CA in {peer}'s tls.ca")
+        }
+        Error::AlertReceived(A::CertificateExpired) => format!(
+            "expired: {peer} refused {ours} as expired or not yet valid{}",
+            s.our_not_after
+                .as_ref()
+                .map(|t| format!(" (notAfter {t})"))
+                .unwrap_or_default()
+        ),
+        Error::AlertReceived(A::UnsupportedCertificate) => format!(
+            "wrong usage: {peer} refused {ours}: it is not a client certificate (it needs the ClientAuth extended key usage)"
+        ),
+        Error::AlertReceived(A::CertificateRequired) => {
+            format!("no client certificate: {peer} requires one")
+        }
+        Error::AlertReceived(a) => format!("{peer} refused the handshake (alert {a:?})"),
+        Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => format!(
+                "unknown CA: {peer}'s certificate is not signed by a CA in {our_ca}, so this side does not trust it"
+            ),
+            C::Expired => format!("expired: {peer}'s certificate is expired"),
+            C::ExpiredContext { not_after, .. } => format!(
+                "expired: {peer}'s certificate expired (notAfter {})",
+                rfc3339(*not_after)
+            ),
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                format!("expired: {peer}'s certificate is not valid yet")
+            }
+            C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+                "{peer}'s certificate is not valid for the endpoint's host name (its SANs must name it): {e}"
+            ),
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => format!(
+                "wrong usage: {peer}'s certificate is not a server certificate (it needs the ServerAuth extended key usage)"
+            ),
+            _ => format!("{peer}'s certificate was refused: {e}"),
+        },
+        _ => format!("TLS handshake failed: {e}"),
+    }
+}
+
+/// The rustls error inside an I/O error of a TLS stream, if it is one.
+pub fn rustls_error(e: &std::io::Error) -> Option<&Error> {
+    e.get_ref().and_then(|i| i.downcast_ref::<Error>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_class_names_its_own_cause() {
+        let s = Sides {
+            peer: "the agent",
+            ours: "the coordinator's certificate (tls.cert)",
+            our_ca: "tls.ca",
+            our_not_after: Some("2026-01-01T00:00:00Z".into()),
+        };
+        let unknown = cause(&Error::AlertReceived(A::UnknownCA), &s);
+        assert!(
+            unknown.starts_with("unknown CA: the agent does not trust"),
+            "{unknown}"
+        );
+        assert!(!unknown.contains("expired"), "{unknown}");
+        let expired = cause(&Error::AlertReceived(A::CertificateExpired), &s);
+        assert!(
+            expired.starts_with("expired:") && expired.contains("notAfter 2026-01-01T00:00:00Z"),
+            "{expired}"
+        );
+        assert!(!expired.contains("CA"), "{expired}");
+        let usage = cause(&Error::AlertReceived(A::UnsupportedCertificate), &s);
+        assert!(
+            usage.starts_with("wrong usage:") && usage.contains("ClientAuth"),
+            "{usage}"
+        );
+        // this side refusing the agent's certificate names the agent's, not ours
+        let theirs = cause(&Error::InvalidCertificate(C::UnknownIssuer), &s);
+        assert!(
+            theirs.starts_with("unknown CA: the agent's certificate") && theirs.contains("tls.ca"),
+            "{theirs}"
+        );
+        let theirs = cause(&Error::InvalidCertificate(C::Expired), &s);
+        assert!(theirs.starts_with("expired: the agent's certificate"), "{theirs}");
+    }
+}
