@@ -33,11 +33,9 @@ pub struct Agent {
     probe: Option<Arc<HandshakeProbe>>,
 }
 
-/// A TLS handshake of its own with the agent, made only after a call failed in
-/// transport: tonic and hyper surface a refused client certificate as "transport
-/// error" or "operation was canceled" (the agent's alert is lost when the refusal
-/// arrives while the request is in flight, as it does with TLS 1.3), so the
-/// coordinator shakes hands once more, alone, and reads the alert or the refusal.
+/// A TLS handshake of its own with the agent (`tls_refusal::probe`), made only after a
+/// call failed in transport: tonic surfaces a refused client certificate as
+/// "transport error" or "operation was canceled".
 struct HandshakeProbe {
     config: Arc<rustls::ClientConfig>,
     host: String,
@@ -95,39 +93,13 @@ impl HandshakeProbe {
     /// The handshake's cause of failure, or `None` when it goes through (or the agent
     /// cannot be reached at all: not a TLS matter).
     async fn cause(&self) -> Option<String> {
-        use tokio::io::AsyncReadExt;
         let sides = crate::tls_refusal::Sides {
             peer: "the agent",
             ours: "the coordinator's certificate (tls.cert)",
             our_ca: "the coordinator's tls.ca",
             our_not_after: self.not_after.clone(),
         };
-        let named = |e: std::io::Error| {
-            crate::tls_refusal::rustls_error(&e).map(|r| crate::tls_refusal::cause(r, &sides))
-        };
-        let tcp = tokio::time::timeout(
-            PROBE_TIMEOUT,
-            tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        let name = rustls::pki_types::ServerName::try_from(self.host.clone()).ok()?;
-        let connect = tokio_rustls::TlsConnector::from(self.config.clone()).connect(name, tcp);
-        let mut tls = match tokio::time::timeout(PROBE_TIMEOUT, connect).await.ok()? {
-            Ok(tls) => tls,
-            Err(e) => return named(e),
-        };
-        // with TLS 1.3 the agent checks the client certificate after this side's part
-        // of the handshake: its refusal is the first thing read
-        let mut first = [0u8; 64];
-        match tokio::time::timeout(PROBE_TIMEOUT, tls.read(&mut first))
-            .await
-            .ok()?
-        {
-            Err(e) => named(e),
-            Ok(_) => None,
-        }
+        crate::tls_refusal::probe(self.config.clone(), &self.host, self.port, &sides, PROBE_TIMEOUT).await
     }
 }
 

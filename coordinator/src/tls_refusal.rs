@@ -1,7 +1,8 @@
 //! The cause of a failed TLS handshake in words the operator can act on, by class:
 //! `unknown CA`, `expired`, `wrong usage`, `no client certificate` (what the agent's
 //! log names for the same refusal), or the certificate of the other side that this
-//! side refused. Used for the coordinator's calls to agents (client.rs).
+//! side refused. Used for the coordinator's calls to agents (client.rs) and the CLI's calls to the
+//! API (api_client.rs).
 
 use rustls::{AlertDescription as A, CertificateError as C, Error};
 
@@ -76,6 +77,55 @@ pub fn cause(e: &Error, s: &Sides) -> String {
 /// The rustls error inside an I/O error of a TLS stream, if it is one.
 pub fn rustls_error(e: &std::io::Error) -> Option<&Error> {
     e.get_ref().and_then(|i| i.downcast_ref::<Error>())
+}
+
+/// The first rustls error in `e`'s chain of sources (directly or inside an I/O error).
+pub fn find_rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e Error> {
+    let mut at = Some(e);
+    while let Some(x) = at {
+        if let Some(r) = x.downcast_ref::<Error>() {
+            return Some(r);
+        }
+        if let Some(r) = x.downcast_ref::<std::io::Error>().and_then(rustls_error) {
+            return Some(r);
+        }
+        at = x.source();
+    }
+    None
+}
+
+/// One TLS handshake of this side's own with `host:port` after a connection failed
+/// without saying why: tonic and hyper often lose the peer's alert (with TLS 1.3 a
+/// client certificate is refused after the client's part of the handshake, while a
+/// request is already under way). Reads the peer's refusal or this side's, and names
+/// its cause; `None` when the handshake goes through or the peer cannot be reached
+/// (not a TLS matter). Each step waits `wait` at most.
+pub async fn probe(
+    config: std::sync::Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    sides: &Sides<'_>,
+    wait: std::time::Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let named = |e: std::io::Error| rustls_error(&e).map(|r| cause(r, sides));
+    let tcp = tokio::time::timeout(wait, tokio::net::TcpStream::connect((host, port)))
+        .await
+        .ok()?
+        .ok()?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+    let connect = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+    let mut tls = match tokio::time::timeout(wait, connect).await.ok()? {
+        Ok(tls) => tls,
+        Err(e) => return named(e),
+    };
+    // with TLS 1.3 the peer checks this side's certificate after this side's part of
+    // the handshake: its refusal is the first thing read
+    let mut first = [0u8; 64];
+    match tokio::time::timeout(wait, tls.read(&mut first)).await.ok()? {
+        Err(e) => named(e),
+        Ok(_) => None,
+    }
 }
 
 #[cfg(test)]
