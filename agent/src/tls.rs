@@ -305,7 +305,30 @@ pub fn allow_list(allowed: AllowedClients) -> impl Fn(Request<()>) -> Result<Req
 
 #[cfg(test)]
 mod tests {
-    use super::cert_names;
+    use super::{Refusal, cert_names};
+
+    #[test]
+    fn a_refusal_is_named_by_its_class() {
+        use rustls::pki_types::UnixTime;
+        use rustls::{CertificateError as C, Error as E};
+        let class = |e: E| Refusal::of(&e).to_string();
+        assert_eq!(class(E::InvalidCertificate(C::UnknownIssuer)), "unknown CA");
+        assert_eq!(class(E::InvalidCertificate(C::Expired)), "expired");
+        assert_eq!(
+            class(E::InvalidCertificate(C::ExpiredContext {
+                time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_800_000_000)),
+                not_after: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_700_000_000)),
+            })),
+            "expired (notAfter 2023-11-14T22:13:20Z)"
+        );
+        assert!(class(E::InvalidCertificate(C::NotValidYet)).starts_with("expired"));
+        assert_eq!(class(E::InvalidCertificate(C::InvalidPurpose)), "wrong usage");
+        assert_eq!(class(E::NoCertificatesPresented), "no client certificate");
+        assert_eq!(
+            class(E::InvalidCertificate(C::BadSignature)),
+            "other: invalid peer certificate: BadSignature"
+        );
+    }
 
     fn der(cn: &str, sans: &[&str]) -> Vec<u8> {
         let mut p =
