@@ -372,6 +372,21 @@ pub fn run_error(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError 
 /// TLS handshake shows (tonic: Unknown "transport error", Unavailable, or Cancelled
 /// when the connection closed under a request).
 fn failed_in_transport(s: &Status) -> bool {
+    // a link that went silent (a keep-alive or a connect that timed out) is no refusal,
+    // and a handshake made to check would only wait out its own timeout
+    let mut chain = format!("{} {:?}", s.message(), s.code());
+    let mut at = std::error::Error::source(s);
+    while let Some(e) = at {
+        chain.push_str(&format!(" {e} {e:?}"));
+        at = e.source();
+    }
+    let chain = chain.to_lowercase();
+    if ["timed out", "timedout", "keep-alive", "keepalive"]
+        .iter()
+        .any(|k| chain.contains(k))
+    {
+        return false;
+    }
     match s.code() {
         Code::Unknown => s.message().contains("transport") || s.message().is_empty(),
         Code::Unavailable => !tally_engine::error::is_database_unavailable(s.message()),
@@ -490,5 +505,18 @@ mod tests {
         let e = run_error("dc1", "https://a:1", "Aggregate", db("connection refused"));
         assert_eq!(e.code(), "database_unavailable");
         assert!(e.to_string().contains("agent dc1"), "{e}");
+    }
+
+    #[test]
+    fn only_a_connection_that_failed_without_timing_out_is_checked_for_a_tls_refusal() {
+        assert!(failed_in_transport(&Status::unknown("transport error")));
+        assert!(failed_in_transport(&Status::cancelled("operation was canceled")));
+        assert!(failed_in_transport(&Status::unavailable("tcp connect error")));
+        assert!(!failed_in_transport(&Status::unavailable("keep-alive timed out")));
+        assert!(!failed_in_transport(&Status::deadline_exceeded("late")));
+        assert!(!failed_in_transport(&Status::unavailable(
+            "database of dataset orders unavailable (connection refused)"
+        )));
+        assert!(!failed_in_transport(&Status::permission_denied("policy")));
     }
 }

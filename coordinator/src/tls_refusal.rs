@@ -94,6 +94,9 @@ pub fn find_rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option
     None
 }
 
+/// The longest the probe waits for its TCP connection.
+const PROBE_CONNECT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One TLS handshake of this side's own with `host:port` after a connection failed
 /// without saying why: tonic and hyper often lose the peer's alert (with TLS 1.3 a
 /// client certificate is refused after the client's part of the handshake, while a
@@ -109,10 +112,15 @@ pub async fn probe(
 ) -> Option<String> {
     use tokio::io::AsyncReadExt;
     let named = |e: std::io::Error| rustls_error(&e).map(|r| cause(r, sides));
-    let tcp = tokio::time::timeout(wait, tokio::net::TcpStream::connect((host, port)))
-        .await
-        .ok()?
-        .ok()?;
+    // a peer that refuses a handshake answers a connect at once: a cut link is not
+    // waited for long
+    let tcp = tokio::time::timeout(
+        wait.min(PROBE_CONNECT),
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    .ok()?
+    .ok()?;
     let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
     let connect = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
     let mut tls = match tokio::time::timeout(wait, connect).await.ok()? {
