@@ -74,7 +74,7 @@ pub struct Bound {
     pub addr: SocketAddr,
     listener: TcpListener,
     service: AgentService,
-    tls: tonic::transport::ServerTlsConfig,
+    tls: Arc<rustls::ServerConfig>,
     allowed: crate::config::AllowedClients,
 }
 
@@ -122,7 +122,7 @@ pub fn service(cfg: &AgentConfig, config_path: &Path) -> Result<AgentService, Ag
 
 /// Binds the listener (port 0 picks a free port) and prepares the service.
 pub async fn bind(cfg: &AgentConfig, config_path: &Path) -> Result<Bound, AgentError> {
-    let tls = tls::server_tls(&cfg.tls)?;
+    let tls = tls::server_config(&cfg.tls)?;
     let service = service(cfg, config_path)?;
     if cfg.tls.allowed_clients == crate::config::AllowedClients::Any {
         tracing::warn!(
@@ -151,14 +151,11 @@ impl Bound {
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), AgentError> {
         let svc = AgentServer::with_interceptor(self.service, tls::allow_list(self.allowed));
+        // the handshakes are the agent's own (tls::Incoming), so a refused client is
+        // logged with its reason; tonic serves the established streams
         Server::builder()
-            .tls_config(self.tls)
-            .map_err(|e| AgentError::Config(format!("tls: {e}")))?
             .add_service(svc)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(self.listener),
-                shutdown,
-            )
+            .serve_with_incoming_shutdown(tls::Incoming::new(self.listener, self.tls), shutdown)
             .await
             .map_err(|e| AgentError::Config(format!("server: {e}")))
     }

@@ -153,6 +153,35 @@ impl Ca {
         extra_sans: &[String],
         usages: Vec<ExtendedKeyUsagePurpose>,
     ) -> Result<Pem, PkiError> {
+        let now = time::OffsetDateTime::now_utc();
+        let validity = (now - time::Duration::hours(1), now + time::Duration::days(397));
+        self.leaf(name, role, extra_sans, usages, validity)
+    }
+
+    /// [`Ca::issue`] valid from `not_before` to `not_after`: an expired (or not yet
+    /// valid) certificate, for tests of what agents refuse.
+    pub fn issue_valid(
+        &self,
+        name: &str,
+        role: Role,
+        not_before: time::OffsetDateTime,
+        not_after: time::OffsetDateTime,
+    ) -> Result<Pem, PkiError> {
+        let usages = match role {
+            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
+        self.leaf(name, role, &[], usages, (not_before, not_after))
+    }
+
+    fn leaf(
+        &self,
+        name: &str,
+        role: Role,
+        extra_sans: &[String],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+        (not_before, not_after): (time::OffsetDateTime, time::OffsetDateTime),
+    ) -> Result<Pem, PkiError> {
         check_name(name)?;
         let mut sans = vec![name.to_string()];
         if role == Role::Server {
@@ -175,8 +204,8 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = usages;
-        params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
-        params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(397);
+        params.not_before = not_before;
+        params.not_after = not_after;
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Pem {
@@ -273,6 +302,16 @@ pub fn init_dir(out: &Path, agents: &[AgentLeaf]) -> Result<Vec<FileOutcome>, Pk
         outcomes.push(FileOutcome::Written(zone));
     }
     Ok(outcomes)
+}
+
+/// The notAfter of the first certificate of a PEM file, RFC 3339 (`None` when it does
+/// not parse): what a message about an expired certificate shows.
+pub fn pem_not_after(pem: &[u8]) -> Option<String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let (_, cert) = X509Certificate::from_der(&block.contents).ok()?;
+    let t = time::OffsetDateTime::from_unix_timestamp(cert.validity().not_after.timestamp()).ok()?;
+    t.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
 /// The names a certificate is known by: its DNS SANs, or its common name when it has

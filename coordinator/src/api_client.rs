@@ -25,6 +25,8 @@ use tally_engine::result::{LevelOut, RunResult};
 
 /// A connection that is not up by then is reported unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Each step of the handshake made to name a refusal's cause (`tls_refusal::probe`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// An answer that takes longer than this is a failed request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Between two polls of a running run.
@@ -79,6 +81,18 @@ pub struct ApiClient {
     port: u16,
     tls: Option<(Arc<rustls::ClientConfig>, String)>,
     token: Option<String>,
+    /// The notAfter of `--cert`, for a refusal of it as expired.
+    cert_not_after: Option<String>,
+}
+
+/// Who is who when the API refuses the CLI's handshake.
+fn sides(cert_not_after: Option<String>) -> crate::tls_refusal::Sides<'static> {
+    crate::tls_refusal::Sides {
+        peer: "the server",
+        ours: "--cert",
+        our_ca: "--ca",
+        our_not_after: cert_not_after,
+    }
 }
 
 /// What a poll of a run found.
@@ -174,12 +188,18 @@ impl ApiClient {
             }
             None
         };
+        let cert_not_after = opts
+            .cert
+            .as_ref()
+            .and_then(|(c, _)| std::fs::read(c).ok())
+            .and_then(|pem| tally_common::pki::pem_not_after(&pem));
         Ok(ApiClient {
             server: format!("{}://{authority}", if https { "https" } else { "http" }),
             host,
             port,
             tls,
             token: opts.token,
+            cert_not_after,
         })
     }
 
@@ -212,21 +232,41 @@ impl ApiClient {
             .connect(name, tcp)
             .await
             .map_err(|e| self.handshake_error(e, ca))?;
-        self.exchange(tls, method, path, body).await
+        match self.exchange(tls, method, path, body).await {
+            // the connection failed without saying why: a client certificate refused
+            // after the handshake (TLS 1.3) often shows only as "operation was canceled"
+            Err(ApiError::Protocol { server, reason }) => {
+                let sides = sides(self.cert_not_after.clone());
+                match crate::tls_refusal::probe(cfg.clone(), &self.host, self.port, &sides, PROBE_TIMEOUT)
+                    .await
+                {
+                    Some(refusal) => Err(ApiError::Handshake {
+                        server,
+                        reason: refusal,
+                    }),
+                    None => Err(ApiError::Protocol { server, reason }),
+                }
+            }
+            other => other,
+        }
     }
 
     fn handshake_error(&self, e: std::io::Error, ca: &str) -> ApiError {
         let reason = e.to_string();
         match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-            Some(rustls::Error::InvalidCertificate(_)) => ApiError::Untrusted {
-                server: self.server.clone(),
-                ca: ca.to_string(),
-                reason,
-            },
-            Some(rustls::Error::AlertReceived(_)) => ApiError::Handshake {
-                server: self.server.clone(),
-                reason: format!("{reason} (the server refused the connection: is --cert from the API's CA?)"),
-            },
+            Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) => {
+                ApiError::Untrusted {
+                    server: self.server.clone(),
+                    ca: ca.to_string(),
+                    reason,
+                }
+            }
+            Some(r @ (rustls::Error::InvalidCertificate(_) | rustls::Error::AlertReceived(_))) => {
+                ApiError::Handshake {
+                    server: self.server.clone(),
+                    reason: crate::tls_refusal::cause(r, &sides(self.cert_not_after.clone())),
+                }
+            }
             Some(_) => ApiError::Handshake {
                 server: self.server.clone(),
                 reason,
@@ -254,10 +294,13 @@ impl ApiClient {
                 .await
                 .map_err(|e| proto(&e))?;
             // drives the connection; ends when the answer is read and the connection closes
-            let (conn_err_tx, conn_err) = tokio::sync::oneshot::channel::<String>();
+            let (conn_err_tx, conn_err) = tokio::sync::oneshot::channel::<(String, Option<String>)>();
+            let not_after = self.cert_not_after.clone();
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
-                    let _ = conn_err_tx.send(format!("{e} ({e:?})"));
+                    let refusal = crate::tls_refusal::find_rustls_error(&e)
+                        .map(|r| crate::tls_refusal::cause(r, &sides(not_after)));
+                    let _ = conn_err_tx.send((format!("{e} ({e:?})"), refusal));
                 }
             });
             let mut req = Request::builder()
@@ -279,14 +322,15 @@ impl ApiClient {
                         .await
                         .ok()
                         .and_then(Result::ok);
-                    return Err(proto(&match why {
+                    return Err(match why {
                         // TLS 1.3 refuses a client certificate after the handshake
-                        Some(w) if w.contains("AlertReceived") => format!(
-                            "{e}: {w}: the server refused the connection: is --cert from the API's CA?"
-                        ),
-                        Some(w) => format!("{e}: {w}"),
-                        None => e.to_string(),
-                    }));
+                        Some((_, Some(refusal))) => ApiError::Handshake {
+                            server: self.server.clone(),
+                            reason: refusal,
+                        },
+                        Some((w, None)) => proto(&format!("{e}: {w}")),
+                        None => proto(&e),
+                    });
                 }
             };
             let status = resp.status().as_u16();

@@ -3,6 +3,7 @@
 //! Requests and answers are the domain types of `tally_common::wire`; the proto
 //! messages stop here, and an answer that does not convert is a `MalformedAnswer`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tally_common::wire::measures::{MeasuresRequest, MeasuresResponse};
@@ -27,6 +28,79 @@ pub struct Agent {
     pub name: String,
     pub endpoint: String,
     client: AgentClient<Channel>,
+    /// Names the cause when a call fails at the TLS handshake (`None` when the material
+    /// does not make a rustls config: the channel then fails on its own terms).
+    probe: Option<Arc<HandshakeProbe>>,
+}
+
+/// A TLS handshake of its own with the agent (`tls_refusal::probe`), made only after a
+/// call failed in transport: tonic surfaces a refused client certificate as
+/// "transport error" or "operation was canceled".
+struct HandshakeProbe {
+    config: Arc<rustls::ClientConfig>,
+    host: String,
+    port: u16,
+    not_after: Option<String>,
+}
+
+impl std::fmt::Debug for HandshakeProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeProbe")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Each step of the probe (connect, handshake, the agent's first answer) waits this long.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl HandshakeProbe {
+    fn new(endpoint: &str, tls: &TlsMaterial) -> Option<HandshakeProbe> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
+        let host = uri
+            .host()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&tls.ca) {
+            roots.add(c.ok()?).ok()?;
+        }
+        let chain = CertificateDer::pem_slice_iter(&tls.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        let key = PrivateKeyDer::from_pem_slice(&tls.key).ok()?;
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .ok()?
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .ok()?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Some(HandshakeProbe {
+            config: Arc::new(config),
+            host,
+            port,
+            not_after: tally_common::pki::pem_not_after(&tls.cert),
+        })
+    }
+
+    /// The handshake's cause of failure, or `None` when it goes through (or the agent
+    /// cannot be reached at all: not a TLS matter).
+    async fn cause(&self) -> Option<String> {
+        let sides = crate::tls_refusal::Sides {
+            peer: "the agent",
+            ours: "the coordinator's certificate (tls.cert)",
+            our_ca: "the coordinator's tls.ca",
+            our_not_after: self.not_after.clone(),
+        };
+        crate::tls_refusal::probe(self.config.clone(), &self.host, self.port, &sides, PROBE_TIMEOUT).await
+    }
 }
 
 /// PEM material for the coordinator's side of mutual TLS.
@@ -97,11 +171,30 @@ impl Agent {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
             client: AgentClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
+            probe: HandshakeProbe::new(endpoint, tls).map(Arc::new),
         })
     }
 
     fn error(&self, rpc: &str, s: Status) -> RunError {
         run_error(&self.name, &self.endpoint, rpc, s)
+    }
+
+    /// A call's last error; one that failed in transport is checked for a refused TLS
+    /// handshake, whose cause the run's error then names.
+    async fn final_error(&self, rpc: &str, s: Status) -> RunError {
+        if failed_in_transport(&s)
+            && let Some(probe) = &self.probe
+            && let Some(cause) = probe.cause().await
+        {
+            tracing::warn!(agent = %self.name, rpc, status = %s, "the TLS handshake with the agent failed: {cause}");
+            return RunError::Unreachable {
+                agent: self.name.clone(),
+                endpoint: self.endpoint.clone(),
+                rpc: rpc.into(),
+                message: format!("TLS handshake refused: {cause}"),
+            };
+        }
+        self.error(rpc, s)
     }
 
     /// Runs `call` with retries of transient failures and backoff.
@@ -119,7 +212,7 @@ impl Agent {
                     tokio::time::sleep(delay).await;
                     delay *= 4;
                 }
-                Err(s) => return Err(self.error(rpc, s)),
+                Err(s) => return Err(self.final_error(rpc, s).await),
             }
         }
         unreachable!("the last attempt returns")
@@ -275,6 +368,33 @@ pub fn run_error(agent: &str, endpoint: &str, rpc: &str, s: Status) -> RunError 
     }
 }
 
+/// A failure of the connection rather than an answer of the agent: where a refused
+/// TLS handshake shows (tonic: Unknown "transport error", Unavailable, or Cancelled
+/// when the connection closed under a request).
+fn failed_in_transport(s: &Status) -> bool {
+    // a link that went silent (a keep-alive or a connect that timed out) is no refusal,
+    // and a handshake made to check would only wait out its own timeout
+    let mut chain = format!("{} {:?}", s.message(), s.code());
+    let mut at = std::error::Error::source(s);
+    while let Some(e) = at {
+        chain.push_str(&format!(" {e} {e:?}"));
+        at = e.source();
+    }
+    let chain = chain.to_lowercase();
+    if ["timed out", "timedout", "keep-alive", "keepalive"]
+        .iter()
+        .any(|k| chain.contains(k))
+    {
+        return false;
+    }
+    match s.code() {
+        Code::Unknown => s.message().contains("transport") || s.message().is_empty(),
+        Code::Unavailable => !tally_engine::error::is_database_unavailable(s.message()),
+        Code::Cancelled => true,
+        _ => false,
+    }
+}
+
 fn is_transient(s: &Status) -> bool {
     // a database that refused the agent (or its login, TLS or host name failed) is
     // reported at once, not asked again three times over; one that was slow to answer,
@@ -385,5 +505,18 @@ mod tests {
         let e = run_error("dc1", "https://a:1", "Aggregate", db("connection refused"));
         assert_eq!(e.code(), "database_unavailable");
         assert!(e.to_string().contains("agent dc1"), "{e}");
+    }
+
+    #[test]
+    fn only_a_connection_that_failed_without_timing_out_is_checked_for_a_tls_refusal() {
+        assert!(failed_in_transport(&Status::unknown("transport error")));
+        assert!(failed_in_transport(&Status::cancelled("operation was canceled")));
+        assert!(failed_in_transport(&Status::unavailable("tcp connect error")));
+        assert!(!failed_in_transport(&Status::unavailable("keep-alive timed out")));
+        assert!(!failed_in_transport(&Status::deadline_exceeded("late")));
+        assert!(!failed_in_transport(&Status::unavailable(
+            "database of dataset orders unavailable (connection refused)"
+        )));
+        assert!(!failed_in_transport(&Status::permission_denied("policy")));
     }
 }

@@ -34,3 +34,4 @@ pub mod runtime;
 pub mod serve;
 pub mod signing;
 pub mod store;
+pub mod tls_refusal;

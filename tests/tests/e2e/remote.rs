@@ -268,6 +268,45 @@ fn tally_run_on_a_server_prints_what_a_local_run_prints_and_refuses_clearly() {
         stderr.contains("400") && stderr.contains("bisection.factor"),
         "{stderr}"
     );
+    // client certificates the server refuses in the handshake: the CLI names the cause
+    // of each, never one for the other
+    let read = |f: &str| std::fs::read_to_string(d.path().join("certs").join(f)).unwrap();
+    let api_ca = tally_common::pki::Ca::from_pem(&read("api-ca.pem"), &read("api-ca-key.pem")).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let expired = api_ca
+        .issue_valid(
+            "carol",
+            tally_common::pki::Role::Client,
+            now - time::Duration::days(30),
+            now - time::Duration::days(1),
+        )
+        .unwrap();
+    let not_after = tally_common::pki::pem_not_after(expired.cert.as_bytes()).unwrap();
+    let stranger = tally_common::pki::Ca::generate("other-ca")
+        .unwrap()
+        .issue("carol", tally_common::pki::Role::Client, &[])
+        .unwrap();
+    for (pem, said, not) in [
+        (
+            expired,
+            format!("expired: the server refused --cert as expired or not yet valid (notAfter {not_after})"),
+            "unknown CA",
+        ),
+        (
+            stranger,
+            "unknown CA: the server does not trust --cert".to_string(),
+            "expired",
+        ),
+    ] {
+        let (cert, key) = (d.path().join("refused.pem"), d.path().join("refused-key.pem"));
+        std::fs::write(&cert, &pem.cert).unwrap();
+        std::fs::write(&key, &pem.key).unwrap();
+        let mut c = s.run(&spec_path, &["--cert"]);
+        c.arg(&cert).arg("--key").arg(&key);
+        let (code, _, stderr) = output(c);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(&said) && !stderr.contains(not), "{stderr}");
+    }
     // a server certificate the given CA did not issue (the agents' CA)
     let mut c = Command::new(tally_e2e::bins::tally());
     c.arg("run")
