@@ -570,6 +570,7 @@ impl Engine {
                     key_len,
                     segment: segment.clone(),
                     sealed,
+                    keys: Vec::new(),
                 };
                 self.ask(out, Command::InvestigationSql { leaf, side, request });
             }
