@@ -501,6 +501,21 @@ impl Runtime<'_> {
                     .investigation_sql(request)
                     .await
                     .map(|sql| Event::InvestigationSql { leaf, side, sql }),
+                Command::KeySql {
+                    leaf,
+                    kind,
+                    side,
+                    request,
+                } => self
+                    .agent(side)
+                    .investigation_sql(request)
+                    .await
+                    .map(|sql| Event::KeySql {
+                        leaf,
+                        kind,
+                        side,
+                        sql,
+                    }),
                 Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => {
                     Err(RunError::Internal("runtime: not a call".into()))
                 }
