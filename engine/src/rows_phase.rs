@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
-use tally_common::segment::{KeyTuple, Segment, bucket_hash};
+use tally_common::segment::{KeyTuple, Period, Segment, bucket_hash};
 use tally_common::wire::{
     InvestigationSqlRequest, MAX_KEY_SQL_KEYS, RevealRequest, RevealResponse, RevealedRow, RowDigest,
     RowDigestsRequest,
@@ -113,6 +113,9 @@ struct Lookup {
     done: usize,
     /// The reveals are planned (every lookup folded in).
     planned: bool,
+    /// The range each key was found in (in a period), by `keys`' order.
+    #[serde(default)]
+    origins: Vec<usize>,
 }
 
 /// One confirm round: after its wait, the digests of every range that holds a finding.
@@ -398,6 +401,7 @@ impl Engine {
             if keys.is_empty() {
                 rows.work = rows::reveal_plan(&found.findings, total, detailed);
             } else {
+                let mut origins = Vec::new();
                 for &h in &keys {
                     let at = found
                         .findings
@@ -407,6 +411,7 @@ impl Engine {
                         .expect("a finding of the key");
                     let segment = rows::lookup_segment(&rows.ranges[at], h);
                     rows.ranges.push(segment);
+                    origins.push(at);
                 }
                 self.say(
                     out,
@@ -422,6 +427,7 @@ impl Engine {
                     asked: 0,
                     done: 0,
                     planned: false,
+                    origins,
                 });
             }
             self.rows().found = Some(found);
@@ -838,7 +844,20 @@ impl Engine {
                  of it (`duplicates`)"
             ));
         }
-        self.begin_key_sql(out, &rows.ranges, rows.keyed);
+        // the period each range reads (a lookup's: that of the range its key was
+        // found in)
+        let periods: Vec<Option<Period>> = (0..rows.ranges.len())
+            .map(|r| {
+                let origin = rows
+                    .lookup
+                    .as_ref()
+                    .filter(|l| r >= l.from)
+                    .and_then(|l| l.origins.get(r - l.from).copied())
+                    .unwrap_or(r);
+                rows.ranges[origin].period.clone()
+            })
+            .collect();
+        self.begin_key_sql(out, &periods, rows.keyed);
     }
 
     /// After the rows phase: the per-key SQL of each leaf with investigation SQL, one
@@ -847,38 +866,36 @@ impl Engine {
     fn begin_key_sql(
         &mut self,
         out: &mut Out,
-        ranges: &[Segment],
+        periods: &[Option<Period>],
         keyed: Vec<(usize, u64, DiffKind, KeyTuple)>,
     ) {
         let leaves = &self.planner.as_ref().expect("drilled").leaves;
+        // each key in one leaf: the first with SQL whose bounds hold it, in the period
+        // its range read (a key looked up in every period: the one it was found in)
+        let mut by_leaf: BTreeMap<(usize, DiffKind), Vec<KeyTuple>> = BTreeMap::new();
+        for (range, key_hash, kind, key) in &keyed {
+            let period = periods.get(*range).cloned().flatten();
+            let leaf = leaves.iter().enumerate().position(|(i, leaf)| {
+                let seg = &leaf.segment;
+                self.res.leaves.get(i).is_some_and(|l| l.sql.is_some())
+                    && seg.contains(key, bucket_hash(*key_hash))
+                    && (seg.period.is_none() || period.is_none() || seg.period == period)
+            });
+            if let Some(leaf) = leaf {
+                let keys = by_leaf.entry((leaf, *kind)).or_default();
+                if !keys.contains(key) {
+                    keys.push(key.clone());
+                }
+            }
+        }
         let mut items: Vec<(usize, DiffKind, Vec<KeyTuple>)> = Vec::new();
         let mut cut = 0usize;
-        for (i, leaf) in leaves.iter().enumerate() {
-            if self.res.leaves.get(i).is_none_or(|l| l.sql.is_none()) {
-                continue;
+        for ((leaf, kind), mut keys) in by_leaf {
+            if keys.len() > MAX_KEY_SQL_KEYS {
+                cut += 1;
+                keys.truncate(MAX_KEY_SQL_KEYS);
             }
-            let seg = &leaf.segment;
-            let mut by_kind: BTreeMap<DiffKind, Vec<KeyTuple>> = BTreeMap::new();
-            for (range, key_hash, kind, key) in &keyed {
-                // a period's leaf holds the keys found in a range of that period (a
-                // key looked up in every period holds to its own)
-                let period = ranges.get(*range).and_then(|r| r.period.as_ref());
-                if seg.contains(key, bucket_hash(*key_hash))
-                    && (seg.period.is_none() || period.is_none() || seg.period.as_ref() == period)
-                {
-                    let keys = by_kind.entry(*kind).or_default();
-                    if !keys.contains(key) {
-                        keys.push(key.clone());
-                    }
-                }
-            }
-            for (kind, mut keys) in by_kind {
-                if keys.len() > MAX_KEY_SQL_KEYS {
-                    cut += 1;
-                    keys.truncate(MAX_KEY_SQL_KEYS);
-                }
-                items.push((i, kind, keys));
-            }
+            items.push((leaf, kind, keys));
         }
         if cut > 0 {
             self.res.warnings.push(format!(

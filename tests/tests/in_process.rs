@@ -920,6 +920,23 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
         ),
     ] {
         let bundle = sealed_bundle(dir.path(), &a, &b, bisection, level).await;
+        // with keys, the record holds the per-key SQL the verifier does not read
+        let doc: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+        let key_sql = doc["events"].as_array().unwrap().iter().any(|e| {
+            use base64::Engine as _;
+            let line = base64::engine::general_purpose::STANDARD
+                .decode(e.as_str().unwrap())
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&line).unwrap()["event"] == "key_sql"
+        });
+        assert_eq!(key_sql, level == "with_keys", "{bisection} at {level}");
+        if key_sql {
+            // both verifiers (`tally verify` and tests/verifier/tally_verify.py) take it
+            let file = dir.path().join("key-sql-bundle.json");
+            std::fs::write(&file, &bundle).unwrap();
+            let (code, out) = tally_e2e::evidence::verify(&file, &dir.path().join("ca.pem"));
+            assert_eq!(code, 0, "{bisection}: {out}");
+        }
         let checks = verify(&bundle, &ca);
         assert!(valid(&checks), "{bisection} at {level}: {:?}", checks.last());
         // the verdict, then the fidelity the record resolves to, close the checks
