@@ -334,12 +334,15 @@ async fn a_run_killed_in_the_rows_phase_resumes_without_asking_recorded_digests_
     )
     .await;
     assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
-    // no level and no investigation SQL again; only the digests not recorded
+    // no level and no leaf's range SQL again; only the digests not recorded, and the
+    // per-key SQL, which follows the rows phase (one release-log line per call)
+    let key_sql = events.iter().filter(|e| e["event"] == "key_sql").count();
+    assert!(key_sql > 0, "with_keys asks per-key SQL");
     assert_eq!(asked("Aggregate"), before.0, "aggregates asked again");
     assert_eq!(
-        asked("InvestigationSql"),
-        before.2,
-        "{sql} sql answers were recorded"
+        asked("InvestigationSql") - before.2,
+        key_sql,
+        "{sql} range sql answers were recorded"
     );
     assert_eq!(
         asked("RowDigests") - before.1,
