@@ -153,10 +153,17 @@ impl Asked {
     }
 
     pub fn investigation_sql(r: &pb::InvestigationSqlRequest) -> Asked {
-        let full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
+        let mut full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "segment": segment(r.segment.as_ref()), "sealed": r.sealed});
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len});
         merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        // per-key SQL: the digest covers the keys, the summary counts them (the log is
+        // read outside the zone too)
+        if !r.keys.is_empty() {
+            let keys: Vec<Value> = r.keys.iter().map(tuple).collect();
+            merge(&mut full, json!({"keys": keys}));
+            merge(&mut summary, json!({"keys": r.keys.len()}));
+        }
         Asked::new(full, summary)
     }
 }

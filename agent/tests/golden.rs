@@ -175,6 +175,45 @@ fn render(d: &dyn Dialect) -> String {
         dialect::investigation_sql(d, &src, &cols[..4], &key, &hashed, true),
         &[],
     );
+    let by_id: Vec<BoundColumn> = [1, 2, 3].iter().map(|&i| cols[i].clone()).collect();
+    section(
+        "investigation of keys: a single integer key",
+        dialect::key_sql(
+            d,
+            &src,
+            &by_id,
+            &[&by_id[0].info],
+            &hashed,
+            &[
+                vec![KeyPart::Int(7)],
+                vec![KeyPart::Int(-42)],
+                vec![KeyPart::Int(7)],
+            ],
+        ),
+        &[],
+    );
+    let windowed = Segment {
+        window: Some(tally_common::segment::Window {
+            column: "id".into(),
+            upper: "1000".into(),
+        }),
+        ..hashed.clone()
+    };
+    section(
+        "investigation of keys: a composite text key (one holds a quote), within a window",
+        dialect::key_sql(
+            d,
+            &src,
+            &cols[..4],
+            &key,
+            &windowed,
+            &[
+                vec![t("O'Brien"), KeyPart::Int(7)],
+                vec![t("EU"), KeyPart::Int(10)],
+            ],
+        ),
+        &[],
+    );
     let (min, max) = dialect::key_min_max(d, &src, &cols[1].info);
     section("key minimum", min, &[]);
     section("key maximum", max, &[]);

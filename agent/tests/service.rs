@@ -2416,3 +2416,70 @@ async fn hostile_a_request_cannot_turn_empty_string_is_null_off() {
         }
     }
 }
+
+// ---- investigation SQL of keys
+
+fn key_sql_request(dataset: &str, keys: &[i64]) -> pb::InvestigationSqlRequest {
+    pb::InvestigationSqlRequest {
+        dataset: dataset.into(),
+        columns: cols(),
+        key_len: 1,
+        keys: keys
+            .iter()
+            .map(|&k| pb::KeyTuple {
+                parts: vec![pb::KeyValue {
+                    value: Some(pb::key_value::Value::Int(k)),
+                }],
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn investigation_sql_of_keys_is_refused_where_the_policy_reveals_no_keys() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    // count_only: the range's SQL yes, SQL naming keys no (it would carry them)
+    c.investigation_sql(key_sql_request("closed", &[]))
+        .await
+        .expect("range SQL at count_only");
+    let e = c
+        .investigation_sql(key_sql_request("closed", &[3, 7]))
+        .await
+        .expect_err("keys at count_only");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains("max_level"), "{}", e.message());
+    // with_keys: the SQL selects exactly those keys' rows
+    let sql = c
+        .investigation_sql(key_sql_request("keys", &[3, 7, 3]))
+        .await
+        .expect("keys at with_keys")
+        .into_inner()
+        .sql;
+    assert!(sql.contains("IN (3, 7)"), "{sql}");
+    let line = last_line(&f);
+    assert_eq!(
+        line["request"]["keys"], 3,
+        "the log counts the tuples asked: {line}"
+    );
+    use sqlx::{Connection, Row};
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(f.dir.path().join("t.db"));
+    let mut db = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+    let ids: Vec<i64> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .fetch_all(&mut db)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<i64, _>(0))
+        .collect();
+    assert_eq!(ids, vec![3, 7]);
+    // a tuple of another length than the key is refused, naming it
+    let mut bad = key_sql_request("keys", &[3]);
+    bad.keys[0].parts.push(pb::KeyValue {
+        value: Some(pb::key_value::Value::Int(1)),
+    });
+    let e = c.investigation_sql(bad).await.expect_err("a two-part tuple");
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("keys[0]"), "{}", e.message());
+}

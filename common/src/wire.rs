@@ -812,17 +812,48 @@ pub struct InvestigationSqlRequest {
     pub segment: Segment,
     /// The run is sealed: the SQL covers the key range only.
     pub sealed: bool,
+    /// When not empty: SQL of exactly these keys' rows (at most
+    /// [`MAX_KEY_SQL_KEYS`], each of `key_len` values) instead of the segment's range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyTuple>,
 }
+
+/// The most keys one per-key investigation SQL names.
+pub const MAX_KEY_SQL_KEYS: usize = 1000;
 
 impl TryFrom<pb::InvestigationSqlRequest> for InvestigationSqlRequest {
     type Error = WireError;
     fn try_from(r: pb::InvestigationSqlRequest) -> Result<InvestigationSqlRequest, WireError> {
+        if r.keys.len() > MAX_KEY_SQL_KEYS {
+            return Err(wire_err(
+                "keys",
+                format!("{} key tuples; at most {MAX_KEY_SQL_KEYS}", r.keys.len()),
+            ));
+        }
+        let len = key_len(r.key_len);
+        let keys = r
+            .keys
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let field = format!("keys[{i}]");
+                let t = tuple_from_pb(t, &field)?;
+                if t.len() != len {
+                    return Err(wire_err(
+                        field,
+                        format!("{} value(s); the key has {len}", t.len()),
+                    ));
+                }
+                Ok(t)
+            })
+            .collect::<Result<Vec<_>, WireError>>()?;
         Ok(InvestigationSqlRequest {
             segment: segment_from(r.segment, "segment")?,
             columns: columns_from(r.columns)?,
-            key_len: key_len(r.key_len),
+            key_len: len,
             sealed: r.sealed,
             dataset: r.dataset,
+            keys,
         })
     }
 }
@@ -835,6 +866,7 @@ impl From<InvestigationSqlRequest> for pb::InvestigationSqlRequest {
             key_len: r.key_len as u32,
             segment: Some(pb::Segment::from(&r.segment)),
             sealed: r.sealed,
+            keys: r.keys.iter().map(tuple_to_pb).collect(),
         }
     }
 }
@@ -1252,6 +1284,18 @@ mod tests {
             key_len: 1,
             segment: seg(),
             sealed: true,
+            keys: Vec::new(),
+        });
+        round_trip::<_, pb::InvestigationSqlRequest>(InvestigationSqlRequest {
+            dataset: "orders".into(),
+            columns: cols(),
+            key_len: 2,
+            segment: seg(),
+            sealed: false,
+            keys: vec![
+                vec![KeyPart::Int(1), KeyPart::Text("O'Brien".into())],
+                vec![KeyPart::Int(-2), KeyPart::Text(String::new())],
+            ],
         });
         round_trip::<_, pb::InvestigationSqlResponse>(InvestigationSqlResponse {
             sql: "SELECT 1".into(),
@@ -1393,6 +1437,39 @@ mod tests {
         assert_eq!(
             field_of::<InvestigationSqlRequest, _>(r),
             "segment.period.granularity"
+        );
+    }
+
+    #[test]
+    fn key_sql_refuses_too_many_keys_and_tuples_of_another_length() {
+        let tuple = |n: usize| pb::KeyTuple {
+            parts: (0..n)
+                .map(|i| pb::KeyValue {
+                    value: Some(pb::key_value::Value::Int(i as i64)),
+                })
+                .collect(),
+        };
+        let ask = |keys: Vec<pb::KeyTuple>| pb::InvestigationSqlRequest {
+            key_len: 2,
+            keys,
+            ..Default::default()
+        };
+        let most =
+            InvestigationSqlRequest::try_from(ask(vec![tuple(2); MAX_KEY_SQL_KEYS])).expect("1,000 keys");
+        assert_eq!(most.keys.len(), MAX_KEY_SQL_KEYS);
+        let e = InvestigationSqlRequest::try_from(ask(vec![tuple(2); MAX_KEY_SQL_KEYS + 1]))
+            .expect_err("1,001 keys");
+        assert_eq!(e.field, "keys");
+        assert!(e.message.contains("at most 1000"), "{}", e.message);
+        let e = InvestigationSqlRequest::try_from(ask(vec![tuple(2), tuple(1)])).expect_err("a short tuple");
+        assert_eq!(e.field, "keys[1]");
+        let e = InvestigationSqlRequest::try_from(ask(vec![tuple(3)])).expect_err("a long tuple");
+        assert_eq!(e.field, "keys[0]");
+        let mut empty = tuple(2);
+        empty.parts[1].value = None;
+        assert_eq!(
+            field_of::<InvestigationSqlRequest, _>(ask(vec![empty])),
+            "keys[0].parts[1]"
         );
     }
 

@@ -4,7 +4,8 @@
 //! levels and counts; removed are leaf checksums (a one-row leaf of an unsealed run is
 //! that row's hash),  `differences` (keys, and at detailed the
 //! values), each leaf's `bounds` (key values, a period label taken from a row's time,
-//! or a hash range) and `sql` (investigation SQL spells the bounds out).
+//! or a hash range), `sql` (investigation SQL spells the bounds out) and `key_sql`
+//! (it spells the differing keys out).
 
 use serde_json::{Map, Value};
 
@@ -104,7 +105,8 @@ mod tests {
                 "leaves": [{
                     "level": 1, "bounds": { "lower": [4242], "upper": [4343] },
                     "source": { "count": 1, "checksum": "00" }, "target": { "count": 2, "checksum": "01" },
-                    "sql": { "source": "SELECT … WHERE id >= 4242", "target": "…4242…" }
+                    "sql": { "source": "SELECT … WHERE id >= 4242", "target": "…4242…" },
+                    "key_sql": [{ "kind": "changed", "keys": 1, "source": "SELECT … WHERE id IN (4242)", "target": "…4242…" }]
                 }, {
                     "level": 2, "bounds": { "period": { "column": "born", "granularity": "day", "label": "1984-02-29" } },
                     "source": { "count": 1, "checksum": "02" }, "target": { "count": 1, "checksum": "03" }
@@ -124,7 +126,7 @@ mod tests {
         assert!(v["result"].get("differences").is_none());
         for leaf in v["result"]["leaves"].as_array().unwrap() {
             assert!(
-                leaf.get("bounds").is_none() && leaf.get("sql").is_none(),
+                leaf.get("bounds").is_none() && leaf.get("sql").is_none() && leaf.get("key_sql").is_none(),
                 "{leaf}"
             );
         }

@@ -500,6 +500,31 @@ impl Runtime<'_> {
                     .investigation_sql(request)
                     .await
                     .map(|sql| Event::InvestigationSql { leaf, side, sql }),
+                Command::KeySql {
+                    leaf,
+                    kind,
+                    side,
+                    request,
+                } => {
+                    // per-key SQL is shown beside results already found: an agent that
+                    // cannot give it (a policy that reveals no keys, a failure) is said
+                    // in its place, and the run keeps its verdict and differences
+                    let agent = self.agent(side);
+                    let sql = agent.investigation_sql(request).await.unwrap_or_else(|e| {
+                        format!(
+                            "-- agent {} gave no SQL for these keys ({}): {}",
+                            agent.name(),
+                            e.code(),
+                            e.to_string().replace('\n', " ")
+                        )
+                    });
+                    Ok(Event::KeySql {
+                        leaf,
+                        kind,
+                        side,
+                        sql,
+                    })
+                }
                 Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => {
                     Err(RunError::Internal("runtime: not a call".into()))
                 }

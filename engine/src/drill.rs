@@ -492,6 +492,7 @@ impl Engine {
                 inconsistent: l.inconsistent.is_some(),
                 reason: l.inconsistent.clone(),
                 sql: None,
+                key_sql: Vec::new(),
             })
             .collect();
         let inconsistent = planner.leaves.iter().filter(|l| l.inconsistent.is_some()).count();
@@ -570,6 +571,7 @@ impl Engine {
                     key_len,
                     segment: segment.clone(),
                     sealed,
+                    keys: Vec::new(),
                 };
                 self.ask(out, Command::InvestigationSql { leaf, side, request });
             }

@@ -76,6 +76,9 @@ pub struct Engine {
     segments_compared: u64,
     sql: Option<drill::SqlPhase>,
     rows: Option<rows_phase::RowsPhase>,
+    /// After the rows phase: investigation SQL of the differing keys, leaf by leaf.
+    #[serde(default)]
+    key_sql: Option<rows_phase::KeySqlPhase>,
     /// Mode measures: the group hierarchy level by level.
     #[serde(default)]
     measures: Option<measures::MeasuresPhase>,
@@ -150,6 +153,7 @@ impl Engine {
             segments_compared: 0,
             sql: None,
             rows: None,
+            key_sql: None,
             measures: None,
             leaf_confirm: None,
             outstanding: Vec::new(),
@@ -301,6 +305,12 @@ impl Engine {
                 ..
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
+            Event::KeySql {
+                leaf,
+                kind,
+                side,
+                sql,
+            } => self.on_key_sql(&mut out, leaf, kind, side, sql),
             Event::Measured {
                 level,
                 side,

@@ -79,6 +79,20 @@ pub struct LeafOut {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sql: Option<SqlPair>,
+    /// with_keys and detailed: for each kind of difference found in the leaf, each
+    /// side's SQL of exactly those keys' rows (leaves with `sql` only).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub key_sql: Vec<KeySqlOut>,
+}
+
+/// Both sides' SQL of the keys of one leaf that differ as `kind`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KeySqlOut {
+    pub kind: DiffKind,
+    /// How many keys the SQL names.
+    pub keys: usize,
+    pub source: String,
+    pub target: String,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -427,9 +441,21 @@ impl RunResult {
                     l.source.count,
                     l.target.count
                 );
+                let cont = if i + 1 == self.leaves.len() { " " } else { "│" };
                 if let Some(reason) = &l.reason {
-                    let cont = if i + 1 == self.leaves.len() { " " } else { "│" };
                     let _ = writeln!(o, "  {cont}    INCONSISTENT: {reason}");
+                }
+                // the SQL of exactly the differing keys, each side in its dialect
+                for k in &l.key_sql {
+                    let plural = if k.keys == 1 { "" } else { "s" };
+                    let _ = writeln!(o, "  {cont}    {} ({} key{plural}):", k.kind.name(), k.keys);
+                    // a note is a `--` comment line: the lines stay lines
+                    for (side, sql) in [("source", &k.source), ("target", &k.target)] {
+                        let _ = writeln!(o, "  {cont}      {side}:");
+                        for line in sql.lines() {
+                            let _ = writeln!(o, "  {cont}        {line}");
+                        }
+                    }
                 }
             }
         }
@@ -593,6 +619,7 @@ mod tests {
             inconsistent: reason.is_some(),
             reason: reason.map(String::from),
             sql: None,
+            key_sql: Vec::new(),
         }
     }
 
@@ -696,6 +723,19 @@ mod tests {
             ..DiffCounts::default()
         });
         r.warnings = vec!["w".into()];
+        r.leaves[0].key_sql = vec![KeySqlOut {
+            kind: DiffKind::Changed,
+            keys: 1,
+            source: "SELECT \"id\" FROM \"t\" WHERE \"id\" IN (42);".into(),
+            target: "-- a note\nSELECT `id` FROM `t` WHERE `id` IN (42);".into(),
+        }];
+        let text = r.render();
+        assert!(
+            text.contains(
+                "│    changed (1 key):\n  │      source:\n  │        SELECT \"id\" FROM \"t\" WHERE \"id\" IN (42);\n"
+            ) && text.contains("  │      target:\n  │        -- a note\n  │        SELECT `id`"),
+            "{text}"
+        );
         let back: RunResult = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back.to_json(), r.to_json());
         assert_eq!(back.render(), r.render());

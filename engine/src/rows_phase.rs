@@ -7,13 +7,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
-use tally_common::segment::Segment;
-use tally_common::wire::{RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestsRequest};
+use tally_common::segment::{KeyTuple, Period, Segment, bucket_hash};
+use tally_common::wire::{
+    InvestigationSqlRequest, MAX_KEY_SQL_KEYS, RevealRequest, RevealResponse, RevealedRow, RowDigest,
+    RowDigestsRequest,
+};
 
 use super::drill::LEAVES_IN_FLIGHT;
 use super::{Command, Engine, Out, Side, Step};
 use crate::planner::rows_batches;
-use crate::result::{DiffCounts, Difference, DuplicateKeys, Withheld};
+use crate::result::{DiffCounts, DiffKind, Difference, DuplicateKeys, KeySqlOut, Withheld};
 use crate::rows::{self, Classified, Classifier, RevealWork};
 
 /// What a result names when an agent cut a reveal short without naming its budget (an
@@ -83,6 +86,21 @@ pub(super) struct RowsPhase {
     /// in every period (F14): their ranges follow the drill's in `ranges`.
     #[serde(default)]
     lookup: Option<Lookup>,
+    /// Each listed difference's range, key hash, kind and key, in `differences`' order:
+    /// which leaf's per-key SQL names it.
+    #[serde(default)]
+    keyed: Vec<(usize, u64, DiffKind, KeyTuple)>,
+}
+
+/// Investigation SQL of the differing keys (with_keys and detailed): for each leaf
+/// that has investigation SQL and each kind of difference in it, both sides' SQL of
+/// exactly those keys, a few in flight at once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct KeySqlPhase {
+    items: Vec<(usize, DiffKind, Vec<KeyTuple>)>,
+    asked: usize,
+    done: usize,
+    partial: BTreeMap<usize, Pair<String>>,
 }
 
 /// The lookups of keys found missing or extra in a period's range: key `keys[j]` is
@@ -95,6 +113,9 @@ struct Lookup {
     done: usize,
     /// The reveals are planned (every lookup folded in).
     planned: bool,
+    /// The range each key was found in (in a period), by `keys`' order.
+    #[serde(default)]
+    origins: Vec<usize>,
 }
 
 /// One confirm round: after its wait, the digests of every range that holds a finding.
@@ -133,6 +154,7 @@ impl RowsPhase {
             confirming: None,
             in_flight: DiffCounts::default(),
             lookup: None,
+            keyed: Vec::new(),
         }
     }
 
@@ -379,6 +401,7 @@ impl Engine {
             if keys.is_empty() {
                 rows.work = rows::reveal_plan(&found.findings, total, detailed);
             } else {
+                let mut origins = Vec::new();
                 for &h in &keys {
                     let at = found
                         .findings
@@ -388,6 +411,7 @@ impl Engine {
                         .expect("a finding of the key");
                     let segment = rows::lookup_segment(&rows.ranges[at], h);
                     rows.ranges.push(segment);
+                    origins.push(at);
                 }
                 self.say(
                     out,
@@ -403,6 +427,7 @@ impl Engine {
                     asked: 0,
                     done: 0,
                     planned: false,
+                    origins,
                 });
             }
             self.rows().found = Some(found);
@@ -678,7 +703,16 @@ impl Engine {
             };
             let found = rows.found.as_ref().expect("classified");
             let mine: Vec<rows::Finding> = rows.work[n].findings.iter().map(|&i| found.findings[i]).collect();
-            let diffs = rows::differences(&mine, &by_hash(s), &by_hash(t), &r.columns, r.key_len, detailed);
+            let (s, t) = (by_hash(s), by_hash(t));
+            // as `differences` lists them: a missing or changed key as the source
+            // revealed it, an extra one as the target did
+            for f in &mine {
+                let side = if f.kind == DiffKind::ExtraInTarget { &t } else { &s };
+                if let Some((key, _)) = side.get(&f.key_hash) {
+                    rows.keyed.push((f.leaf, f.key_hash, f.kind, key.clone()));
+                }
+            }
+            let diffs = rows::differences(&mine, &s, &t, &r.columns, r.key_len, detailed);
             rows.differences.extend(diffs);
             rows.revealed += 1;
         }
@@ -810,6 +844,149 @@ impl Engine {
                  of it (`duplicates`)"
             ));
         }
-        out.extend(self.finish());
+        // the period each range reads (a lookup's: that of the range its key was
+        // found in)
+        let periods: Vec<Option<Period>> = (0..rows.ranges.len())
+            .map(|r| {
+                let origin = rows
+                    .lookup
+                    .as_ref()
+                    .filter(|l| r >= l.from)
+                    .and_then(|l| l.origins.get(r - l.from).copied())
+                    .unwrap_or(r);
+                rows.ranges[origin].period.clone()
+            })
+            .collect();
+        self.begin_key_sql(out, &periods, rows.keyed);
+    }
+
+    /// After the rows phase: the per-key SQL of each leaf with investigation SQL, one
+    /// per kind of difference found in it (at most [`MAX_KEY_SQL_KEYS`] keys each); the
+    /// run finishes when every one has arrived (at once when there is none).
+    fn begin_key_sql(
+        &mut self,
+        out: &mut Out,
+        periods: &[Option<Period>],
+        keyed: Vec<(usize, u64, DiffKind, KeyTuple)>,
+    ) {
+        let leaves = &self.planner.as_ref().expect("drilled").leaves;
+        // each key in one leaf: the first with SQL whose bounds hold it, in the period
+        // its range read (a key looked up in every period: the one it was found in)
+        let mut by_leaf: BTreeMap<(usize, DiffKind), Vec<KeyTuple>> = BTreeMap::new();
+        for (range, key_hash, kind, key) in &keyed {
+            let period = periods.get(*range).cloned().flatten();
+            let leaf = leaves.iter().enumerate().position(|(i, leaf)| {
+                let seg = &leaf.segment;
+                self.res.leaves.get(i).is_some_and(|l| l.sql.is_some())
+                    && seg.contains(key, bucket_hash(*key_hash))
+                    && (seg.period.is_none() || period.is_none() || seg.period == period)
+            });
+            if let Some(leaf) = leaf {
+                let keys = by_leaf.entry((leaf, *kind)).or_default();
+                if !keys.contains(key) {
+                    keys.push(key.clone());
+                }
+            }
+        }
+        let mut items: Vec<(usize, DiffKind, Vec<KeyTuple>)> = Vec::new();
+        let mut cut = 0usize;
+        for ((leaf, kind), mut keys) in by_leaf {
+            if keys.len() > MAX_KEY_SQL_KEYS {
+                cut += 1;
+                keys.truncate(MAX_KEY_SQL_KEYS);
+            }
+            items.push((leaf, kind, keys));
+        }
+        if cut > 0 {
+            self.res.warnings.push(format!(
+                "per-key investigation SQL names the first {MAX_KEY_SQL_KEYS} keys of a kind of difference in a \
+                 leaf; {cut} leaf kinds hold more"
+            ));
+        }
+        if items.is_empty() {
+            out.extend(self.finish());
+            return;
+        }
+        self.key_sql = Some(KeySqlPhase {
+            items,
+            asked: 0,
+            done: 0,
+            partial: BTreeMap::new(),
+        });
+        self.ask_key_sql(out);
+    }
+
+    /// Asks for the next per-key SQL while fewer than [`LEAVES_IN_FLIGHT`] wait.
+    fn ask_key_sql(&mut self, out: &mut Out) {
+        let r = self.resolved.as_ref().expect("resolved");
+        let (key_len, sealed) = (r.key_len, r.method.is_sealed());
+        let p = self.key_sql.as_ref().expect("key sql phase");
+        let (from, to) = (p.asked, p.items.len().min(p.done + LEAVES_IN_FLIGHT));
+        let asks: Vec<(usize, DiffKind, Vec<KeyTuple>)> = p.items[from..to.max(from)].to_vec();
+        for (leaf, kind, keys) in asks {
+            let segment = self.planner.as_ref().expect("drilled").leaves[leaf]
+                .segment
+                .clone();
+            for side in [Side::Source, Side::Target] {
+                let request = InvestigationSqlRequest {
+                    dataset: self.dataset(side),
+                    columns: self.columns(side),
+                    key_len,
+                    segment: segment.clone(),
+                    sealed,
+                    keys: keys.clone(),
+                };
+                self.ask(
+                    out,
+                    Command::KeySql {
+                        leaf,
+                        kind,
+                        side,
+                        request,
+                    },
+                );
+            }
+        }
+        let p = self.key_sql.as_mut().expect("key sql phase");
+        p.asked = p.asked.max(to);
+    }
+
+    pub(super) fn on_key_sql(
+        &mut self,
+        out: &mut Out,
+        leaf: usize,
+        kind: DiffKind,
+        side: Side,
+        sql: String,
+    ) -> Step {
+        let p = self.key_sql.as_mut().expect("key sql asked");
+        let n = p
+            .items
+            .iter()
+            .position(|(l, k, _)| *l == leaf && *k == kind)
+            .expect("asked for this leaf and kind");
+        let slot = p.partial.entry(n).or_default();
+        put(slot, side, sql);
+        if let (Some(_), Some(_)) = slot {
+            let (Some(source), Some(target)) = p.partial.remove(&n).expect("present") else {
+                unreachable!("both present")
+            };
+            p.done += 1;
+            let keys = p.items[n].2.len();
+            let shown = &mut self.res.leaves[leaf].key_sql;
+            shown.push(KeySqlOut {
+                kind,
+                keys,
+                source,
+                target,
+            });
+            shown.sort_by_key(|k| k.kind);
+            if p.done == p.items.len() {
+                out.extend(self.finish());
+                return Ok(());
+            }
+            self.ask_key_sql(out);
+        }
+        Ok(())
     }
 }

@@ -193,17 +193,17 @@ const OPEN_SQL_HASHING: &str = "{ max_level: with_keys, time_columns: [created_a
 fn planted_differences_are_found_exactly_with_every_strategy() {
     let p = plant();
     let d = deploy("e2e_diff", Some(&p), OPEN, OPEN);
-    check_every_strategy(&d, &p, "in_process");
+    check_every_strategy(&d, &p, "in_process", "e2e_diff");
 }
 
 #[test]
 fn hashing_in_sql_finds_the_same_differences() {
     let p = plant();
     let d = deploy("e2e_diff_sql", Some(&p), OPEN_SQL_HASHING, OPEN_SQL_HASHING);
-    check_every_strategy(&d, &p, "pushdown");
+    check_every_strategy(&d, &p, "pushdown", "e2e_diff_sql");
 }
 
-fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
+fn check_every_strategy(d: &Deployment, p: &Plant, path: &str, db_name: &str) {
     for strategy in ["quantile", "hash", "time"] {
         let out = d.run(&spec(strategy, "with_keys"));
         assert_eq!(out.code, 1, "{strategy}: {}\n{}", out.stdout, out.stderr);
@@ -245,6 +245,7 @@ fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
         if strategy == "time" {
             assert_eq!(j["levels"][0]["segments"], 12, "one segment per month");
         }
+        check_key_sql(j, p, db_name, strategy);
         let levels = j["levels"].as_array().unwrap().len() as u64;
         assert_eq!(
             j["source"]["queries"].as_u64().unwrap(),
@@ -252,6 +253,64 @@ fn check_every_strategy(d: &Deployment, p: &Plant, path: &str) {
             "one aggregate per side per level"
         );
     }
+}
+
+/// Each leaf's per-key SQL of each kind, run on each side's database, selects exactly
+/// the planted keys of that kind in the leaf that the side holds: a changed key on
+/// both sides, a missing one on the source only, an extra one on the target only.
+fn check_key_sql(j: &Value, p: &Plant, db_name: &str, strategy: &str) {
+    // the first field of each row (psql -A separates with '|', mariadb -B with tabs)
+    let ids = |out: String| -> BTreeSet<i64> {
+        out.lines()
+            .filter_map(|l| l.split(['|', '\t']).next()?.trim().parse().ok())
+            .collect()
+    };
+    let mut found: std::collections::BTreeMap<String, BTreeSet<i64>> = Default::default();
+    for l in j["leaves"].as_array().unwrap() {
+        for k in l["key_sql"].as_array().into_iter().flatten() {
+            let kind = k["kind"].as_str().unwrap().to_string();
+            let (src_sql, tgt_sql) = (k["source"].as_str().unwrap(), k["target"].as_str().unwrap());
+            assert!(
+                src_sql.contains("\"orders\"") && tgt_sql.contains("`orders`"),
+                "{k}"
+            );
+            let src = ids(db::postgres().exec(Some(db_name), src_sql));
+            let tgt = ids(db::mariadb().exec(Some(db_name), tgt_sql));
+            let (holds, other) = match kind.as_str() {
+                "changed" => {
+                    assert_eq!(src, tgt, "{strategy}: a changed key is on both sides: {k}");
+                    (src, BTreeSet::new())
+                }
+                "missing_in_target" => (src, tgt),
+                "extra_in_target" => (tgt, src),
+                _ => panic!("{strategy}: kind {kind}"),
+            };
+            assert!(
+                other.is_empty(),
+                "{strategy}: {kind}: the other side holds {other:?}: {k}"
+            );
+            assert_eq!(holds.len() as u64, k["keys"].as_u64().unwrap(), "{strategy}: {k}");
+            // the leaf's keys are within its bounds
+            if let (Some(lo), Some(hi)) = (l["bounds"]["lower"][0].as_i64(), l["bounds"]["upper"][0].as_i64())
+            {
+                assert!(
+                    holds.iter().all(|k| (lo..hi).contains(k)),
+                    "{strategy}: {holds:?} in {l}"
+                );
+            }
+            let all = found.entry(kind).or_default();
+            assert!(all.is_disjoint(&holds), "{strategy}: a key in two leaves");
+            all.extend(holds);
+        }
+    }
+    let set = |v: &[i64]| v.iter().copied().collect::<BTreeSet<i64>>();
+    assert_eq!(found.get("changed"), Some(&set(&p.changed)), "{strategy}");
+    assert_eq!(
+        found.get("missing_in_target"),
+        Some(&set(&p.missing)),
+        "{strategy}"
+    );
+    assert_eq!(found.get("extra_in_target"), Some(&set(&p.extra)), "{strategy}");
 }
 
 #[test]

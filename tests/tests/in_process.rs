@@ -103,6 +103,57 @@ async fn a_sealed_run_through_in_process_agents_finds_exactly_the_planted_rows()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn each_leaf_shows_sql_of_its_differing_keys_and_an_agent_that_gives_none_fails_no_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, planted) = deploy(dir.path(), true).await;
+    let opts = RunOptions {
+        progress: Some(false),
+        record: None,
+    };
+    let spec = spec(dir.path(), "with_keys");
+    let r = run(&spec, &a, &b, &opts).await;
+    assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+    // every listed key is named by exactly one leaf's per-key SQL of its kind, and
+    // SQLite's SQL of it reads `"id" IN (…)`
+    let named: usize = r.leaves.iter().flat_map(|l| &l.key_sql).map(|k| k.keys).sum();
+    assert_eq!(named, r.differences.as_ref().unwrap().len());
+    let planted_n = planted.changed.len() + planted.missing_in_target.len() + planted.extra_in_target.len();
+    assert_eq!(named, planted_n);
+    for k in r.leaves.iter().flat_map(|l| &l.key_sql) {
+        assert!(
+            k.source.contains("\"id\" IN (") && k.target.contains("\"id\" IN ("),
+            "{k:?}"
+        );
+    }
+    // the target's agent fails every per-key SQL: the run keeps its verdict and
+    // differences, and the leaf says why in place of the target's SQL
+    let revealed = tokio::sync::Notify::new();
+    let refusing = Stalling {
+        agent: &b,
+        hang: false,
+        revealed: &revealed,
+        refuse_keys: true,
+    };
+    let again = run(&spec, &a, &refusing, &opts).await;
+    assert_eq!(again.verdict, Verdict::Differ, "{:?}", again.error);
+    assert_eq!(again.differences, r.differences);
+    let shown: Vec<_> = again.leaves.iter().flat_map(|l| &l.key_sql).collect();
+    assert_eq!(
+        shown.len(),
+        r.leaves.iter().map(|l| l.key_sql.len()).sum::<usize>()
+    );
+    for k in shown {
+        assert!(k.source.contains("\"id\" IN ("), "{k:?}");
+        assert!(
+            k.target
+                .starts_with("-- agent vpc2 gave no SQL for these keys (internal): ")
+                && k.target.contains("no SQL of keys here"),
+            "{k:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn identical_datasets_match_and_count_only_reveals_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b, _) = deploy(dir.path(), false).await;
@@ -334,12 +385,15 @@ async fn a_run_killed_in_the_rows_phase_resumes_without_asking_recorded_digests_
     )
     .await;
     assert_eq!(resumed.verdict, Verdict::Differ, "{:?}", resumed.error);
-    // no level and no investigation SQL again; only the digests not recorded
+    // no level and no leaf's range SQL again; only the digests not recorded, and the
+    // per-key SQL, which follows the rows phase (one release-log line per call)
+    let key_sql = events.iter().filter(|e| e["event"] == "key_sql").count();
+    assert!(key_sql > 0, "with_keys asks per-key SQL");
     assert_eq!(asked("Aggregate"), before.0, "aggregates asked again");
     assert_eq!(
-        asked("InvestigationSql"),
-        before.2,
-        "{sql} sql answers were recorded"
+        asked("InvestigationSql") - before.2,
+        key_sql,
+        "{sql} range sql answers were recorded"
     );
     assert_eq!(
         asked("RowDigests") - before.1,
@@ -734,6 +788,8 @@ struct Stalling<'a> {
     agent: &'a InProcessAgent,
     hang: bool,
     revealed: &'a tokio::sync::Notify,
+    /// Fails every investigation SQL of keys.
+    refuse_keys: bool,
 }
 
 #[tonic::async_trait]
@@ -775,6 +831,11 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
         &self,
         req: tally_common::wire::InvestigationSqlRequest,
     ) -> Result<String, tally_engine::error::RunError> {
+        if self.refuse_keys && !req.keys.is_empty() {
+            return Err(tally_engine::error::RunError::Internal(
+                "no SQL of keys here".into(),
+            ));
+        }
         self.agent.investigation_sql(req).await
     }
     async fn measures(
@@ -817,11 +878,13 @@ async fn a_run_stopped_while_a_reveal_waits_for_its_partner_resumes_with_every_d
             agent: &a,
             hang: false,
             revealed: &revealed,
+            refuse_keys: false,
         },
         Stalling {
             agent: &b,
             hang: true,
             revealed: &revealed,
+            refuse_keys: false,
         },
     );
     let log = Arc::new(MemoryRunLog::default());
@@ -920,6 +983,23 @@ async fn every_strategys_run_seals_a_bundle_that_verifies() {
         ),
     ] {
         let bundle = sealed_bundle(dir.path(), &a, &b, bisection, level).await;
+        // with keys, the record holds the per-key SQL the verifier does not read
+        let doc: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+        let key_sql = doc["events"].as_array().unwrap().iter().any(|e| {
+            use base64::Engine as _;
+            let line = base64::engine::general_purpose::STANDARD
+                .decode(e.as_str().unwrap())
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&line).unwrap()["event"] == "key_sql"
+        });
+        assert_eq!(key_sql, level == "with_keys", "{bisection} at {level}");
+        if key_sql {
+            // both verifiers (`tally verify` and tests/verifier/tally_verify.py) take it
+            let file = dir.path().join("key-sql-bundle.json");
+            std::fs::write(&file, &bundle).unwrap();
+            let (code, out) = tally_e2e::evidence::verify(&file, &dir.path().join("ca.pem"));
+            assert_eq!(code, 0, "{bisection}: {out}");
+        }
         let checks = verify(&bundle, &ca);
         assert!(valid(&checks), "{bisection} at {level}: {:?}", checks.last());
         // the verdict, then the fidelity the record resolves to, close the checks

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use tally_common::checksum::Hasher;
 use tally_common::period::period_label;
-use tally_common::segment::{Segment, bucket_hash};
+use tally_common::segment::{KeyTuple, Segment, bucket_hash};
 
 use crate::config::{Hashing, Source};
 use crate::connector::{CanonRow, Flow, Session, obey};
@@ -178,24 +178,46 @@ impl Dataset {
     /// A sealed run's hash range is left out: it cannot be written without the run
     /// key, which never leaves the agents.
     pub fn investigation_sql(&self, b: &Bound, seg: &Segment, sealed: bool) -> String {
-        let withheld;
-        let source = match &self.source {
-            Source::Query(_) if !self.config.policy.share_query => {
-                withheld = Source::Query(format!(
-                    "/* dataset {}: query not shared by its agent's policy */",
-                    self.name
-                ));
-                &withheld
-            }
-            s => s,
-        };
         dialect::investigation_sql(
             self.connector.dialect_for(&b.info),
-            source,
+            &self.shown_source(),
             &b.cols,
             &b.key_infos(),
             seg,
             sealed,
         )
+    }
+
+    /// Investigation SQL of exactly these keys' rows (within the segment's window), as
+    /// [`Dataset::investigation_sql`] shows the dataset; the caller checked that the
+    /// policy reveals keys. A tuple not of the key's length is refused.
+    pub fn key_sql(&self, b: &Bound, seg: &Segment, keys: &[KeyTuple]) -> Result<String> {
+        if let Some((i, t)) = keys.iter().enumerate().find(|(_, t)| t.len() != b.key_len) {
+            return Err(AgentError::InvalidArgument(format!(
+                "keys[{i}] has {} value(s), the key has {}",
+                t.len(),
+                b.key_len
+            )));
+        }
+        Ok(dialect::key_sql(
+            self.connector.dialect_for(&b.info),
+            &self.shown_source(),
+            &b.cols,
+            &b.key_infos(),
+            seg,
+            keys,
+        ))
+    }
+
+    /// The source as investigation SQL shows it: a `query:` dataset's query only where
+    /// its policy shares it.
+    fn shown_source(&self) -> Source {
+        match &self.source {
+            Source::Query(_) if !self.config.policy.share_query => Source::Query(format!(
+                "/* dataset {}: query not shared by its agent's policy */",
+                self.name
+            )),
+            s => s.clone(),
+        }
     }
 }

@@ -188,3 +188,122 @@ pub fn investigation_sql(
     text.push(';');
     text
 }
+
+/// Ready-to-run SQL a person can paste to see exactly the rows of the given keys (each
+/// tuple the key columns' values as the agent reveals them), within the run's window:
+/// the segment's key range, hash range and period are not repeated (the keys name the
+/// rows). Keys are written as literals in the form key predicates compare with
+/// ([`Dialect::key_literal`]): this text is for humans, never executed by the agent.
+/// A composite key is a row-value `IN` where the engine takes one
+/// ([`Dialect::row_value_in`]), an `OR` of `AND`s otherwise. A key column compared by
+/// canonical text (a date key, an integer keyed against a decimal) is compared by its
+/// canonical expression, where the engine renders it; where it does not, that column
+/// is left out of the condition and a comment says so (the SQL then selects more rows).
+pub fn key_sql(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    seg: &Segment,
+    keys: &[tally_common::segment::KeyTuple],
+) -> String {
+    use tally_common::segment::KeyPart;
+    use tally_common::types::TypeClass;
+    let mut note = String::new();
+    // per key column: its expression and how one value of it is written, or None
+    // where this engine cannot compare it
+    let parts: Vec<Option<(String, bool)>> = cols
+        .iter()
+        .take(key.len())
+        .map(|c| {
+            let direct = matches!(c.info.class, TypeClass::Integer | TypeClass::Text)
+                && c.spec.format.class == c.info.class;
+            if direct {
+                return Some((d.key_expr(&c.info), true));
+            }
+            match canonical(d, c) {
+                Some(e) => Some((d.bytewise(&e), false)),
+                None => {
+                    note.push_str(&format!(
+                        "-- key column {} is compared on canonical text, which this engine's SQL does not render: \
+                         these are every row whose other key columns match\n",
+                        c.info.name
+                    ));
+                    None
+                }
+            }
+        })
+        .collect();
+    let literal = |v: &KeyPart, j: usize, direct: bool| -> String {
+        if direct {
+            d.key_literal(v, key[j])
+        } else {
+            let text = match v {
+                KeyPart::Int(i) => KeyPart::Text(i.to_string()),
+                t => t.clone(),
+            };
+            d.bytewise(&d.literal(&text))
+        }
+    };
+    let used: Vec<usize> = (0..parts.len()).filter(|&j| parts[j].is_some()).collect();
+    let mut conds = Vec::new();
+    if !used.is_empty() {
+        let exprs: Vec<&str> = used
+            .iter()
+            .map(|&j| parts[j].as_ref().expect("used").0.as_str())
+            .collect();
+        let tuple = |t: &tally_common::segment::KeyTuple| -> Vec<String> {
+            used.iter()
+                .map(|&j| literal(&t[j], j, parts[j].as_ref().expect("used").1))
+                .collect()
+        };
+        let mut seen = std::collections::HashSet::new();
+        let rows: Vec<Vec<String>> = keys
+            .iter()
+            .map(tuple)
+            .filter(|r| seen.insert(r.clone()))
+            .collect();
+        conds.push(if used.len() == 1 {
+            let vals: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+            format!("{} IN ({})", exprs[0], vals.join(", "))
+        } else if d.row_value_in() {
+            let vals: Vec<String> = rows.iter().map(|r| format!("({})", r.join(", "))).collect();
+            format!("({}) IN ({})", exprs.join(", "), vals.join(", "))
+        } else {
+            let ands: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    let eqs: Vec<String> = exprs.iter().zip(r).map(|(e, v)| format!("{e} = {v}")).collect();
+                    format!("({})", eqs.join(" AND "))
+                })
+                .collect();
+            format!("({})", ands.join(" OR "))
+        });
+    }
+    let mut b = Binder {
+        inline: true,
+        ..Binder::new(d)
+    };
+    if let Some(w) = &seg.window {
+        match window_condition(&mut b, seg, cols) {
+            Some(c) => conds.push(c),
+            None => note.push_str(&format!(
+                "-- the run's window ({} <= {}) is compared on canonical text, which this engine's SQL does not render: \
+                 these are the keys' rows outside it too\n",
+                w.column, w.upper
+            )),
+        }
+    }
+    let mut text = format!(
+        "{note}SELECT {} FROM {}{} ORDER BY {}",
+        cols.iter()
+            .map(|c| d.quote(&c.info.name))
+            .collect::<Vec<_>>()
+            .join(", "),
+        relation(d, source),
+        where_clause(&conds),
+        order_by(d, key)
+    );
+    text.push(';');
+    text
+}

@@ -20,7 +20,9 @@ mod fetch;
 mod filter;
 
 pub use aggregate::{ChildRule, aggregate, aggregate_periods};
-pub use fetch::{FetchShape, count_rows, fetch_rows, fetch_rows_inline, investigation_sql, row_string_expr};
+pub use fetch::{
+    FetchShape, count_rows, fetch_rows, fetch_rows_inline, investigation_sql, key_sql, row_string_expr,
+};
 pub use filter::{WindowBound, check_bounds, window_bound};
 
 use tally_common::checksum::HashMethod;
@@ -148,6 +150,12 @@ pub trait Dialect: Sync {
     /// expanded lexicographically.
     fn row_values(&self) -> bool {
         true
+    }
+    /// Whether the engine takes a row-value `IN` list (`(a, b) IN ((1, 'x'), (2, 'y'))`)
+    /// in investigation SQL of keys; where it does not (SQLite wants a subquery), a
+    /// composite key list is an `OR` of `AND`s.
+    fn row_value_in(&self) -> bool {
+        false
     }
     /// `len` characters of a text expression from 1-based `start`.
     fn substr(&self, e: &str, start: usize, len: usize) -> String {

@@ -139,6 +139,10 @@ impl Dialect for MySql {
         })
     }
 
+    fn row_value_in(&self) -> bool {
+        true
+    }
+
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
             TypeClass::Text => format!("CAST(CONVERT({} USING utf8mb4) AS BINARY)", self.quote(&col.name)),

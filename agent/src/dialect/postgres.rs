@@ -200,6 +200,10 @@ impl Dialect for Postgres {
         })
     }
 
+    fn row_value_in(&self) -> bool {
+        true
+    }
+
     fn key_expr(&self, col: &ColumnInfo) -> String {
         match col.class {
             // enums and network types take no collation: their text does

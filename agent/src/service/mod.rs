@@ -341,9 +341,16 @@ impl Agent for AgentService {
             let ds = self.dataset(&r.dataset)?;
             let seg = r.segment;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
+            // SQL naming keys carries them: only where this dataset reveals keys
+            if !r.keys.is_empty() {
+                policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
+            }
             let mut s = ds.session().await?;
             let b = ds.bind(&mut s, r.columns, r.key_len).await?;
             s.finish().await?;
+            if !r.keys.is_empty() {
+                return ds.key_sql(&b, &seg, &r.keys);
+            }
             // a dataset that serves sealed checksums only has no unsealed hash ranges
             let sealed = r.sealed || !ds.config.policy.allow_unsealed;
             Ok(ds.investigation_sql(&b, &seg, sealed))

@@ -75,6 +75,12 @@ SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" CO
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE "binary" > decode(from_hex('4555')) OR ("region" COLLATE "binary" = decode(from_hex('4555')) AND "id" >= 10)) AND ("region" COLLATE "binary" < decode(from_hex('5553')) OR ("region" COLLATE "binary" = decode(from_hex('5553')) AND "id" < 0)) ORDER BY "region" COLLATE "binary", "id";
 
+-- investigation of keys: a single integer key
+SELECT "id", "amount", "ratio" FROM "shop"."orders" WHERE "id" IN (7, -42) ORDER BY "id";
+
+-- investigation of keys: a composite text key (one holds a quote), within a window
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE (("region" COLLATE "binary" = decode(from_hex('4f27427269656e')) AND "id" = 7) OR ("region" COLLATE "binary" = decode(from_hex('4555')) AND "id" = 10)) AND "id" <= 1000 ORDER BY "region" COLLATE "binary", "id";
+
 -- key minimum
 SELECT CAST(MIN("id") AS VARCHAR) FROM "shop"."orders"
 

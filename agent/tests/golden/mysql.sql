@@ -51,6 +51,12 @@ SELECT `region`, `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE (CAST(CONVER
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT `region`, `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) >= (CONVERT(X'4555' USING utf8mb4), 10) AND (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) < (CONVERT(X'5553' USING utf8mb4), 0) ORDER BY CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`;
 
+-- investigation of keys: a single integer key
+SELECT `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE `id` IN (7, -42) ORDER BY `id`;
+
+-- investigation of keys: a composite text key (one holds a quote), within a window
+SELECT `region`, `id`, `amount`, `ratio` FROM `shop`.`orders` WHERE (CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`) IN ((CONVERT(X'4f27427269656e' USING utf8mb4), 7), (CONVERT(X'4555' USING utf8mb4), 10)) AND `id` <= 1000 ORDER BY CAST(CONVERT(`region` USING utf8mb4) AS BINARY), `id`;
+
 -- key minimum
 SELECT CAST(MIN(`id`) AS CHAR) FROM `shop`.`orders`
 

@@ -75,6 +75,12 @@ SELECT "region", "id", "amount", "ratio" FROM "SHOP"."ORDERS" WHERE (UTL_I18N.ST
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "SHOP"."ORDERS" WHERE (UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') > UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('4555'), 'AL32UTF8'), 'AL32UTF8') OR (UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') = UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('4555'), 'AL32UTF8'), 'AL32UTF8') AND "id" >= 10)) AND (UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') < UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('5553'), 'AL32UTF8'), 'AL32UTF8') OR (UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') = UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('5553'), 'AL32UTF8'), 'AL32UTF8') AND "id" < 0)) ORDER BY UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8'), "id";
 
+-- investigation of keys: a single integer key
+SELECT "id", "amount", "ratio" FROM "SHOP"."ORDERS" WHERE "id" IN (7, -42) ORDER BY "id";
+
+-- investigation of keys: a composite text key (one holds a quote), within a window
+SELECT "region", "id", "amount", "ratio" FROM "SHOP"."ORDERS" WHERE ((UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') = UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('4F27427269656E'), 'AL32UTF8'), 'AL32UTF8') AND "id" = 7) OR (UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8') = UTL_I18N.STRING_TO_RAW(UTL_I18N.RAW_TO_CHAR(HEXTORAW('4555'), 'AL32UTF8'), 'AL32UTF8') AND "id" = 10)) AND "id" <= 1000 ORDER BY UTL_I18N.STRING_TO_RAW("region", 'AL32UTF8'), "id";
+
 -- key minimum
 SELECT TO_CHAR(MIN("id"), 'TM9', 'NLS_NUMERIC_CHARACTERS = ''.,''') FROM "SHOP"."ORDERS"
 

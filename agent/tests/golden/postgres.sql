@@ -78,6 +78,12 @@ SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" CO
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") >= (convert_from(decode('4555', 'hex'), 'UTF8'), 10) AND ("region" COLLATE "C", "id") < (convert_from(decode('5553', 'hex'), 'UTF8'), 0) ORDER BY "region" COLLATE "C", "id";
 
+-- investigation of keys: a single integer key
+SELECT "id", "amount", "ratio" FROM "shop"."orders" WHERE "id" IN (7, -42) ORDER BY "id";
+
+-- investigation of keys: a composite text key (one holds a quote), within a window
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE "C", "id") IN ((convert_from(decode('4f27427269656e', 'hex'), 'UTF8'), 7), (convert_from(decode('4555', 'hex'), 'UTF8'), 10)) AND "id" <= 1000 ORDER BY "region" COLLATE "C", "id";
+
 -- key minimum
 SELECT (MIN("id"))::text FROM "shop"."orders"
 

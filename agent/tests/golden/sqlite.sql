@@ -48,6 +48,12 @@ SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" CO
 -- hash range [288230376151711744, 576460752303423488) of a sealed run: it needs the run key, which never leaves the agents; these are every row of the key range
 SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE ("region" COLLATE BINARY, "id") >= (CAST(X'4555' AS TEXT), 10) AND ("region" COLLATE BINARY, "id") < (CAST(X'5553' AS TEXT), 0) ORDER BY "region" COLLATE BINARY, "id";
 
+-- investigation of keys: a single integer key
+SELECT "id", "amount", "ratio" FROM "shop"."orders" WHERE "id" IN (7, -42) ORDER BY "id";
+
+-- investigation of keys: a composite text key (one holds a quote), within a window
+SELECT "region", "id", "amount", "ratio" FROM "shop"."orders" WHERE (("region" COLLATE BINARY = CAST(X'4f27427269656e' AS TEXT) AND "id" = 7) OR ("region" COLLATE BINARY = CAST(X'4555' AS TEXT) AND "id" = 10)) AND "id" <= 1000 ORDER BY "region" COLLATE BINARY, "id";
+
 -- key minimum
 SELECT CAST(MIN("id") AS TEXT) FROM "shop"."orders"
 

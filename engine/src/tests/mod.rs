@@ -341,6 +341,26 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             side: *x,
             sql: format!("select {leaf} -- {}", x.name()),
         },
+        Command::KeySql {
+            leaf,
+            kind,
+            side: x,
+            request,
+        } => Event::KeySql {
+            leaf: *leaf,
+            kind: *kind,
+            side: *x,
+            sql: format!(
+                "select {} -- {}",
+                request
+                    .keys
+                    .iter()
+                    .map(tally_common::segment::format_tuple)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                x.name()
+            ),
+        },
         other => panic!("not a call: {other:?}"),
     }
 }

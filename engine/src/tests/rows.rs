@@ -570,3 +570,96 @@ fn under_strategy_time_a_changed_row_asks_no_lookup() {
     );
     assert_eq!(whole_period, 0);
 }
+
+#[test]
+fn each_leaf_gets_per_key_sql_of_each_kind_of_difference_in_it_and_a_replay_asks_none_again() {
+    use crate::result::DiffKind;
+    let (s, t) = planted();
+    for level in ["with_keys", "detailed"] {
+        let spec = with_keys(level, "");
+        let whole = drive(&spec, &s, &t);
+        let r = &whole.result;
+        assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
+        // one ask per (leaf, kind, side), each naming exactly that kind's keys of the leaf
+        let mut asked: Vec<(usize, DiffKind, Side, Vec<String>)> = whole
+            .commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::KeySql {
+                    leaf,
+                    kind,
+                    side,
+                    request,
+                } => Some((
+                    *leaf,
+                    *kind,
+                    *side,
+                    request
+                        .keys
+                        .iter()
+                        .map(tally_common::segment::format_tuple)
+                        .collect(),
+                )),
+                _ => None,
+            })
+            .collect();
+        asked.sort();
+        let by_kind = |k: DiffKind| asked.iter().filter(|a| a.1 == k).collect::<Vec<_>>();
+        for (kind, key) in [
+            (DiffKind::Changed, "500"),
+            (DiffKind::MissingInTarget, "1200"),
+            (DiffKind::ExtraInTarget, "5000"),
+        ] {
+            let a = by_kind(kind);
+            assert_eq!(
+                a.len(),
+                2,
+                "{level}: {kind:?} asked of both sides once: {asked:?}"
+            );
+            assert_eq!((a[0].2, a[1].2), (Side::Source, Side::Target));
+            assert_eq!(a[0].3, vec![key.to_string()], "{level}: {kind:?}");
+            assert_eq!(a[0].0, a[1].0);
+            // the leaf shows it, under its range SQL
+            let leaf = &r.leaves[a[0].0];
+            assert!(leaf.sql.is_some());
+            let shown = leaf.key_sql.iter().find(|k| k.kind == kind).expect("shown");
+            assert_eq!(shown.keys, 1);
+            assert_eq!(shown.source, format!("select {key} -- source"));
+            assert_eq!(shown.target, format!("select {key} -- target"));
+        }
+        assert_eq!(asked.len(), 6);
+        // a replay cut after each key_sql event asks only the ones not recorded
+        let kinds: Vec<usize> = (0..whole.events.len())
+            .filter(|&i| whole.events[i]["event"] == "key_sql")
+            .collect();
+        assert_eq!(kinds.len(), 6);
+        for &cut in &kinds {
+            let mut e = Engine::new(spec.clone(), "a", "b");
+            let _ = e.start();
+            e.replay(&whole.events[..=cut]).unwrap();
+            if e.is_finished() {
+                assert_eq!(json(e.result().unwrap()), json(&whole.result), "cut {cut}");
+                continue;
+            }
+            let first = e.pending();
+            let rest = drive_from(&mut e, first, &s, &t);
+            let again = rest
+                .commands
+                .iter()
+                .filter(|c| matches!(c, Command::KeySql { .. }))
+                .count();
+            let recorded = kinds.iter().filter(|&&k| k <= cut).count();
+            assert_eq!(
+                again,
+                6 - recorded,
+                "cut {cut}: only the unrecorded ones are asked"
+            );
+            assert_eq!(rest.events.len(), whole.events.len() - cut - 1, "cut {cut}");
+            assert_eq!(json(&rest.result), json(&whole.result), "cut {cut}");
+        }
+    }
+    // count_only asks none
+    let tr = drive(&with_keys("count_only", ""), &s, &t);
+    assert_eq!(calls(&tr, |c| matches!(c, Command::KeySql { .. })), 0);
+    assert!(tr.result.leaves.iter().all(|l| l.key_sql.is_empty()));
+}
