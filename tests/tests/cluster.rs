@@ -707,9 +707,10 @@ fn the_leader_killed_at_random_moments_each_run_still_ends_with_its_exact_result
 /// with its exact result (exit 1) or, for the agent, a clear error naming it (exit 2,
 /// `agent_unreachable`) when the restart outlasted the client's retries; either way the
 /// group holds each run once and its evidence verifies with both verifiers, and the run
-/// after the fault is exact.
+/// after the fault is exact. Then the leader is killed at a schedule's tick: the tick's
+/// run starts once and ends exact on the new leader.
 #[test]
-fn a_follower_killed_or_an_agent_restarted_mid_run_ends_exact_or_clear_and_signed() {
+fn a_follower_killed_an_agent_restarted_or_the_leader_killed_at_a_tick_ends_exact_or_clear() {
     const ROWS: i64 = 100_000;
     let (pg, my) = (db::postgres(), db::mariadb());
     let (pg_url, my_url) = load_rows(pg, my, "e2e_faults", ROWS);
@@ -898,6 +899,65 @@ fn a_follower_killed_or_an_agent_restarted_mid_run_ends_exact_or_clear_and_signe
         .map(|r| r["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(held, ids, "{listed}");
+
+    // the leader killed at a schedule's tick: the tick's run starts once (started by
+    // the old leader and resumed, or started by the new one), and ends exact
+    let indented: String = SPEC.lines().map(|line| format!("  {line}\n")).collect();
+    let body = format!("cron: '*/10 * * * * *'\nspec:\n{indented}");
+    let (code, answer) = request(
+        replicas[l as usize - 1].api,
+        None,
+        "PUT",
+        "/v1/schedules/tick",
+        Some(ADMIN),
+        &body,
+    )
+    .unwrap();
+    assert!(code == 201 || code == 200, "{code}: {answer}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // the first tick at least 3 s away (the schedule must be committed before it)
+    let tick_ms = (now_ms / 10_000 + 1) * 10_000 + if now_ms % 10_000 > 7_000 { 10_000 } else { 0 };
+    std::thread::sleep(Duration::from_millis(tick_ms - now_ms));
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(10));
+    replicas[l as usize - 1].kill();
+    let tick_id = format!("{tick_ms:x}-s-tick");
+    let survivor = &replicas[l as usize % 3];
+    let doc = wait_done(survivor, &tick_id, Duration::from_secs(120));
+    assert_eq!(
+        differences(&doc["result"]),
+        expected_rows(ROWS),
+        "the tick's run {tick_id}"
+    );
+    eprintln!(
+        "the leader (replica {l}) killed at tick {tick_id}: the tick's run ended exact on the new leader"
+    );
+    replicas[l as usize - 1].start(&dir);
+    let l = leader(&replicas, &[1, 2, 3], Duration::from_secs(30));
+    let (code, _) = request(
+        replicas[l as usize - 1].api,
+        None,
+        "DELETE",
+        "/v1/schedules/tick",
+        Some(ADMIN),
+        "",
+    )
+    .unwrap();
+    assert_eq!(code, 200);
+    // the tick's run is listed once (a second start of the same tick is refused by
+    // the replicated state: its id is the tick's)
+    let (code, listed) = replicas[l as usize - 1].get("/v1/runs?limit=100&name=failover");
+    assert_eq!(code, 200, "{listed}");
+    let ticks: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .filter(|id| *id == tick_id)
+        .collect();
+    assert_eq!(ticks.len(), 1, "{listed}");
 }
 
 #[test]
