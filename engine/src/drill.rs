@@ -7,7 +7,7 @@ use tally_common::TypeClass;
 use tally_common::checksum::AnyAggregate;
 use tally_common::period::Granularity;
 use tally_common::seal::NONCE_LEN;
-use tally_common::segment::Split;
+use tally_common::segment::{KeyTuple, Segment, Split};
 use tally_common::wire::{AggregateRequest, AggregateResponse, Describe, InvestigationSqlRequest, Seal};
 
 use super::{Command, Engine, Out, Seals, Side, Step};
@@ -558,21 +558,12 @@ impl Engine {
             return self.begin_rows(out);
         }
         let (from, to) = (sql.asked, sql.total.min(sql.done + SQL_IN_FLIGHT));
-        let r = self.resolved.as_ref().expect("resolved");
-        let (key_len, sealed) = (r.key_len, r.method.is_sealed());
         for leaf in from..to.max(from) {
             let segment = self.planner.as_ref().expect("drilled").leaves[leaf]
                 .segment
                 .clone();
             for side in [Side::Source, Side::Target] {
-                let request = InvestigationSqlRequest {
-                    dataset: self.dataset(side),
-                    columns: self.columns(side),
-                    key_len,
-                    segment: segment.clone(),
-                    sealed,
-                    keys: Vec::new(),
-                };
+                let request = self.sql_request(side, &segment, Vec::new());
                 self.ask(out, Command::InvestigationSql { leaf, side, request });
             }
         }
@@ -681,6 +672,27 @@ pub fn window_upper(
         }
     }
     Ok(out)
+}
+
+impl Engine {
+    /// One side's investigation SQL request for a leaf's `segment`: its range, or with
+    /// `keys` exactly those keys.
+    pub(super) fn sql_request(
+        &self,
+        side: Side,
+        segment: &Segment,
+        keys: Vec<KeyTuple>,
+    ) -> InvestigationSqlRequest {
+        let r = self.resolved.as_ref().expect("resolved");
+        InvestigationSqlRequest {
+            dataset: self.dataset(side),
+            columns: self.columns(side),
+            key_len: r.key_len,
+            segment: segment.clone(),
+            sealed: r.method.is_sealed(),
+            keys,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
 use tally_common::segment::{KeyTuple, Period, Segment, bucket_hash};
 use tally_common::wire::{
-    InvestigationSqlRequest, MAX_KEY_SQL_KEYS, RevealRequest, RevealResponse, RevealedRow, RowDigest,
-    RowDigestsRequest,
+    MAX_KEY_SQL_KEYS, RevealRequest, RevealResponse, RevealedRow, RowDigest, RowDigestsRequest,
 };
 
 use super::drill::LEAVES_IN_FLIGHT;
@@ -918,8 +917,6 @@ impl Engine {
 
     /// Asks for the next per-key SQL while fewer than [`LEAVES_IN_FLIGHT`] wait.
     fn ask_key_sql(&mut self, out: &mut Out) {
-        let r = self.resolved.as_ref().expect("resolved");
-        let (key_len, sealed) = (r.key_len, r.method.is_sealed());
         let p = self.key_sql.as_ref().expect("key sql phase");
         let (from, to) = (p.asked, p.items.len().min(p.done + LEAVES_IN_FLIGHT));
         let asks: Vec<(usize, DiffKind, Vec<KeyTuple>)> = p.items[from..to.max(from)].to_vec();
@@ -928,14 +925,7 @@ impl Engine {
                 .segment
                 .clone();
             for side in [Side::Source, Side::Target] {
-                let request = InvestigationSqlRequest {
-                    dataset: self.dataset(side),
-                    columns: self.columns(side),
-                    key_len,
-                    segment: segment.clone(),
-                    sealed,
-                    keys: keys.clone(),
-                };
+                let request = self.sql_request(side, &segment, keys.clone());
                 self.ask(
                     out,
                     Command::KeySql {

@@ -175,18 +175,29 @@ pub fn investigation_sql(
             )),
         }
     }
-    let mut text = format!(
-        "{note}SELECT {} FROM {}{} ORDER BY {}",
+    select_rows(d, source, cols, key, &conds, &note)
+}
+
+/// `SELECT` the columns of `source` under `conds`, in key order: the text both kinds
+/// of investigation SQL end with, after their `note`.
+fn select_rows(
+    d: &dyn Dialect,
+    source: &Source,
+    cols: &[BoundColumn],
+    key: &[&ColumnInfo],
+    conds: &[String],
+    note: &str,
+) -> String {
+    format!(
+        "{note}SELECT {} FROM {}{} ORDER BY {};",
         cols.iter()
             .map(|c| d.quote(&c.info.name))
             .collect::<Vec<_>>()
             .join(", "),
         relation(d, source),
-        where_clause(&conds),
+        where_clause(conds),
         order_by(d, key)
-    );
-    text.push(';');
-    text
+    )
 }
 
 /// Ready-to-run SQL a person can paste to see exactly the rows of the given keys (each
@@ -294,16 +305,5 @@ pub fn key_sql(
             )),
         }
     }
-    let mut text = format!(
-        "{note}SELECT {} FROM {}{} ORDER BY {}",
-        cols.iter()
-            .map(|c| d.quote(&c.info.name))
-            .collect::<Vec<_>>()
-            .join(", "),
-        relation(d, source),
-        where_clause(&conds),
-        order_by(d, key)
-    );
-    text.push(';');
-    text
+    select_rows(d, source, cols, key, &conds, &note)
 }
