@@ -1,7 +1,7 @@
-//! The coordinator's hash-chained JSON-lines files (the run store's index and the API's
-//! audit log), on the one chain of `tally_common::chain` that the agents' release logs
-//! use too: one genesis, one writer, one verifier. This module adapts it to the
-//! coordinator's `String` errors.
+//! The coordinator's hash-chained JSON-lines files (an earlier version's run store
+//! index and API audit log, both read only now), on the one chain of
+//! `tally_common::chain` that the agents' release logs use too: one genesis, one
+//! writer, one verifier. This module adapts it to the coordinator's `String` errors.
 
 use std::path::Path;
 

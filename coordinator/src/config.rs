@@ -17,7 +17,7 @@ pub struct CoordinatorConfig {
     /// `tally serve` only.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
-    /// `tally serve` only: the run store.
+    /// `tally serve` only: the run log (and an earlier version's run store).
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
     pub tls: ClientTls,

@@ -9,7 +9,7 @@
 //! service (`tally serve`, its Raft group and API) and the API's client.
 //!
 //! Depends on `tally-proto`, `tally-common` and `tally-engine`; never on the agent, and it links no
-//! database driver but SQLite's (its run store). Cargo enforces it: the agent is a
+//! database driver but SQLite's (its run log). Cargo enforces it: the agent is a
 //! dependency of the `tally` binary's package (`cli/`), where `tally demo` starts two
 //! agents on loopback, and of the tests crate, whose in-process agent drives the
 //! runtime in tests.

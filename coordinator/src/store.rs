@@ -1,12 +1,18 @@
-//! The run store of `tally serve`: one JSON document per run (spec snapshot, result)
-//! and an append-only, hash-chained index. Each index line carries the SHA-256 of the
-//! run's document and of the line before it, so a removed or edited run shows.
+//! The run store of earlier versions of a single-node `tally serve`, read only: one JSON
+//! document per run (`data_dir/runs/ID.json`) and a hash-chained index (`runs.jsonl`)
+//! whose lines each carry the SHA-256 of the run's document and of the line before.
+//!
+//! Finished runs now live in one store, the run log: every service (single node or
+//! group) closes a run with a `finished` event that carries its document. A data
+//! directory written by an earlier version keeps its `runs.jsonl`; it is verified when
+//! the service starts (a broken chain or an edited document refuses the start) and read
+//! for the runs it holds, and never written again.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::{self, ChainFile, sha256_hex as sha};
+use crate::chain::{self, sha256_hex as sha};
 
 /// One line of the index.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -22,69 +28,54 @@ pub struct IndexEntry {
     pub prev: String,
 }
 
+/// A verified earlier run store.
 #[derive(Debug)]
-pub struct RunStore {
+pub struct LegacyRunStore {
     dir: PathBuf,
-    index: ChainFile,
+    entries: Vec<IndexEntry>,
+    seq: u64,
+    head: String,
 }
 
-impl RunStore {
-    /// Opens the store in `dir`, verifying the whole chain.
-    pub fn open(dir: &Path) -> Result<RunStore, String> {
-        std::fs::create_dir_all(dir.join("runs")).map_err(|e| format!("{}: {e}", dir.display()))?;
-        verify(dir)?;
-        Ok(RunStore {
+impl LegacyRunStore {
+    /// The store in `dir` when there is one (`runs.jsonl` exists), its whole chain and
+    /// every document verified.
+    pub fn open(dir: &Path) -> Result<Option<LegacyRunStore>, String> {
+        if !dir.join("runs.jsonl").exists() {
+            return Ok(None);
+        }
+        let (seq, head, entries) = verify(dir)?;
+        Ok(Some(LegacyRunStore {
             dir: dir.to_path_buf(),
-            index: ChainFile::open(&dir.join("runs.jsonl"))?,
-        })
-    }
-
-    pub fn document_path(&self, id: &str) -> PathBuf {
-        self.dir.join("runs").join(format!("{id}.json"))
-    }
-
-    /// Stores a finished run's document and appends it to the chain.
-    pub fn append(
-        &self,
-        id: &str,
-        name: &str,
-        verdict: &str,
-        document: &serde_json::Value,
-    ) -> Result<IndexEntry, String> {
-        let text = serde_json::to_vec_pretty(document).map_err(|e| e.to_string())?;
-        let path = self.document_path(id);
-        std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-        self.index.append(|seq, prev| IndexEntry {
+            entries,
             seq,
-            id: id.to_string(),
-            name: name.to_string(),
-            verdict: verdict.to_string(),
-            finished: now(),
-            document_sha256: sha(&text),
-            prev: prev.to_string(),
-        })
+            head,
+        }))
     }
 
-    pub fn entries(&self) -> Result<Vec<IndexEntry>, String> {
-        verify(&self.dir).map(|(_, _, e)| e)
+    pub fn entries(&self) -> &[IndexEntry] {
+        &self.entries
     }
 
     /// The index's last seq and line hash.
-    pub fn head(&self) -> (u64, String) {
-        self.index.head()
+    pub fn head(&self) -> (u64, &str) {
+        (self.seq, &self.head)
     }
 
+    /// A run's document, checked against its index entry again as it is read.
     pub fn document(&self, id: &str) -> Option<serde_json::Value> {
-        if !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        let entry = self.entries.iter().find(|e| e.id == id)?;
+        let bytes = std::fs::read(document_path(&self.dir, id)).ok()?;
+        if sha(&bytes) != entry.document_sha256 {
+            tracing::error!(run = %id, "runs/{id}.json no longer matches its index entry (edited?): not served");
             return None;
         }
-        let text = std::fs::read(self.document_path(id)).ok()?;
-        serde_json::from_slice(&text).ok()
+        serde_json::from_slice(&bytes).ok()
     }
 }
 
-fn now() -> String {
-    crate::lifecycle::now_rfc3339()
+fn document_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join("runs").join(format!("{id}.json"))
 }
 
 /// Checks the index chain and every document's hash; returns the last sequence number,
@@ -92,7 +83,13 @@ fn now() -> String {
 pub fn verify(dir: &Path) -> Result<(u64, String, Vec<IndexEntry>), String> {
     let (seq, head, entries) = chain::read::<IndexEntry>(&dir.join("runs.jsonl"))?;
     for e in &entries {
-        let doc = dir.join("runs").join(format!("{}.json", e.id));
+        if !tally_common::evidence::valid_run_id(&e.id) {
+            return Err(format!(
+                "runs.jsonl: entry {} names no valid run id: {:?}",
+                e.seq, e.id
+            ));
+        }
+        let doc = document_path(dir, &e.id);
         let bytes = std::fs::read(&doc).map_err(|err| format!("{}: {err}", doc.display()))?;
         if sha(&bytes) != e.document_sha256 {
             return Err(format!(
@@ -104,32 +101,57 @@ pub fn verify(dir: &Path) -> Result<(u64, String, Vec<IndexEntry>), String> {
     Ok((seq, head, entries))
 }
 
+/// Writes a store as an earlier version did: each run's document
+/// `{"id", "finished", "spec": {"name": "orders"}, "result": {"verdict"}}`.
+#[cfg(test)]
+pub(crate) fn write_for_test(dir: &Path, runs: &[(&str, &str)]) {
+    std::fs::create_dir_all(dir.join("runs")).unwrap();
+    let index = chain::ChainFile::open(&dir.join("runs.jsonl")).unwrap();
+    for (id, verdict) in runs {
+        let doc = serde_json::json!({"id": id, "finished": "2026-01-01T00:00:00Z",
+                "spec": {"name": "orders"}, "result": {"verdict": verdict}});
+        let text = serde_json::to_vec_pretty(&doc).unwrap();
+        std::fs::write(document_path(dir, id), &text).unwrap();
+        index
+            .append(|seq, prev| IndexEntry {
+                seq,
+                id: id.to_string(),
+                name: "orders".into(),
+                verdict: verdict.to_string(),
+                finished: "2026-01-01T00:00:00Z".into(),
+                document_sha256: sha(&text),
+                prev: prev.to_string(),
+            })
+            .unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_chain_detects_edits_and_survives_reopening() {
+    fn an_earlier_store_is_read_and_an_edit_refuses_it() {
         let dir = tempfile::tempdir().unwrap();
-        let s = RunStore::open(dir.path()).unwrap();
-        s.append("r1", "orders", "match", &serde_json::json!({"verdict": "match"}))
-            .unwrap();
-        s.append(
-            "r2",
-            "orders",
-            "differ",
-            &serde_json::json!({"verdict": "differ"}),
+        assert!(
+            LegacyRunStore::open(dir.path()).unwrap().is_none(),
+            "no runs.jsonl: no store"
+        );
+        write_for_test(dir.path(), &[("r1", "match"), ("r2", "differ")]);
+        let s = LegacyRunStore::open(dir.path()).unwrap().unwrap();
+        assert_eq!(s.entries().len(), 2);
+        assert_eq!(s.head().0, 2);
+        assert_eq!(s.document("r2").unwrap()["result"]["verdict"], "differ");
+        assert!(s.document("r3").is_none());
+        // edited after the service started: not served
+        std::fs::write(
+            document_path(dir.path(), "r2"),
+            b"{\"result\": {\"verdict\": \"match\"}}",
         )
         .unwrap();
-        drop(s);
-        let s = RunStore::open(dir.path()).unwrap();
-        let e = s
-            .append("r3", "accounts", "match", &serde_json::json!({}))
-            .unwrap();
-        assert_eq!(e.seq, 3);
-        assert_eq!(s.entries().unwrap().len(), 3);
-        std::fs::write(s.document_path("r2"), b"{\"verdict\": \"match\"}").unwrap();
+        assert!(s.document("r2").is_none());
+        // and the next start is refused, naming the file
         assert!(verify(dir.path()).unwrap_err().contains("r2.json"));
-        assert!(RunStore::open(dir.path()).is_err());
+        assert!(LegacyRunStore::open(dir.path()).is_err());
     }
 }

@@ -1231,22 +1231,37 @@ fn tally_serve_runs_specs_and_keeps_a_tamper_evident_record() {
         "differ"
     );
     serve.kill();
-    // and an edited record is refused
-    let doc_path = d.path().join("store").join("runs").join(format!("{id}.json"));
-    let edited = std::fs::read_to_string(&doc_path)
-        .unwrap()
-        .replace("\"differ\"", "\"match\"");
-    std::fs::write(&doc_path, edited).unwrap();
+    // and an edited record is refused: the finished event, which carries the run's
+    // document, turned from differ into match in the run log's file
+    let runlog = d.path().join("store").join("runlog.sqlite");
+    let script = r#"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+n = c.execute(
+    "UPDATE events SET line = replace(line, '\"verdict\":\"differ\"', '\"verdict\":\"match\"') "
+    "WHERE run_id = ? AND line LIKE '%\"event\":\"finished\"%'",
+    (sys.argv[2],),
+).rowcount
+c.commit()
+print(n)
+"#;
+    let edit = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&runlog)
+        .arg(&id)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&edit.stdout).trim(), "1", "{edit:?}");
     let out = std::process::Command::new(tally_e2e::bins::tally())
         .args(["serve", "-c"])
         .arg(&serve_cfg)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("does not match its index entry"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains(&id) && stderr.contains("the chain is broken"),
+        "{stderr}"
     );
 }
 

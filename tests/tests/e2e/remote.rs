@@ -102,7 +102,7 @@ fn serve(d: &tally_e2e::zones::Deployment) -> Serve {
         .stderr(log);
     let guard = tally_e2e::proc::ChildGuard::spawn("serve", &mut c).unwrap();
     assert!(
-        tally_e2e::proc::wait_for_port(port, Duration::from_secs(20)),
+        tally_e2e::proc::wait_for_port(port, Duration::from_secs(60)),
         "tally serve did not listen"
     );
     Serve {
