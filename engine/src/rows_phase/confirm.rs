@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::{Deserialize, Serialize};
 use tally_common::wire::RowDigest;
 
-use super::{Pair, put};
-use crate::drill::LEAVES_IN_FLIGHT;
+use super::{Pair, next_asks, put, take_both};
 use crate::{Command, Engine, Out, Side, Step};
 
 /// One confirm round: after its wait, the digests of every range that holds a finding.
@@ -111,15 +110,10 @@ impl Engine {
             if !c.waited {
                 return false;
             }
-            let arrived: Vec<usize> = c
-                .digests
-                .iter()
-                .filter(|(_, p)| matches!(p, (Some(_), Some(_))))
-                .map(|(r, _)| *r)
-                .collect();
-            for range in arrived {
-                let (Some(s), Some(t)) = c.digests.remove(&range).expect("present") else {
-                    unreachable!("both present")
+            let answered: Vec<usize> = c.digests.keys().copied().collect();
+            for range in answered {
+                let Some((s, t)) = take_both(&mut c.digests, range) else {
+                    continue;
                 };
                 for k in crate::rows::Classifier::agreeing_keys(&s, &t) {
                     c.agree.insert((range, k));
@@ -166,12 +160,11 @@ impl Engine {
             .confirming
             .as_ref()
             .expect("in a round");
-        let (from, to) = (c.asked, c.ranges.len().min(c.done + LEAVES_IN_FLIGHT));
-        let (round, ranges) = (c.round, c.ranges[from..to.max(from)].to_vec());
+        let asks = next_asks(c.asked, c.done, c.ranges.len());
+        let (round, ranges) = (c.round, c.ranges[asks.clone()].to_vec());
         for range in ranges {
             self.ask_range_digests(out, range, round);
         }
-        let c = self.rows().confirming.as_mut().expect("in a round");
-        c.asked = c.asked.max(to);
+        self.rows().confirming.as_mut().expect("in a round").asked = asks.end;
     }
 }

@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 use tally_common::segment::{KeyTuple, Period, bucket_hash};
 use tally_common::wire::MAX_KEY_SQL_KEYS;
 
-use super::{Pair, put};
-use crate::drill::LEAVES_IN_FLIGHT;
+use super::{Pair, next_asks, put, take_both};
 use crate::result::{DiffKind, KeySqlOut};
 use crate::{Command, Engine, Out, Side, Step};
 
@@ -80,12 +79,13 @@ impl Engine {
         self.ask_key_sql(out);
     }
 
-    /// Asks for the next per-key SQL while fewer than [`LEAVES_IN_FLIGHT`] wait.
+    /// Asks for the next per-key SQL while fewer than
+    /// [`LEAVES_IN_FLIGHT`](crate::drill::LEAVES_IN_FLIGHT) wait.
     fn ask_key_sql(&mut self, out: &mut Out) {
         let p = self.key_sql.as_ref().expect("key sql phase");
-        let (from, to) = (p.asked, p.items.len().min(p.done + LEAVES_IN_FLIGHT));
-        let asks: Vec<(usize, DiffKind, Vec<KeyTuple>)> = p.items[from..to.max(from)].to_vec();
-        for (leaf, kind, keys) in asks {
+        let asks = next_asks(p.asked, p.done, p.items.len());
+        let items: Vec<(usize, DiffKind, Vec<KeyTuple>)> = p.items[asks.clone()].to_vec();
+        for (leaf, kind, keys) in items {
             let segment = self.planner.as_ref().expect("drilled").leaves[leaf]
                 .segment
                 .clone();
@@ -102,8 +102,7 @@ impl Engine {
                 );
             }
         }
-        let p = self.key_sql.as_mut().expect("key sql phase");
-        p.asked = p.asked.max(to);
+        self.key_sql.as_mut().expect("key sql phase").asked = asks.end;
     }
 
     pub(crate) fn on_key_sql(
@@ -120,12 +119,8 @@ impl Engine {
             .iter()
             .position(|(l, k, _)| *l == leaf && *k == kind)
             .expect("asked for this leaf and kind");
-        let slot = p.partial.entry(n).or_default();
-        put(slot, side, sql);
-        if let (Some(_), Some(_)) = slot {
-            let (Some(source), Some(target)) = p.partial.remove(&n).expect("present") else {
-                unreachable!("both present")
-            };
+        put(p.partial.entry(n).or_default(), side, sql);
+        if let Some((source, target)) = take_both(&mut p.partial, n) {
             p.done += 1;
             let keys = p.items[n].2.len();
             let shown = &mut self.res.leaves[leaf].key_sql;

@@ -13,6 +13,7 @@ mod key_sql;
 mod reveal;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use tally_common::PrivacyLevel;
@@ -47,6 +48,25 @@ fn put<T>(slot: &mut Pair<T>, side: Side, v: T) {
         Side::Source => slot.0 = Some(v),
         Side::Target => slot.1 = Some(v),
     }
+}
+
+/// Both sides' answers for `at`, taken out once both have arrived (left in place until
+/// then).
+fn take_both<T>(pairs: &mut BTreeMap<usize, Pair<T>>, at: usize) -> Option<(T, T)> {
+    if !matches!(pairs.get(&at), Some((Some(_), Some(_)))) {
+        return None;
+    }
+    let (Some(source), Some(target)) = pairs.remove(&at)? else {
+        unreachable!("both present")
+    };
+    Some((source, target))
+}
+
+/// The items to ask for next, `asked` on, while fewer than [`LEAVES_IN_FLIGHT`] wait
+/// (those before `done` have arrived; there are `len`): empty when the window is full.
+/// Its end is the new count asked.
+fn next_asks(asked: usize, done: usize, len: usize) -> Range<usize> {
+    asked..len.min(done + LEAVES_IN_FLIGHT).max(asked)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -194,11 +214,11 @@ impl Engine {
         loop {
             let rows = self.rows();
             let i = rows.classified;
-            if i >= total || !matches!(rows.digests.get(&i), Some((Some(_), Some(_)))) {
+            if i >= total {
                 break;
             }
-            let (Some(s), Some(t)) = rows.digests.remove(&i).expect("present") else {
-                unreachable!("both present")
+            let Some((s, t)) = take_both(&mut rows.digests, i) else {
+                break;
             };
             rows.classifier.add_range(i, &s, &t);
             rows.classified += 1;
@@ -278,12 +298,11 @@ impl Engine {
     /// classified (the ranges are classified in order).
     fn ask_digests(&mut self, out: &mut Out) {
         let rows = self.rows.as_ref().expect("rows phase");
-        let (from, to) = (rows.asked, rows.drilled().min(rows.classified + LEAVES_IN_FLIGHT));
-        for range in from..to.max(from) {
+        let asks = next_asks(rows.asked, rows.classified, rows.drilled());
+        for range in asks.clone() {
             self.ask_range_digests(out, range, 0);
         }
-        let rows = self.rows();
-        rows.asked = rows.asked.max(to);
+        self.rows().asked = asks.end;
     }
 
     /// Folds in the lookups whose digests have arrived, in order, and asks for the next
@@ -301,11 +320,8 @@ impl Engine {
         let found = rows.found.as_mut().expect("classified");
         while l.done < l.keys.len() {
             let range = l.from + l.done;
-            if !matches!(rows.digests.get(&range), Some((Some(_), Some(_)))) {
+            let Some((s, t)) = take_both(&mut rows.digests, range) else {
                 break;
-            }
-            let (Some(s), Some(t)) = rows.digests.remove(&range).expect("present") else {
-                unreachable!("both present")
             };
             rows::reclassify(found, l.keys[l.done], range, &s, &t);
             l.done += 1;
@@ -323,13 +339,11 @@ impl Engine {
     fn ask_lookups(&mut self, out: &mut Out) {
         let rows = self.rows.as_ref().expect("rows phase");
         let l = rows.lookup.as_ref().expect("looking up");
-        let (from, to) = (l.asked, l.keys.len().min(l.done + LEAVES_IN_FLIGHT));
-        let first = l.from;
-        for j in from..to.max(from) {
+        let (first, asks) = (l.from, next_asks(l.asked, l.done, l.keys.len()));
+        for j in asks.clone() {
             self.ask_range_digests(out, first + j, 0);
         }
-        let l = self.rows().lookup.as_mut().expect("looking up");
-        l.asked = l.asked.max(to);
+        self.rows().lookup.as_mut().expect("looking up").asked = asks.end;
     }
 
     /// Both sides' row digests of rows-phase range `range` (the rows phase, the period

@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use tally_common::wire::{RevealRequest, RevealResponse, RevealedRow};
 
-use super::{RowsPhase, put};
-use crate::drill::LEAVES_IN_FLIGHT;
+use super::{RowsPhase, next_asks, put, take_both};
 use crate::result::DiffKind;
 use crate::rows::{self, RevealWork};
 use crate::{Command, Engine, Out, Side, Step};
@@ -177,11 +176,8 @@ impl Engine {
         let detailed = self.detailed();
         let r = self.resolved.clone().expect("resolved");
         let rows = self.rows();
-        while matches!(rows.reveals.get(&rows.revealed), Some((Some(_), Some(_)))) {
+        while let Some((s, t)) = take_both(&mut rows.reveals, rows.revealed) {
             let n = rows.revealed;
-            let (Some(s), Some(t)) = rows.reveals.remove(&n).expect("present") else {
-                unreachable!("both present")
-            };
             let by_hash = |resp: RevealResponse| -> rows::Revealed {
                 resp.rows
                     .into_iter()
@@ -205,19 +201,17 @@ impl Engine {
         }
     }
 
-    /// Reveals of the next work items (pages) while fewer than [`LEAVES_IN_FLIGHT`] are
-    /// open: a side with nothing to show is not asked, nor one whose reveal budget is
-    /// spent (its agent said so: it would refuse).
+    /// Reveals of the next work items (pages) while fewer than
+    /// [`LEAVES_IN_FLIGHT`](crate::drill::LEAVES_IN_FLIGHT) are open: a side with nothing
+    /// to show is not asked, nor one whose reveal budget is spent (its agent said so: it
+    /// would refuse).
     pub(super) fn ask_reveals(&mut self, out: &mut Out) {
         let key_len = self.resolved.as_ref().expect("resolved").key_len;
         let detailed = self.detailed();
         let rows = self.rows.as_ref().expect("rows phase");
-        let (from, to) = (
-            rows.reveals_asked,
-            rows.work.len().min(rows.revealed + LEAVES_IN_FLIGHT),
-        );
+        let asks = next_asks(rows.reveals_asked, rows.revealed, rows.work.len());
         let mut nothing_to_ask = Vec::new();
-        for n in from..to.max(from) {
+        for n in asks.clone() {
             let rows = self.rows.as_ref().expect("rows phase");
             let w = rows.work[n].clone();
             let segment = rows.ranges[w.leaf].clone();
@@ -255,7 +249,7 @@ impl Engine {
             }
         }
         let rows = self.rows();
-        rows.reveals_asked = rows.reveals_asked.max(to);
+        rows.reveals_asked = asks.end;
         for (n, side, spent) in nothing_to_ask {
             let r = RevealResponse {
                 truncated: spent.is_some(),
