@@ -1,7 +1,7 @@
 //! The rows phase without I/O (DESIGN §5): classifying the (key hash, row hash) pairs
 //! of each differing range, the reveal plan that asks each side only for what it must
 //! show, and the differences built from what the agents revealed. The runtime feeds it
-//! agent answers; the run engine (`rows_phase.rs`) owns it as state.
+//! agent answers; the run engine (`rows_phase/`) owns it as state.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -748,7 +748,7 @@ async fn a_changed_row_one_side_did_not_reveal_leaves_no_value_or_key_in_the_run
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "finding: a range with more differences than one reveal releases (the agent's MAX_REVEAL_ROWS, 1000 a \
             call) lists 1000 of them, though the sample limit and both budgets allow all: the engine asks a \
-            range's keys in one call (rows_phase.rs ask_reveals), and the warning blames max_reveal_rows"]
+            range's keys in one call (rows_phase/reveal.rs ask_reveals), and the warning blames max_reveal_rows"]
 async fn a_range_with_more_differences_than_one_reveal_releases_lists_them_all() {
     let source: Vec<(i64, &str, &str)> = (1..=2000).map(|i| (i, "same", "x")).collect();
     let mut target = source.clone();
