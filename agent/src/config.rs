@@ -157,6 +157,10 @@ pub struct DatasetConfig {
     pub table: Option<String>,
     #[serde(default)]
     pub query: Option<String>,
+    /// Parquet or CSV files, local or on S3-compatible storage, read through DuckDB
+    /// (`crate::files`): instead of `url` and `table` or `query`.
+    #[serde(default)]
+    pub file: Option<crate::files::FileConfig>,
     pub key: Vec<String>,
     #[serde(default)]
     pub hashing: Hashing,
@@ -479,12 +483,18 @@ impl DatasetConfig {
         match (&self.table, &self.query) {
             (Some(t), _) => Source::Table(t.split('.').map(str::to_string).collect()),
             (None, Some(q)) => Source::Query(q.clone()),
-            (None, None) => unreachable!("validated: table or query"),
+            (None, None) => match &self.file {
+                Some(f) => Source::Query(f.query()),
+                None => unreachable!("validated: table, query or file"),
+            },
         }
     }
 
     /// The database URL, from `url` or the environment variable `url_env`.
     pub fn resolve_url(&self, file: &Path, name: &str) -> Result<String, ConfigError> {
+        if let Some(f) = &self.file {
+            return Ok(f.url());
+        }
         match (&self.url, &self.url_env) {
             (Some(u), _) => Ok(u.clone()),
             (None, Some(var)) => std::env::var(var).map_err(|_| {
@@ -535,7 +545,18 @@ impl AgentConfig {
                     "dataset names use letters, digits, '-', '_', '.'",
                 ));
             }
+            if let Some(f) = &d.file {
+                if d.url.is_some() || d.url_env.is_some() || d.table.is_some() || d.query.is_some() {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key("file"),
+                        "a file dataset is read through DuckDB in the agent: give file alone, without url, url_env, table or query",
+                    ));
+                }
+                f.validate(file, &key("file"))?;
+            }
             match (&d.url, &d.url_env) {
+                _ if d.file.is_some() => {}
                 (Some(_), Some(_)) => {
                     return Err(ConfigError::invalid(
                         file,
@@ -547,7 +568,7 @@ impl AgentConfig {
                     return Err(ConfigError::invalid(
                         file,
                         key("url"),
-                        "missing: give url or url_env",
+                        "missing: give url or url_env (or file, for Parquet and CSV files)",
                     ));
                 }
                 (Some(u), None) if !u.contains("://") && !u.starts_with("sqlite:") => {
@@ -567,6 +588,7 @@ impl AgentConfig {
                 ));
             }
             match (&d.table, &d.query) {
+                _ if d.file.is_some() => {}
                 (Some(_), Some(_)) => {
                     return Err(ConfigError::invalid(
                         file,
@@ -578,7 +600,7 @@ impl AgentConfig {
                     return Err(ConfigError::invalid(
                         file,
                         key("table"),
-                        "missing: give table or query",
+                        "missing: give table, query or file",
                     ));
                 }
                 (Some(t), None)

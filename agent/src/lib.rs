@@ -11,6 +11,7 @@ pub mod connector;
 pub mod dataset;
 pub mod dialect;
 pub mod error;
+pub mod files;
 pub mod hash_pipe;
 pub mod measures;
 pub mod policy;

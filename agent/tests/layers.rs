@@ -15,7 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LAYERS: &[(&str, &[&str])] = &[
-    ("declarative", &["config", "watermark", "schema", "error"]),
+    (
+        "declarative",
+        &["config", "files", "watermark", "schema", "error"],
+    ),
     ("dialect", &["dialect"]),
     ("connector", &["connector"]),
     ("dataset", &["dataset", "hash_pipe"]),

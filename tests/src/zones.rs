@@ -22,6 +22,9 @@ pub struct AgentProc {
 pub struct Deployment {
     pub dir: tempfile::TempDir,
     pub agents: Vec<AgentProc>,
+    /// Environment variables every agent of this deployment starts with (credentials
+    /// an agent takes from its environment, such as S3's).
+    pub agent_env: Vec<(String, String)>,
 }
 
 /// What `tally run --json` printed, and how it exited.
@@ -51,6 +54,7 @@ impl Deployment {
         Deployment {
             dir,
             agents: Vec::new(),
+            agent_env: Vec::new(),
         }
     }
 
@@ -85,6 +89,7 @@ impl Deployment {
         let guard = ChildGuard::spawn(
             name,
             Command::new(bins::tally_agent())
+                .envs(self.agent_env.iter().map(|(k, v)| (k, v)))
                 .arg("-c")
                 .arg(&path)
                 .stdout(stderr.try_clone().unwrap())
@@ -109,6 +114,7 @@ impl Deployment {
     pub fn restart_agent(&mut self, name: &str) {
         let path = self.path().join(format!("{name}.yaml"));
         let log_path = self.path().join(format!("{name}.log"));
+        let env = self.agent_env.clone();
         let a = self.agent(name);
         a.guard.kill();
         let stderr = std::fs::OpenOptions::new()
@@ -119,6 +125,7 @@ impl Deployment {
         a.guard = ChildGuard::spawn(
             name,
             Command::new(bins::tally_agent())
+                .envs(env)
                 .arg("-c")
                 .arg(&path)
                 .stdout(stderr.try_clone().unwrap())

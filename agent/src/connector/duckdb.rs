@@ -16,12 +16,15 @@ use super::{AggRow, EngineConn, EngineConnector, RowSink, agg_row, blocking};
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql, duckdb::DuckDb, relation};
 use crate::error::{AgentError, Result};
+use crate::files::{S3Url, s3_of_url};
 use crate::schema::{BoundColumn, DatasetInfo};
 
 #[derive(Clone)]
 pub struct DuckDbConnector {
     /// `None`: an in-memory database (datasets are queries over files).
     path: Option<PathBuf>,
+    /// S3-compatible storage the queries read (`?s3=1&…` in the URL, file datasets).
+    s3: Option<S3Url>,
     conn: Arc<Mutex<Option<Connection>>>,
     pub dialect: DuckDb,
 }
@@ -120,17 +123,98 @@ fn params(binds: &[KeyPart]) -> Vec<Box<dyn duckdb::ToSql>> {
         .collect()
 }
 
+/// A SQL string literal.
+fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Loads DuckDB's httpfs extension (from `TALLY_DUCKDB_EXTENSIONS` when set: a
+/// directory laid out as DuckDB's own, `v1.5.5/linux_amd64/httpfs.duckdb_extension`)
+/// and makes the storage's secret from the agent's environment. The secret lives in
+/// this process's memory only (a temporary secret), and no credential is logged.
+fn with_s3(c: &Connection, s3: &S3Url, dataset: &str) -> Result<()> {
+    let unavailable = |kind: &'static str| AgentError::DatabaseUnavailable {
+        dataset: dataset.into(),
+        kind,
+    };
+    if let Ok(dir) = std::env::var("TALLY_DUCKDB_EXTENSIONS") {
+        c.execute_batch(&format!("SET extension_directory = {}", lit(&dir)))
+            .map_err(|e| db_err(dataset, e))?;
+    }
+    c.execute_batch("LOAD httpfs").map_err(|e| {
+        tracing::error!(
+            dataset,
+            error = %e,
+            "s3:// files need DuckDB's httpfs extension: with internet access DuckDB installs it (INSTALL httpfs); offline, set TALLY_DUCKDB_EXTENSIONS to a directory holding it (docs/engines.md)"
+        );
+        unavailable("httpfs extension not available")
+    })?;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut opts = vec![
+        "TYPE s3".to_string(),
+        format!("REGION {}", lit(&s3.region)),
+        format!("USE_SSL {}", s3.use_ssl),
+    ];
+    if let Some(e) = &s3.endpoint {
+        opts.push(format!("ENDPOINT {}", lit(e)));
+    }
+    if let Some(u) = &s3.url_style {
+        opts.push(format!("URL_STYLE {}", lit(u)));
+    }
+    let mut hidden = Vec::new();
+    match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+        (Some(id), Some(secret)) => {
+            opts.push(format!("KEY_ID {}", lit(&id)));
+            opts.push(format!("SECRET {}", lit(&secret)));
+            hidden.push(secret);
+            if let Some(t) = env("AWS_SESSION_TOKEN") {
+                opts.push(format!("SESSION_TOKEN {}", lit(&t)));
+                hidden.push(t);
+            }
+        }
+        (None, None) => tracing::info!(
+            dataset,
+            "s3: no AWS_ACCESS_KEY_ID in the environment: reading anonymously"
+        ),
+        _ => {
+            tracing::error!(
+                dataset,
+                "s3: set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither"
+            );
+            return Err(unavailable(
+                "incomplete S3 credentials in the agent's environment",
+            ));
+        }
+    }
+    c.execute_batch(&format!(
+        "CREATE OR REPLACE TEMPORARY SECRET tally_s3 ({})",
+        opts.join(", ")
+    ))
+    .map_err(|e| {
+        // the log never holds the secret, should DuckDB's message quote it
+        let error = hidden
+            .iter()
+            .fold(e.to_string(), |t, h| t.replace(h.as_str(), "***"));
+        tracing::error!(dataset, %error, "s3: cannot create the storage secret");
+        unavailable("cannot configure S3 access")
+    })
+}
+
 impl DuckDbConnector {
     /// `duckdb:///path/file.duckdb` opens a file read-only; `duckdb://` or
     /// `duckdb::memory:` an in-memory database for queries over CSV/Parquet files.
+    /// Storage settings follow `?` (`s3=1&s3_endpoint=…`, see [`crate::files`]).
     pub fn open(url: &str) -> Result<DuckDbConnector> {
-        let rest = url.trim_start_matches("duckdb:").trim_start_matches("//");
+        let s3 = s3_of_url(url).map_err(AgentError::Config)?;
+        let base = url.split_once('?').map_or(url, |(b, _)| b);
+        let rest = base.trim_start_matches("duckdb:").trim_start_matches("//");
         let path = match rest {
             "" | ":memory:" => None,
             p => Some(PathBuf::from(p)),
         };
         Ok(DuckDbConnector {
             path,
+            s3,
             conn: Arc::new(Mutex::new(None)),
             dialect: DuckDb,
         })
@@ -173,6 +257,9 @@ impl DuckDbConnector {
             })?;
             // TIMESTAMPTZ renders in UTC (a no-op where the ICU extension is absent)
             let _ = c.execute_batch("SET TimeZone = 'UTC'");
+            if let Some(s3) = &self.s3 {
+                with_s3(&c, s3, dataset)?;
+            }
             *guard = Some(c);
         }
         guard

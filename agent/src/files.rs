@@ -1,0 +1,516 @@
+//! File datasets (`file:` in a dataset's config): Parquet or CSV files, one path or a
+//! glob, on local disk or S3-compatible storage, read through DuckDB in the agent's
+//! process. A file dataset is a DuckDB query the agent writes itself: its relation is
+//! `read_parquet(…)` or `read_csv(…)` over the path, its URL an in-memory DuckDB
+//! (`duckdb://`) that carries the storage settings (`s3=1&s3_region=…`, never a
+//! credential: those come from the agent's environment when the connection opens,
+//! `connector/duckdb.rs`).
+//!
+//! Types: a Parquet file carries its schema, which DuckDB reads; a CSV file's columns
+//! are declared (name and DuckDB type, in the file's order) and nothing is sniffed: a
+//! guessed type can turn `00123` into `123` on one side only, a false match.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use tally_common::config_file::ConfigError;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// A file, a directory's files by glob (`/lake/orders/*.parquet`,
+    /// `s3://bucket/orders/**/*.parquet`), local or `s3://`.
+    pub path: String,
+    /// `parquet` or `csv`; absent, from the path's extension.
+    #[serde(default)]
+    pub format: Option<FileFormat>,
+    /// CSV only: how the file is written and its columns.
+    #[serde(default)]
+    pub csv: Option<CsvOptions>,
+    /// `s3://` paths only: where the storage is (credentials come from the agent's
+    /// environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
+    #[serde(default)]
+    pub s3: Option<S3Options>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    Parquet,
+    Csv,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CsvOptions {
+    /// The first line names the columns (and is skipped). Default true.
+    #[serde(default = "yes")]
+    pub header: bool,
+    /// One character. Default `,`.
+    #[serde(default = "comma")]
+    pub delimiter: String,
+    /// One character. Default `"`.
+    #[serde(default = "double_quote")]
+    pub quote: String,
+    /// The text that stands for NULL (`null_string: NA`); default the empty unquoted
+    /// field.
+    #[serde(default)]
+    pub null_string: Option<String>,
+    /// Every column in the file's order, each with its DuckDB type.
+    pub columns: Vec<CsvColumn>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CsvColumn {
+    pub name: String,
+    /// A DuckDB type: `BIGINT`, `DECIMAL(12,2)`, `VARCHAR`, `DATE`, `TIMESTAMP`, …
+    #[serde(rename = "type")]
+    pub ty: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct S3Options {
+    /// `host:port` of an S3-compatible service; absent, AWS's own.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Default `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `path` (`endpoint/bucket/key`, what most S3-compatible services want) or
+    /// `vhost` (`bucket.endpoint/key`, AWS's default).
+    #[serde(default)]
+    pub url_style: Option<String>,
+    /// HTTPS to the endpoint. Default true; false only for a local test service.
+    #[serde(default = "yes")]
+    pub use_ssl: bool,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            endpoint: None,
+            region: None,
+            url_style: None,
+            use_ssl: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn comma() -> String {
+    ",".into()
+}
+
+fn double_quote() -> String {
+    "\"".into()
+}
+
+/// A SQL string literal: quotes doubled.
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+impl FileConfig {
+    /// The format: given, or from the path's extension.
+    pub fn format(&self) -> Option<FileFormat> {
+        self.format.or_else(|| {
+            let lower = self.path.to_ascii_lowercase();
+            if lower.ends_with(".parquet") || lower.ends_with(".parq") {
+                Some(FileFormat::Parquet)
+            } else if lower.ends_with(".csv") || lower.ends_with(".csv.gz") {
+                Some(FileFormat::Csv)
+            } else {
+                None
+            }
+        })
+    }
+
+    pub fn is_s3(&self) -> bool {
+        self.path.starts_with("s3://")
+    }
+
+    /// Checks the block at `at` (`datasets.NAME.file`), naming the key at fault.
+    pub fn validate(&self, file: &Path, at: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{at}.{k}");
+        let bad = |k: String, why: &str| Err(ConfigError::invalid(file, k, why.to_string()));
+        if self.path.trim().is_empty() || self.path.contains('\0') {
+            return bad(key("path"), "expected a file path, a glob or an s3:// URL");
+        }
+        if self.path.contains("://") && !self.is_s3() {
+            return bad(
+                key("path"),
+                "only local paths and s3:// URLs are read (for another store, mount it or use its S3-compatible endpoint)",
+            );
+        }
+        let Some(format) = self.format() else {
+            return bad(
+                key("format"),
+                "missing: the path does not end in .parquet or .csv; give format: parquet or format: csv",
+            );
+        };
+        match (format, &self.csv) {
+            (FileFormat::Parquet, Some(_)) => {
+                return bad(
+                    key("csv"),
+                    "csv options on a Parquet dataset: remove them or set format: csv",
+                );
+            }
+            (FileFormat::Csv, None) => {
+                return bad(
+                    key("csv.columns"),
+                    "missing: a CSV dataset declares its columns in order, each with a DuckDB type \
+                     (csv: { columns: [{ name: id, type: BIGINT }, …] }); types are never guessed",
+                );
+            }
+            (FileFormat::Csv, Some(c)) => c.validate(file, &key("csv"))?,
+            (FileFormat::Parquet, None) => {}
+        }
+        match (&self.s3, self.is_s3()) {
+            (Some(_), false) => bad(
+                key("s3"),
+                "s3 options on a local path: remove them or give an s3:// path",
+            ),
+            (Some(s), true) => s.validate(file, &key("s3")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The DuckDB query this dataset reads.
+    pub fn query(&self) -> String {
+        let path = literal(&self.path);
+        match (self.format(), &self.csv) {
+            (Some(FileFormat::Csv), Some(c)) => {
+                let columns: Vec<String> = c
+                    .columns
+                    .iter()
+                    .map(|col| format!("{}: {}", literal(&col.name), literal(&col.ty)))
+                    .collect();
+                let mut opts = vec![
+                    format!("header = {}", c.header),
+                    format!("delim = {}", literal(&c.delimiter)),
+                    format!("quote = {}", literal(&c.quote)),
+                    format!("escape = {}", literal(&c.quote)),
+                    format!("columns = {{{}}}", columns.join(", ")),
+                    "auto_detect = false".to_string(),
+                ];
+                if let Some(n) = &c.null_string {
+                    opts.push(format!("nullstr = {}", literal(n)));
+                }
+                format!("SELECT * FROM read_csv({path}, {})", opts.join(", "))
+            }
+            _ => format!("SELECT * FROM read_parquet({path})"),
+        }
+    }
+
+    /// The in-memory DuckDB URL this dataset's reads go through: the storage settings
+    /// ride in it, so datasets with the same settings share one connector.
+    pub fn url(&self) -> String {
+        let Some(s3) = self.is_s3().then(|| self.s3.clone().unwrap_or_default()) else {
+            return "duckdb://".into();
+        };
+        let mut q = vec!["s3=1".to_string()];
+        if let Some(e) = &s3.endpoint {
+            q.push(format!("s3_endpoint={e}"));
+        }
+        q.push(format!(
+            "s3_region={}",
+            s3.region.as_deref().unwrap_or("us-east-1")
+        ));
+        if let Some(u) = &s3.url_style {
+            q.push(format!("s3_url_style={u}"));
+        }
+        q.push(format!("s3_use_ssl={}", s3.use_ssl));
+        format!("duckdb://?{}", q.join("&"))
+    }
+}
+
+/// A URL query value or a DuckDB type name: no character that could leave its place.
+fn plain(s: &str, extra: &[char]) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c) || extra.contains(&c))
+}
+
+impl CsvOptions {
+    fn validate(&self, file: &Path, at: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{at}.{k}");
+        for (k, v) in [("delimiter", &self.delimiter), ("quote", &self.quote)] {
+            if v.chars().count() != 1 || v == "\n" || v == "\r" {
+                return Err(ConfigError::invalid(file, key(k), "expected one character"));
+            }
+        }
+        if self.delimiter == self.quote {
+            return Err(ConfigError::invalid(
+                file,
+                key("quote"),
+                "the quote character is the delimiter",
+            ));
+        }
+        if self.columns.is_empty() {
+            return Err(ConfigError::invalid(
+                file,
+                key("columns"),
+                "empty: declare every column in the file's order",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            if c.name.is_empty() || c.name.contains('\0') {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.columns[{i}].name"),
+                    "empty column name",
+                ));
+            }
+            if !seen.insert(c.name.to_ascii_lowercase()) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.columns[{i}].name"),
+                    format!("{} is declared twice", c.name),
+                ));
+            }
+            if !plain(&c.ty, &['(', ')', ',', ' ']) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.columns[{i}].type"),
+                    format!(
+                        "{:?} is not a DuckDB type name such as BIGINT, DECIMAL(12,2), VARCHAR or TIMESTAMP",
+                        c.ty
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl S3Options {
+    fn validate(&self, file: &Path, at: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{at}.{k}");
+        if let Some(e) = &self.endpoint
+            && (!plain(e, &[':']) || e.contains("//"))
+        {
+            return Err(ConfigError::invalid(
+                file,
+                key("endpoint"),
+                "expected host:port, without a scheme (use_ssl chooses HTTPS)",
+            ));
+        }
+        if let Some(r) = &self.region
+            && !plain(r, &[])
+        {
+            return Err(ConfigError::invalid(
+                file,
+                key("region"),
+                "expected a region name such as eu-west-1",
+            ));
+        }
+        if let Some(u) = &self.url_style
+            && u != "path"
+            && u != "vhost"
+        {
+            return Err(ConfigError::invalid(
+                file,
+                key("url_style"),
+                "expected path or vhost",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Storage settings of an in-memory DuckDB URL (`duckdb://?s3=1&…`), as
+/// [`FileConfig::url`] writes them; `None` without `s3=1`. An unknown parameter is an
+/// error, so a typo does not silently read with defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Url {
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub url_style: Option<String>,
+    pub use_ssl: bool,
+}
+
+pub fn s3_of_url(url: &str) -> Result<Option<S3Url>, String> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Ok(None);
+    };
+    let mut s3 = S3Url {
+        endpoint: None,
+        region: "us-east-1".into(),
+        url_style: None,
+        use_ssl: true,
+    };
+    let mut on = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let ok = match k {
+            "s3" => {
+                on = v == "1";
+                v == "1"
+            }
+            "s3_endpoint" => {
+                s3.endpoint = Some(v.to_string());
+                plain(v, &[':'])
+            }
+            "s3_region" => {
+                s3.region = v.to_string();
+                plain(v, &[])
+            }
+            "s3_url_style" => {
+                s3.url_style = Some(v.to_string());
+                v == "path" || v == "vhost"
+            }
+            "s3_use_ssl" => {
+                s3.use_ssl = v == "true";
+                v == "true" || v == "false"
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(format!(
+                "duckdb URL parameter {pair:?}: expected s3=1, s3_endpoint=host:port, s3_region=NAME, s3_url_style=path|vhost or s3_use_ssl=true|false"
+            ));
+        }
+    }
+    Ok(on.then_some(s3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::config_file::parse_yaml;
+
+    fn parse(yaml: &str) -> FileConfig {
+        parse_yaml(Path::new("agent.yaml"), yaml).unwrap()
+    }
+
+    fn refused(yaml: &str) -> String {
+        parse(yaml)
+            .validate(Path::new("agent.yaml"), "datasets.lake.file")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_parquet_glob_reads_through_read_parquet_with_its_path_quoted() {
+        let f = parse("path: /lake/o'rders/*.parquet\n");
+        f.validate(Path::new("agent.yaml"), "datasets.lake.file").unwrap();
+        assert_eq!(
+            f.query(),
+            "SELECT * FROM read_parquet('/lake/o''rders/*.parquet')"
+        );
+        assert_eq!(f.url(), "duckdb://");
+    }
+
+    #[test]
+    fn a_csv_declares_its_columns_and_nothing_is_sniffed() {
+        let f = parse(
+            "path: /in/orders.csv\ncsv:\n  delimiter: ';'\n  null_string: NA\n  columns:\n    - { name: id, type: BIGINT }\n    - { name: code, type: VARCHAR }\n    - { name: amount, type: 'DECIMAL(12,2)' }\n",
+        );
+        f.validate(Path::new("agent.yaml"), "datasets.lake.file").unwrap();
+        assert_eq!(
+            f.query(),
+            "SELECT * FROM read_csv('/in/orders.csv', header = true, delim = ';', quote = '\"', escape = '\"', \
+             columns = {'id': 'BIGINT', 'code': 'VARCHAR', 'amount': 'DECIMAL(12,2)'}, auto_detect = false, nullstr = 'NA')"
+        );
+    }
+
+    #[test]
+    fn s3_settings_ride_in_the_url_and_come_back_out_of_it() {
+        let f = parse(
+            "path: s3://lake/orders/*.parquet\ns3: { endpoint: '127.0.0.1:9000', url_style: path, use_ssl: false }\n",
+        );
+        f.validate(Path::new("agent.yaml"), "datasets.lake.file").unwrap();
+        let url = f.url();
+        assert_eq!(
+            url,
+            "duckdb://?s3=1&s3_endpoint=127.0.0.1:9000&s3_region=us-east-1&s3_url_style=path&s3_use_ssl=false"
+        );
+        assert_eq!(
+            s3_of_url(&url).unwrap(),
+            Some(S3Url {
+                endpoint: Some("127.0.0.1:9000".into()),
+                region: "us-east-1".into(),
+                url_style: Some("path".into()),
+                use_ssl: false,
+            })
+        );
+        // an s3 path without options: AWS, HTTPS
+        assert_eq!(
+            parse("path: s3://b/k.parquet\n").url(),
+            "duckdb://?s3=1&s3_region=us-east-1&s3_use_ssl=true"
+        );
+        assert_eq!(s3_of_url("duckdb://").unwrap(), None);
+        assert_eq!(s3_of_url("duckdb:///data/x.duckdb").unwrap(), None);
+        assert!(
+            s3_of_url("duckdb://?s3=1&s3_endpoint=a'b")
+                .unwrap_err()
+                .contains("s3_endpoint")
+        );
+        assert!(
+            s3_of_url("duckdb://?s3=1&key_id=AKIA")
+                .unwrap_err()
+                .contains("key_id")
+        );
+    }
+
+    #[test]
+    fn bad_blocks_are_refused_naming_the_key() {
+        for (yaml, key, why) in [
+            (
+                "path: /in/orders.txt\n",
+                "datasets.lake.file.format",
+                "give format",
+            ),
+            (
+                "path: /in/orders.csv\n",
+                "datasets.lake.file.csv.columns",
+                "never guessed",
+            ),
+            ("path: gs://b/x.parquet\n", "datasets.lake.file.path", "s3://"),
+            (
+                "path: /x.parquet\ncsv: { columns: [{ name: a, type: INT }] }\n",
+                "datasets.lake.file.csv",
+                "Parquet",
+            ),
+            (
+                "path: /x.parquet\ns3: { region: eu-west-1 }\n",
+                "datasets.lake.file.s3",
+                "local path",
+            ),
+            (
+                "path: s3://b/x.parquet\ns3: { endpoint: 'http://h:1' }\n",
+                "datasets.lake.file.s3.endpoint",
+                "scheme",
+            ),
+            (
+                "path: s3://b/x.parquet\ns3: { url_style: virtual }\n",
+                "datasets.lake.file.s3.url_style",
+                "path or vhost",
+            ),
+            (
+                "path: /x.csv\ncsv: { columns: [{ name: a, type: \"INT'); DROP\" }] }\n",
+                "datasets.lake.file.csv.columns[0].type",
+                "DuckDB type",
+            ),
+            (
+                "path: /x.csv\ncsv: { columns: [{ name: a, type: INT }, { name: A, type: INT }] }\n",
+                "datasets.lake.file.csv.columns[1].name",
+                "twice",
+            ),
+            (
+                "path: /x.csv\ncsv: { delimiter: ';;', columns: [{ name: a, type: INT }] }\n",
+                "datasets.lake.file.csv.delimiter",
+                "one character",
+            ),
+        ] {
+            let e = refused(yaml);
+            assert!(e.contains(key) && e.contains(why), "{yaml}: {e}");
+        }
+    }
+}
