@@ -20,4 +20,5 @@ pub mod netns;
 pub mod proc;
 pub mod raft_db;
 pub mod replication;
+pub mod spark;
 pub mod zones;
