@@ -2,15 +2,16 @@
 #   docker build -t tally:0.1.0 .
 # Not built in this repository's CI (no container engine there); see docs/operations.md.
 # Engines are cargo features of the agent: this image carries PostgreSQL, MySQL/MariaDB,
-# SQLite, SQL Server (mssql) and Oracle (oracle; Oracle Instant Client must be added to
-# the image to reach one). DuckDB links libduckdb; this image leaves it out.
+# SQLite, SQL Server (mssql), Oracle (oracle; Oracle Instant Client must be added to
+# the image to reach one) and Spark/Databricks (spark, Spark Connect over gRPC). DuckDB
+# links libduckdb; this image leaves it out.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked -p tally-agent -p tally-cli --bins \
-      --features tally-agent/mssql,tally-agent/oracle \
+      --features tally-agent/mssql,tally-agent/oracle,tally-agent/spark \
  && strip target/release/tally target/release/tally-agent
 
 FROM debian:bookworm-slim

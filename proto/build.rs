@@ -11,5 +11,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure().compile_fds(fds)?;
+    // the agent's Spark Connect client (the `spark` feature): Spark's own package and
+    // names, so the method paths are the server's; the client side only
+    if std::env::var_os("CARGO_FEATURE_SPARK").is_some() {
+        let spark = "proto/spark/connect/tally_spark_connect.proto";
+        println!("cargo:rerun-if-changed={spark}");
+        let fds = protox::compile([spark], ["proto"])?;
+        tonic_prost_build::configure()
+            .build_server(false)
+            .compile_fds(fds)?;
+    }
     Ok(())
 }

@@ -379,3 +379,9 @@ fn oracle_sql() {
 fn duckdb_sql() {
     check("duckdb", &dialect::duckdb::DuckDb);
 }
+
+#[cfg(feature = "spark")]
+#[test]
+fn spark_sql() {
+    check("spark", &dialect::spark::Spark);
+}

@@ -19,3 +19,12 @@ pub mod raft {
 }
 
 pub use agent::v1;
+
+/// The subset of Spark Connect (package `spark.connect`, Apache Spark's own field
+/// numbers) the agent's Spark engine speaks; built with the `spark` feature.
+#[cfg(feature = "spark")]
+pub mod spark {
+    pub mod connect {
+        tonic::include_proto!("spark.connect");
+    }
+}

@@ -21,4 +21,5 @@ pub mod proc;
 pub mod raft_db;
 pub mod replication;
 pub mod s3;
+pub mod spark;
 pub mod zones;

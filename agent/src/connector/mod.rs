@@ -18,6 +18,10 @@ pub mod oracle;
 mod pool;
 pub mod postgres;
 mod rows;
+#[cfg(feature = "spark")]
+pub mod spark;
+#[cfg(feature = "spark")]
+pub mod spark_wire;
 pub mod sqlite;
 pub mod sqlx_conn;
 pub mod throttle;
@@ -61,6 +65,8 @@ pub static ENGINES: &[Engine] = &[
     mssql::ENGINE,
     #[cfg(feature = "oracle")]
     oracle::ENGINE,
+    #[cfg(feature = "spark")]
+    spark::ENGINE,
 ];
 
 /// The engine a URL names, or an error naming the scheme and what to do.
@@ -74,6 +80,7 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
         "duckdb" => Some("duckdb"),
         "mssql" | "sqlserver" => Some("mssql"),
         "oracle" => Some("oracle"),
+        "spark" | "databricks" => Some("spark"),
         _ => None,
     };
     Err(AgentError::Config(match feature {
@@ -170,6 +177,7 @@ mod tests {
             ("sqlserver://h:1433/db", "mssql", cfg!(feature = "mssql")),
             ("mssql://h:1433/db", "mssql", cfg!(feature = "mssql")),
             ("oracle://h:1521/db", "oracle", cfg!(feature = "oracle")),
+            ("spark://127.0.0.1:15002", "spark", cfg!(feature = "spark")),
         ] {
             match engine_for_url(url) {
                 Ok(e) => assert!(built, "{url} opened as {} without its feature", e.name),

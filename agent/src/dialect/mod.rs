@@ -13,6 +13,8 @@ pub mod mssql;
 pub mod mysql;
 pub mod oracle;
 pub mod postgres;
+#[cfg(feature = "spark")]
+pub mod spark;
 pub mod sqlite;
 
 mod aggregate;
@@ -339,6 +341,8 @@ mod tests {
             &super::sqlite::Sqlite,
             #[cfg(feature = "duckdb")]
             &super::duckdb::DuckDb,
+            #[cfg(feature = "spark")]
+            &super::spark::Spark,
         ];
         for d in dialects {
             let l = d.literal(&hostile);

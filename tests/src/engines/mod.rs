@@ -27,6 +27,8 @@ pub mod mariadb;
 pub mod mssql;
 pub mod oracle;
 pub mod postgres;
+#[cfg(feature = "spark")]
+pub mod spark;
 pub mod sqlite;
 
 /// Engines the suite knows of but has no fixture for yet: (what, the variable that
@@ -42,6 +44,8 @@ pub fn all() -> Vec<Box<dyn EngineFixture>> {
     ];
     #[cfg(feature = "duckdb")]
     v.push(Box::new(duckdb::DuckDb));
+    #[cfg(feature = "spark")]
+    v.push(Box::new(spark::Spark));
     v.push(Box::new(mssql::MsSql::from_env()));
     v.push(Box::new(oracle::Oracle::from_env()));
     v
@@ -53,7 +57,16 @@ pub fn all() -> Vec<Box<dyn EngineFixture>> {
 /// fixture), past the test harness's capture: never a silent skip.
 pub fn available() -> Vec<Box<dyn EngineFixture>> {
     static REPORTED: Once = Once::new();
-    let (run, not_run): (Vec<_>, Vec<_>) = all().into_iter().partition(|f| f.unavailable().is_none());
+    // TALLY_TEST_ENGINES=spark,postgres narrows a local run; the rest say NOT RUN
+    let only = std::env::var("TALLY_TEST_ENGINES").ok();
+    let excluded = |f: &dyn EngineFixture| {
+        only.as_deref()
+            .is_some_and(|o| !o.split(',').any(|n| n.trim() == f.name()))
+            .then(|| "TALLY_TEST_ENGINES leaves it out".to_string())
+    };
+    let (run, not_run): (Vec<_>, Vec<_>) = all()
+        .into_iter()
+        .partition(|f| f.unavailable().is_none() && excluded(f.as_ref()).is_none());
     REPORTED.call_once(|| {
         let mut lines: Vec<String> = not_run
             .iter()
@@ -61,7 +74,9 @@ pub fn available() -> Vec<Box<dyn EngineFixture>> {
                 format!(
                     "NOT RUN: live {} conformance ({})",
                     f.title(),
-                    f.unavailable().unwrap_or_default()
+                    f.unavailable()
+                        .or_else(|| excluded(f.as_ref()))
+                        .unwrap_or_default()
                 )
             })
             .collect();
