@@ -688,6 +688,85 @@ mod tests {
         assert_eq!(r.parents, vec![(Segment::whole(), Split::Whole)]);
     }
 
+    /// An even split goes out as its cut list with the even form beside it: an agent
+    /// before the form reads the list (the same split), this build reads the even form
+    /// only where it restates the list exactly, and a list alone stays a list.
+    #[test]
+    fn an_even_split_travels_with_its_cut_list_and_must_agree_with_it() {
+        use crate::segment::EvenCuts;
+        let e = EvenCuts::new(-1000, 250, 7).unwrap();
+        let even = AggregateRequest {
+            parents: vec![
+                (Segment::whole(), Split::Hash(4)),
+                (Segment::whole(), Split::Even(e)),
+            ],
+            ..aggregate()
+        };
+        round_trip::<_, pb::AggregateRequest>(even.clone());
+        let sent = pb::AggregateRequest::from(even.clone());
+        let Some(pb::segment_split::Split::Cuts(c)) = &sent.segments[1].split else {
+            panic!("an even split is sent as cuts: {:?}", sent.segments[1].split)
+        };
+        let listed: Vec<KeyTuple> = c
+            .cuts
+            .iter()
+            .map(|t| crate::segment::tuple_from_pb(t.clone(), "t").unwrap())
+            .collect();
+        assert_eq!(listed, e.cuts(), "the list an older agent reads");
+        assert_eq!(c.even, Some(e.to_pb()));
+        // an older coordinator's list, however evenly spaced, is a list
+        let mut old = sent.clone();
+        if let Some(pb::segment_split::Split::Cuts(c)) = &mut old.segments[1].split {
+            c.even = None;
+        }
+        let read = AggregateRequest::try_from(old).unwrap();
+        assert_eq!(read.parents[1].1, Split::Cuts(e.cuts()));
+        // an even form that says other cuts than the list: refused, naming the field
+        let disagree = |f: &dyn Fn(&mut pb::KeyCuts)| {
+            let mut r = sent.clone();
+            if let Some(pb::segment_split::Split::Cuts(c)) = &mut r.segments[1].split {
+                f(c);
+            }
+            AggregateRequest::try_from(r).unwrap_err()
+        };
+        let moved = disagree(&|c| c.even.as_mut().unwrap().first += 1);
+        assert_eq!(moved.field, "segments[1].split.even");
+        assert!(
+            moved
+                .message
+                .contains("states cut 0 as -999, the cut list has -1000"),
+            "{moved}"
+        );
+        assert_eq!(
+            disagree(&|c| c.even.as_mut().unwrap().width = 251).field,
+            "segments[1].split.even"
+        );
+        let longer = disagree(&|c| c.even.as_mut().unwrap().count = 8);
+        assert_eq!(longer.field, "segments[1].split.even");
+        assert_eq!(
+            disagree(&|c| {
+                c.cuts.pop();
+            })
+            .field,
+            "segments[1].split.even"
+        );
+        assert_eq!(
+            disagree(&|c| c.even.as_mut().unwrap().width = 0).field,
+            "segments[1].split.even"
+        );
+        // a point of the list moved: the list is still valid, the pair is not
+        let shifted = disagree(&|c| {
+            c.cuts[3].parts[0].value = Some(pb::key_value::Value::Int(-251));
+        });
+        assert_eq!(shifted.field, "segments[1].split.even");
+        assert!(
+            shifted
+                .message
+                .contains("states cut 3 as -250, the cut list has -251"),
+            "{shifted}"
+        );
+    }
+
     fn key_part() -> impl Strategy<Value = KeyPart> {
         prop_oneof![
             any::<i64>().prop_map(KeyPart::Int),
