@@ -7,9 +7,9 @@
 //! Two leniencies are deliberate, for agents and coordinators of different builds: a
 //! hash method this build does not know is not offered to it (`Describe::hash_methods`
 //! skips it), and a column of a type class it does not know is described as
-//! [`TypeClass::Other`] (no canonical form: refused only if the run compares it). An
-//! absent segment is the whole dataset and an absent split is `whole`, as before these
-//! types existed.
+//! [`TypeClass::Other`](crate::types::TypeClass::Other) (no canonical form: refused
+//! only if the run compares it). An absent segment is the whole dataset and an absent
+//! split is `whole`, as before these types existed.
 
 use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;

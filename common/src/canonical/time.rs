@@ -272,9 +272,10 @@ impl DateTimeFields {
             && self.day <= civil::days_in_month(i64::from(self.year), self.month)
     }
 
-    /// Appends the canonical `date` of these fields, as [`canonical_from_text`] renders
-    /// their text `YYYY-MM-DD`; `false`, with nothing written, where the date is not a
-    /// plain one (the caller renders the text instead).
+    /// Appends the canonical `date` of these fields, as
+    /// [`canonical_from_text`](super::canonical_from_text) renders their text
+    /// `YYYY-MM-DD`; `false`, with nothing written, where the date is not a plain one
+    /// (the caller renders the text instead).
     pub fn push_canonical_date(&self, out: &mut String) -> bool {
         if !self.is_plain_date() {
             return false;
@@ -289,9 +290,10 @@ impl DateTimeFields {
     }
 
     /// Appends the canonical `timestamp` (without zone) of these fields at `precision`
-    /// fractional digits, as [`canonical_from_text`] renders their text
-    /// `YYYY-MM-DD HH:MM:SS[.ffffff]`; `false`, with nothing written, where the date is
-    /// not a plain one or the clock not a time of day (the caller renders the text).
+    /// fractional digits, as [`canonical_from_text`](super::canonical_from_text) renders
+    /// their text `YYYY-MM-DD HH:MM:SS[.ffffff]`; `false`, with nothing written, where
+    /// the date is not a plain one or the clock not a time of day (the caller renders
+    /// the text).
     pub fn push_canonical_timestamp(&self, out: &mut String, precision: u32) -> bool {
         if !self.is_plain_date()
             || self.hour > 23

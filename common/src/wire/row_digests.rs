@@ -23,7 +23,7 @@ pub struct RowDigestsRequest {
     pub level: PrivacyLevel,
     pub seal: Option<Seal>,
     pub run_id: String,
-    /// As in [`AggregateRequest`].
+    /// As in [`AggregateRequest`](super::AggregateRequest).
     pub side: Option<Side>,
 }
 
