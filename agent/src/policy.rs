@@ -86,7 +86,7 @@ pub fn check_aggregate(p: &Policy, dataset: &str, parents: &[(Segment, Split)]) 
     }
     if !p.expose_key_bounds {
         for (seg, split) in parents {
-            if seg.has_key_bounds() || matches!(split, Split::Quantile(_) | Split::Cuts(_)) {
+            if seg.has_key_bounds() || carries_keys(split) {
                 return Err(deny(
                     dataset,
                     "expose_key_bounds",
@@ -96,6 +96,15 @@ pub fn check_aggregate(p: &Policy, dataset: &str, parents: &[(Segment, Split)]) 
         }
     }
     Ok(())
+}
+
+/// Whether a split names key values (cut points) or answers with them (a quantile's
+/// first keys): every new kind of split must say.
+fn carries_keys(split: &Split) -> bool {
+    match split {
+        Split::Quantile(_) | Split::Cuts(_) | Split::Even(_) => true,
+        Split::Whole | Split::Hash(_) | Split::Period { .. } => false,
+    }
 }
 
 fn not_a_time_column(dataset: &str) -> AgentError {
@@ -341,6 +350,24 @@ mod tests {
             ..Segment::default()
         };
         assert!(check_aggregate(&p, "d", &[(bounded, Split::Whole)]).is_err());
+    }
+
+    /// An even split names its cut points as surely as their list does.
+    #[test]
+    fn hidden_key_bounds_refuse_an_even_split_as_they_do_its_cut_list() {
+        let hidden = Policy {
+            expose_key_bounds: false,
+            ..Policy::default()
+        };
+        let e = tally_common::segment::EvenCuts::new(100, 50, 3).unwrap();
+        for split in [Split::Even(e), Split::Cuts(e.cuts())] {
+            let refused = check_aggregate(&hidden, "d", &[(Segment::whole(), split.clone())]).unwrap_err();
+            assert!(
+                refused.to_string().contains("expose_key_bounds"),
+                "{split:?}: {refused}"
+            );
+            assert!(check_aggregate(&Policy::default(), "d", &[(Segment::whole(), split)]).is_ok());
+        }
     }
 
     fn month(label: &str, lower: i64, upper: i64) -> (Segment, Split) {

@@ -643,6 +643,87 @@ async fn one_table_gives_identical_buckets_on_every_engine_and_path() {
     eprintln!("identical buckets on {ran:?}");
 }
 
+/// An even split (first cut, width, count: the planner's split of an integer key range)
+/// gives exactly the buckets of its cut points as a list, on every engine, pushed down
+/// (one division per row in SQL) and in process (one division per row in the agent):
+/// alone, beside other parents, with cuts outside its parent, with one cut, and with
+/// cuts past 2^62 (where the agent compares the points instead).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_even_split_gives_the_buckets_of_its_cut_list_on_every_engine_and_path() {
+    use tally_common::segment::EvenCuts;
+    let dir = tempfile::tempdir().unwrap();
+    let even = |first: i64, width: i64, count: u32| EvenCuts::new(first, width, count).unwrap();
+    let keys = |lower: Option<i64>, upper: Option<i64>| Segment {
+        lower: lower.map(|k| vec![KeyPart::Int(k)]),
+        upper: upper.map(|k| vec![KeyPart::Int(k)]),
+        ..Segment::default()
+    };
+    // keys 3i + i%5 for i in 1..=3000: 4 to 9000
+    let cases: Vec<(&str, Vec<(Segment, EvenCuts)>)> = vec![
+        ("alone", vec![(Segment::whole(), even(1000, 1000, 8))]),
+        (
+            "uneven last child",
+            vec![(Segment::whole(), even(-5000, 2501, 5))],
+        ),
+        (
+            "beside other parents",
+            vec![
+                (keys(Some(100), Some(5000)), even(700, 600, 6)),
+                (keys(Some(5000), Some(6000)), even(4000, 300, 9)),
+                (keys(Some(8000), None), even(8001, 1, 3)),
+            ],
+        ),
+        ("one cut", vec![(Segment::whole(), even(4500, 1, 1))]),
+        (
+            "past 2^62",
+            vec![(Segment::whole(), even(i64::MIN + 1, 1 << 62, 3))],
+        ),
+        (
+            "to i64::MAX",
+            vec![(Segment::whole(), even(i64::MAX - 20, 10, 3))],
+        ),
+    ];
+    let mut ran = Vec::new();
+    for engine in engines::available() {
+        let engine = &*engine;
+        ran.push(engine.name());
+        let l = engine.create("even_split", dir.path()).await;
+        l.exec(&orders_sql(engine, &l.table("orders"))).await;
+        let mut ds = dataset("even_split", l.source("orders"), l.connector);
+        let b = ds
+            .bind(&mut ds.session().await.unwrap(), orders_columns(), 1)
+            .await
+            .unwrap();
+        let h = hasher(HashMethod::SealedSha256_64);
+        for (case, parents) in &cases {
+            let as_even: Vec<(Segment, Split)> = parents
+                .iter()
+                .map(|(s, e)| (s.clone(), Split::Even(*e)))
+                .collect();
+            let as_list: Vec<(Segment, Split)> = parents
+                .iter()
+                .map(|(s, e)| (s.clone(), Split::Cuts(e.cuts())))
+                .collect();
+            for (hashing, in_process) in [(Hashing::Pushdown, false), (Hashing::Auto, true)] {
+                ds.config.hashing = hashing;
+                let mut outs = Vec::new();
+                for p in [&as_even, &as_list] {
+                    let out = ds
+                        .aggregate(&mut ds.session().await.unwrap(), &b, &h, p, in_process)
+                        .await
+                        .unwrap();
+                    outs.push((out.path.name(), summary(&out)));
+                }
+                let what = format!("{} {case} ({hashing:?}, in_process={in_process})", engine.name());
+                assert_eq!(outs[0], outs[1], "{what}");
+                let rows: u64 = outs[0].1.iter().map(|b| b.3).sum();
+                assert!(rows > 0, "{what}: no rows");
+            }
+        }
+    }
+    eprintln!("even splits agree with their cut lists on {ran:?}");
+}
+
 /// The same table with one planted difference of each kind, on every engine: the
 /// buckets that differ from a clean copy are exactly the buckets holding the planted
 /// rows, whichever engine holds which copy.

@@ -481,6 +481,52 @@ async fn bad_requests_name_the_field() {
     assert_eq!(e.code(), Code::InvalidArgument);
 }
 
+/// An even split answers the buckets of its cut list (pushed down and in process); one
+/// whose even form says other cuts than its list is refused, naming the field, so no
+/// agent answers a split other than the list's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_even_split_answers_its_cut_list_and_one_that_disagrees_with_it_is_refused() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let e = tally_common::segment::EvenCuts::new(-40, 60, 4).unwrap();
+    for in_process in [false, true] {
+        let ask = |split: Split| pb::AggregateRequest {
+            in_process,
+            ..agg("closed", Segment::whole(), split)
+        };
+        let even = c.aggregate(ask(Split::Even(e))).await.unwrap().into_inner();
+        let listed = c
+            .aggregate(ask(Split::Cuts(e.cuts())))
+            .await
+            .unwrap()
+            .into_inner();
+        let buckets = |r: &pb::AggregateResponse| {
+            r.buckets
+                .iter()
+                .map(|b| (b.child, b.segment.clone(), b.count, b.sum, b.xor))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(buckets(&even), buckets(&listed), "in process: {in_process}");
+        // ids 1..=200 around cuts -40, 20, 80, 140
+        let counts: Vec<u64> = even.buckets.iter().map(|b| b.count).collect();
+        assert_eq!(counts, vec![0, 19, 60, 60, 61], "in process: {in_process}");
+        let mut moved = ask(Split::Even(e));
+        if let Some(pb::segment_split::Split::Cuts(k)) = &mut moved.segments[0].split {
+            k.even.as_mut().unwrap().width = 61;
+        }
+        let refused = c.aggregate(moved).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(
+            refused.message().contains("segments[0].split.even")
+                && refused
+                    .message()
+                    .contains("the two forms of one split must agree"),
+            "{}",
+            refused.message()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_database_that_fails_mid_call_gives_unavailable_and_the_agent_keeps_serving() {
     let pg = tally_e2e::db::postgres();

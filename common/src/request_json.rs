@@ -150,3 +150,36 @@ pub fn measures(r: &pb::MeasuresRequest) -> Value {
                       "method": method_name(r.method), "seal": seal(r.seal.as_ref())});
     with_side(full, &r.side)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{EvenCuts, Segment, Split};
+
+    /// An even split's first cut, width and count restate its cut list: the signed
+    /// request is the list's, the same JSON an agent built before the even form digests.
+    #[test]
+    fn an_even_split_is_digested_as_its_cut_list() {
+        let ask = |split: Split| pb::AggregateRequest {
+            dataset: "orders".into(),
+            key_len: 1,
+            method: pb::HashMethod::Sha25664 as i32,
+            segments: vec![pb::SegmentSplit {
+                segment: Some(pb::Segment::from(&Segment::whole())),
+                split: Some(split.to_pb()),
+            }],
+            run_id: "r1".into(),
+            side: "source".into(),
+            ..Default::default()
+        };
+        let e = EvenCuts::new(100, 25, 4).unwrap();
+        let even = aggregate(&ask(Split::Even(e)));
+        assert_eq!(even, aggregate(&ask(Split::Cuts(e.cuts()))));
+        assert_eq!(
+            even["segments"][0]["split"],
+            json!({"cuts": [[{"int": "100"}], [{"int": "125"}], [{"int": "150"}], [{"int": "175"}]]})
+        );
+        let other = EvenCuts::new(100, 26, 4).unwrap();
+        assert_ne!(digest(&even), digest(&aggregate(&ask(Split::Even(other)))));
+    }
+}

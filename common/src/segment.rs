@@ -15,6 +15,12 @@ use crate::canonical::FieldFormat;
 use crate::period::Granularity;
 use crate::types::TypeClass;
 
+mod even_cuts;
+pub use even_cuts::EvenCuts;
+
+/// The most cut points one split carries.
+pub const MAX_CUTS: usize = 1024;
+
 /// The bucket-hash space: `[0, HASH_SPACE)`.
 pub const HASH_SPACE: u64 = 1 << 60;
 
@@ -232,6 +238,9 @@ pub enum Split {
     Quantile(u32),
     Hash(u32),
     Cuts(Vec<KeyTuple>),
+    /// Evenly spaced cuts of a single integer key, the planner's even split: the
+    /// children of [`Split::Cuts`] of [`EvenCuts::cuts`], bucketed by one division.
+    Even(EvenCuts),
     /// One child per calendar period of `column` present in the segment.
     Period {
         column: String,
@@ -425,6 +434,12 @@ impl Split {
             Split::Hash(n) => S::Hash(*n),
             Split::Cuts(c) => S::Cuts(pb::KeyCuts {
                 cuts: c.iter().map(tuple_to_pb).collect(),
+                even: None,
+            }),
+            // the list too, for agents before the even form (even_cuts.rs)
+            Split::Even(e) => S::Cuts(pb::KeyCuts {
+                cuts: e.cuts().iter().map(tuple_to_pb).collect(),
+                even: Some(e.to_pb()),
             }),
             Split::Period { column, granularity } => S::Period(pb::PeriodSplit {
                 column: column.clone(),
@@ -447,8 +462,8 @@ impl Split {
             Some(S::Quantile(n)) => Split::Quantile(check(n)?),
             Some(S::Hash(n)) => Split::Hash(check(n)?),
             Some(S::Cuts(c)) => {
-                if c.cuts.len() > 1024 {
-                    return Err(wire_err(field, "at most 1024 cut points"));
+                if c.cuts.len() > MAX_CUTS {
+                    return Err(wire_err(field, format!("at most {MAX_CUTS} cut points")));
                 }
                 let cuts = c
                     .cuts
@@ -462,7 +477,10 @@ impl Split {
                         "cut points must be strictly increasing (duplicate keys in the source dataset?)",
                     ));
                 }
-                Split::Cuts(cuts)
+                match c.even {
+                    Some(e) => Split::Even(even_cuts::even_from_pb(e, &cuts, &format!("{field}.even"))?),
+                    None => Split::Cuts(cuts),
+                }
             }
             Some(S::Period(p)) => Split::Period {
                 granularity: Granularity::parse(&p.granularity).ok_or_else(|| {

@@ -7,9 +7,9 @@
 //! Two leniencies are deliberate, for agents and coordinators of different builds: a
 //! hash method this build does not know is not offered to it (`Describe::hash_methods`
 //! skips it), and a column of a type class it does not know is described as
-//! [`TypeClass::Other`] (no canonical form: refused only if the run compares it). An
-//! absent segment is the whole dataset and an absent split is `whole`, as before these
-//! types existed.
+//! [`TypeClass::Other`](crate::types::TypeClass::Other) (no canonical form: refused
+//! only if the run compares it). An absent segment is the whole dataset and an absent
+//! split is `whole`, as before these types existed.
 
 use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
@@ -17,16 +17,25 @@ use tally_proto::v1 as pb;
 use crate::checksum::HashMethod;
 use crate::dsse::Envelope;
 use crate::evidence::valid_run_id;
-use crate::position::{Position, PositionKind};
 use crate::seal::{NONCE_LEN, SignedZoneKey};
 pub use crate::segment::WireError;
+use crate::segment::{ColumnSpec, Segment, wire_err};
+use crate::types::PrivacyLevel;
 
+mod aggregate;
+mod describe;
+mod investigation;
 pub mod measures;
-use crate::segment::{ColumnSpec, KeyTuple, Segment, Split, tuple_from_pb, tuple_to_pb, wire_err};
-use crate::types::{PrivacyLevel, TypeClass};
+mod position;
+mod reveal;
+mod row_digests;
 
-/// Aggregate requests carry between 1 and this many parent segments.
-pub const MAX_SEGMENTS: usize = 100_000;
+pub use aggregate::{AggregateRequest, AggregateResponse, Bucket, MAX_SEGMENTS};
+pub use describe::{Column, Describe, DescribeRequest};
+pub use investigation::{InvestigationSqlRequest, InvestigationSqlResponse, MAX_KEY_SQL_KEYS};
+pub use position::{PositionResponse, ReadPositionRequest, WaitPositionRequest};
+pub use reveal::{MAX_REVEAL_ROWS_PER_CALL, RevealRequest, RevealResponse, RevealedRow};
+pub use row_digests::{RowDigest, RowDigestBatch, RowDigestsRequest};
 
 fn method_from(v: i32, field: &str) -> Result<HashMethod, WireError> {
     HashMethod::from_pb(v).ok_or_else(|| {
@@ -124,260 +133,6 @@ impl From<Seal> for pb::Seal {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DescribeRequest {
-    pub dataset: String,
-}
-
-impl From<pb::DescribeRequest> for DescribeRequest {
-    fn from(r: pb::DescribeRequest) -> Self {
-        DescribeRequest { dataset: r.dataset }
-    }
-}
-
-impl From<DescribeRequest> for pb::DescribeRequest {
-    fn from(r: DescribeRequest) -> Self {
-        pb::DescribeRequest { dataset: r.dataset }
-    }
-}
-
-/// One column of a described dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Column {
-    pub name: String,
-    pub class: TypeClass,
-    /// The engine's own type name, for humans (e.g. "numeric(12,2)").
-    pub declared_type: String,
-    pub nullable: bool,
-    /// Declared scale for decimals, fractional-second precision for times.
-    pub scale: Option<u32>,
-    pub fixed_char: bool,
-    /// Masked by policy: compared, never revealed.
-    pub masked: bool,
-}
-
-impl Column {
-    fn from_pb(c: pb::Column, field: &str) -> Result<Column, WireError> {
-        if c.name.is_empty() {
-            return Err(wire_err(format!("{field}.name"), "empty column name"));
-        }
-        let class = match pb::TypeClass::try_from(c.type_class) {
-            Ok(pb::TypeClass::Unspecified) => {
-                return Err(wire_err(format!("{field}.type_class"), "unspecified"));
-            }
-            // a class of a newer agent: no canonical form in this build
-            Err(_) => TypeClass::Other,
-            Ok(_) => {
-                TypeClass::try_from(c.type_class).map_err(|m| wire_err(format!("{field}.type_class"), m))?
-            }
-        };
-        Ok(Column {
-            name: c.name,
-            class,
-            declared_type: c.declared_type,
-            nullable: c.nullable,
-            scale: c.scale,
-            fixed_char: c.fixed_char,
-            masked: c.masked,
-        })
-    }
-}
-
-impl From<Column> for pb::Column {
-    fn from(c: Column) -> Self {
-        pb::Column {
-            name: c.name,
-            type_class: pb::TypeClass::from(c.class) as i32,
-            declared_type: c.declared_type,
-            nullable: c.nullable,
-            scale: c.scale,
-            fixed_char: c.fixed_char,
-            masked: c.masked,
-        }
-    }
-}
-
-/// An agent's description of one dataset (the `DescribeResponse`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Describe {
-    pub dataset: String,
-    pub columns: Vec<Column>,
-    pub key: Vec<String>,
-    /// From catalog statistics; may be stale, never a scan.
-    pub row_estimate: u64,
-    pub engine: String,
-    pub engine_version: String,
-    /// The methods this agent offers for the dataset, known to this build.
-    pub hash_methods: Vec<HashMethod>,
-    pub xor_supported: bool,
-    pub max_level: PrivacyLevel,
-    pub expose_key_bounds: bool,
-    pub min_segment_rows: u64,
-    /// The smallest and largest key, where the policy exposes key bounds.
-    pub key_range: Option<(KeyTuple, KeyTuple)>,
-    pub time_zone: String,
-    pub time_columns: Vec<String>,
-    /// The agent's signed zone key; `None` when it cannot seal.
-    pub zone_key: Option<SignedZoneKey>,
-    pub release_log_head: String,
-    /// The PEM of the agent's TLS certificate (and intermediates), whose key signs its
-    /// answers.
-    #[serde(default)]
-    pub certificate_pem: String,
-    /// The kind of replication position the dataset's watermark reads; `None` when the
-    /// agent config sets no watermark for it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watermark: Option<PositionKind>,
-    /// Columns the policy allows as group labels of mode measures (`group_columns`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub group_columns: Vec<String>,
-    /// Columns whose SUM/MIN/MAX the policy releases in clear (`measures`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub measures: Vec<String>,
-    /// Warnings about the dataset's engine that every run involving it carries.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub engine_warnings: Vec<String>,
-    /// A single integer key's histogram bounds from the engine's statistics, ascending
-    /// (where the policy exposes key bounds and the engine keeps them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub key_histogram: Vec<i64>,
-    /// The policy's `max_digest_rows` (0: not said by an older agent).
-    #[serde(default)]
-    pub max_digest_rows: u64,
-    /// The dataset's `empty_string_is_null`: its empty texts are rendered as NULL.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub empty_string_is_null: bool,
-}
-
-impl Describe {
-    pub fn column(&self, name: &str) -> Option<&Column> {
-        self.columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
-    }
-
-    /// The key range of a single integer key.
-    pub fn int_key_range(&self) -> Option<(i64, i64)> {
-        use crate::segment::KeyPart;
-        let (lo, hi) = self.key_range.as_ref()?;
-        match (lo.as_slice(), hi.as_slice()) {
-            ([KeyPart::Int(a)], [KeyPart::Int(b)]) => Some((*a, *b)),
-            _ => None,
-        }
-    }
-}
-
-impl TryFrom<pb::DescribeResponse> for Describe {
-    type Error = WireError;
-    fn try_from(d: pb::DescribeResponse) -> Result<Describe, WireError> {
-        let columns = d
-            .columns
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| Column::from_pb(c, &format!("columns[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let key_range = match (d.key_min, d.key_max) {
-            (None, None) => None,
-            (Some(lo), Some(hi)) => Some((tuple_from_pb(lo, "key_min")?, tuple_from_pb(hi, "key_max")?)),
-            (Some(_), None) => return Err(wire_err("key_max", "missing while key_min is given")),
-            (None, Some(_)) => return Err(wire_err("key_min", "missing while key_max is given")),
-        };
-        Ok(Describe {
-            dataset: d.dataset,
-            columns,
-            key: d.key,
-            row_estimate: d.row_estimate,
-            engine: d.engine,
-            engine_version: d.engine_version,
-            hash_methods: d
-                .hash_methods
-                .into_iter()
-                .filter_map(HashMethod::from_pb)
-                .collect(),
-            xor_supported: d.xor_supported,
-            max_level: level_from(d.max_level, "max_level")?,
-            expose_key_bounds: d.expose_key_bounds,
-            min_segment_rows: d.min_segment_rows,
-            key_range,
-            time_zone: d.time_zone,
-            time_columns: d.time_columns,
-            zone_key: d
-                .zone_key
-                .map(|z| SignedZoneKey::from_pb(z, "zone_key"))
-                .transpose()?,
-            release_log_head: d.release_log_head,
-            certificate_pem: d.certificate_pem,
-            watermark: match d.watermark.as_str() {
-                "" => None,
-                k => Some(
-                    PositionKind::from_name(k)
-                        .ok_or_else(|| wire_err("watermark", "expected lsn, gtid, integer or empty"))?,
-                ),
-            },
-            group_columns: d.group_columns,
-            measures: d.measures,
-            engine_warnings: d.engine_warnings,
-            key_histogram: d.key_histogram,
-            max_digest_rows: d.max_digest_rows,
-            empty_string_is_null: d.empty_string_is_null,
-        })
-    }
-}
-
-impl From<Describe> for pb::DescribeResponse {
-    fn from(d: Describe) -> Self {
-        let (key_min, key_max) = match d.key_range {
-            Some((lo, hi)) => (Some(tuple_to_pb(&lo)), Some(tuple_to_pb(&hi))),
-            None => (None, None),
-        };
-        pb::DescribeResponse {
-            dataset: d.dataset,
-            columns: d.columns.into_iter().map(pb::Column::from).collect(),
-            key: d.key,
-            row_estimate: d.row_estimate,
-            engine: d.engine,
-            engine_version: d.engine_version,
-            hash_methods: d.hash_methods.into_iter().map(method_to).collect(),
-            xor_supported: d.xor_supported,
-            max_level: level_to(d.max_level),
-            expose_key_bounds: d.expose_key_bounds,
-            min_segment_rows: d.min_segment_rows,
-            key_min,
-            key_max,
-            time_zone: d.time_zone,
-            release_log_head: d.release_log_head,
-            time_columns: d.time_columns,
-            zone_key: d.zone_key.map(|z| z.to_pb()),
-            certificate_pem: d.certificate_pem,
-            watermark: d.watermark.map(|k| k.name().to_string()).unwrap_or_default(),
-            group_columns: d.group_columns,
-            measures: d.measures,
-            engine_warnings: d.engine_warnings,
-            key_histogram: d.key_histogram,
-            max_digest_rows: d.max_digest_rows,
-            empty_string_is_null: d.empty_string_is_null,
-        }
-    }
-}
-
-/// Count and checksum aggregates per child bucket of each parent segment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AggregateRequest {
-    pub dataset: String,
-    /// Key columns first, then compared columns: the order of the row string.
-    pub columns: Vec<ColumnSpec>,
-    pub key_len: usize,
-    pub method: HashMethod,
-    /// Each parent segment with how to split it; 1 to [`MAX_SEGMENTS`].
-    pub parents: Vec<(Segment, Split)>,
-    /// Ask for the in-process path even where pushdown is possible.
-    pub in_process: bool,
-    pub seal: Option<Seal>,
-    /// The run the call belongs to (signed into the answer).
-    pub run_id: String,
-    /// The side the agent answers as (signed into the answer); `None` from a
-    /// coordinator before it.
-    pub side: Option<Side>,
-}
-
 /// Which side of a run a call goes to; an agent signs the side it was asked to answer
 /// as (docs/evidence.md), so one side's answers cannot stand for the other's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -444,560 +199,6 @@ fn envelope_to(e: Option<Envelope>) -> String {
         .unwrap_or_default()
 }
 
-impl TryFrom<pb::AggregateRequest> for AggregateRequest {
-    type Error = WireError;
-    fn try_from(r: pb::AggregateRequest) -> Result<AggregateRequest, WireError> {
-        let method = method_from(r.method, "method")?;
-        let seal = seal_from(r.seal)?;
-        let run_id = run_id_from(r.run_id)?;
-        if r.segments.is_empty() || r.segments.len() > MAX_SEGMENTS {
-            return Err(wire_err(
-                "segments",
-                format!("between 1 and {MAX_SEGMENTS} needed"),
-            ));
-        }
-        let parents = r
-            .segments
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let f = format!("segments[{i}]");
-                Ok((
-                    segment_from(s.segment, &f)?,
-                    Split::from_pb(s.split, &format!("{f}.split"))?,
-                ))
-            })
-            .collect::<Result<Vec<_>, WireError>>()?;
-        Ok(AggregateRequest {
-            dataset: r.dataset,
-            columns: columns_from(r.columns)?,
-            key_len: key_len(r.key_len),
-            method,
-            parents,
-            in_process: r.in_process,
-            seal,
-            run_id,
-            side: side_from(r.side)?,
-        })
-    }
-}
-
-impl From<AggregateRequest> for pb::AggregateRequest {
-    fn from(r: AggregateRequest) -> Self {
-        pb::AggregateRequest {
-            dataset: r.dataset,
-            columns: columns_to(&r.columns),
-            key_len: r.key_len as u32,
-            method: method_to(r.method),
-            segments: r
-                .parents
-                .iter()
-                .map(|(seg, split)| pb::SegmentSplit {
-                    segment: Some(pb::Segment::from(seg)),
-                    split: Some(split.to_pb()),
-                })
-                .collect(),
-            in_process: r.in_process,
-            seal: r.seal.map(pb::Seal::from),
-            run_id: r.run_id,
-            side: side_to(r.side),
-        }
-    }
-}
-
-/// One child bucket of a parent segment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bucket {
-    /// The index of the parent in the request.
-    pub parent: usize,
-    pub child: usize,
-    pub segment: Segment,
-    pub count: u64,
-    /// SUM of row checksums mod 2^64.
-    pub sum: u64,
-    pub xor: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct AggregateResponse {
-    pub buckets: Vec<Bucket>,
-    /// How the agent computed it: "pushdown" or "in_process".
-    pub path: String,
-    pub rows_scanned: u64,
-    pub release_log_head: String,
-    /// What the agent signed over this answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub envelope: Option<Envelope>,
-}
-
-impl TryFrom<pb::AggregateResponse> for AggregateResponse {
-    type Error = WireError;
-    fn try_from(r: pb::AggregateResponse) -> Result<AggregateResponse, WireError> {
-        let buckets = r
-            .buckets
-            .into_iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let f = format!("buckets[{i}].segment");
-                let segment = b.segment.ok_or_else(|| wire_err(&f, "missing"))?;
-                Ok(Bucket {
-                    parent: b.parent as usize,
-                    child: b.child as usize,
-                    segment: Segment::from_pb(segment, &f)?,
-                    count: b.count,
-                    sum: b.sum,
-                    xor: b.xor,
-                })
-            })
-            .collect::<Result<Vec<_>, WireError>>()?;
-        Ok(AggregateResponse {
-            buckets,
-            path: r.path,
-            rows_scanned: r.rows_scanned,
-            release_log_head: r.release_log_head,
-            envelope: envelope_from(r.envelope, "envelope")?,
-        })
-    }
-}
-
-impl From<AggregateResponse> for pb::AggregateResponse {
-    fn from(r: AggregateResponse) -> Self {
-        pb::AggregateResponse {
-            buckets: r
-                .buckets
-                .into_iter()
-                .map(|b| pb::Bucket {
-                    parent: b.parent as u32,
-                    child: b.child as u32,
-                    segment: Some(pb::Segment::from(&b.segment)),
-                    count: b.count,
-                    sum: b.sum,
-                    xor: b.xor,
-                })
-                .collect(),
-            path: r.path,
-            rows_scanned: r.rows_scanned,
-            release_log_head: r.release_log_head,
-            envelope: envelope_to(r.envelope),
-        }
-    }
-}
-
-/// (key hash, row hash) of every row of a leaf segment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RowDigestsRequest {
-    pub dataset: String,
-    pub columns: Vec<ColumnSpec>,
-    pub key_len: usize,
-    pub method: HashMethod,
-    pub segment: Segment,
-    pub level: PrivacyLevel,
-    pub seal: Option<Seal>,
-    pub run_id: String,
-    /// As in [`AggregateRequest`].
-    pub side: Option<Side>,
-}
-
-impl TryFrom<pb::RowDigestsRequest> for RowDigestsRequest {
-    type Error = WireError;
-    fn try_from(r: pb::RowDigestsRequest) -> Result<RowDigestsRequest, WireError> {
-        Ok(RowDigestsRequest {
-            method: method_from(r.method, "method")?,
-            seal: seal_from(r.seal)?,
-            segment: segment_from(r.segment, "segment")?,
-            level: level_from(r.level, "level")?,
-            columns: columns_from(r.columns)?,
-            key_len: key_len(r.key_len),
-            dataset: r.dataset,
-            run_id: run_id_from(r.run_id)?,
-            side: side_from(r.side)?,
-        })
-    }
-}
-
-impl From<RowDigestsRequest> for pb::RowDigestsRequest {
-    fn from(r: RowDigestsRequest) -> Self {
-        pb::RowDigestsRequest {
-            dataset: r.dataset,
-            columns: columns_to(&r.columns),
-            key_len: r.key_len as u32,
-            method: method_to(r.method),
-            segment: Some(pb::Segment::from(&r.segment)),
-            level: level_to(r.level),
-            seal: r.seal.map(pb::Seal::from),
-            run_id: r.run_id,
-            side: side_to(r.side),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RowDigest {
-    pub key_hash: u64,
-    pub row_hash: u64,
-}
-
-/// One batch of a RowDigests stream (see the proto for the release-log heads).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct RowDigestBatch {
-    pub digests: Vec<RowDigest>,
-    pub release_log_head: String,
-    /// On the last batch: what the agent signed over the whole stream.
-    pub envelope: Option<Envelope>,
-}
-
-impl TryFrom<pb::RowDigestBatch> for RowDigestBatch {
-    type Error = WireError;
-    fn try_from(b: pb::RowDigestBatch) -> Result<RowDigestBatch, WireError> {
-        Ok(RowDigestBatch {
-            envelope: envelope_from(b.envelope, "envelope")?,
-            digests: b
-                .digests
-                .into_iter()
-                .map(|d| RowDigest {
-                    key_hash: d.key_hash,
-                    row_hash: d.row_hash,
-                })
-                .collect(),
-            release_log_head: b.release_log_head,
-        })
-    }
-}
-
-impl From<RowDigestBatch> for pb::RowDigestBatch {
-    fn from(b: RowDigestBatch) -> Self {
-        pb::RowDigestBatch {
-            digests: b
-                .digests
-                .into_iter()
-                .map(|d| pb::RowDigest {
-                    key_hash: d.key_hash,
-                    row_hash: d.row_hash,
-                })
-                .collect(),
-            release_log_head: b.release_log_head,
-            envelope: envelope_to(b.envelope),
-        }
-    }
-}
-
-/// Key (and at detailed, column) values of rows named by key hash: the request of
-/// both RevealKeys and RevealRows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RevealRequest {
-    pub dataset: String,
-    pub columns: Vec<ColumnSpec>,
-    pub key_len: usize,
-    pub segment: Segment,
-    pub key_hashes: Vec<u64>,
-    pub limit: u32,
-    pub level: PrivacyLevel,
-    pub consent_acknowledged: bool,
-    pub seal: Option<Seal>,
-}
-
-impl TryFrom<pb::RevealRequest> for RevealRequest {
-    type Error = WireError;
-    fn try_from(r: pb::RevealRequest) -> Result<RevealRequest, WireError> {
-        Ok(RevealRequest {
-            seal: seal_from(r.seal)?,
-            segment: segment_from(r.segment, "segment")?,
-            level: level_from(r.level, "level")?,
-            columns: columns_from(r.columns)?,
-            key_len: key_len(r.key_len),
-            key_hashes: r.key_hashes,
-            limit: r.limit,
-            consent_acknowledged: r.consent_acknowledged,
-            dataset: r.dataset,
-        })
-    }
-}
-
-impl From<RevealRequest> for pb::RevealRequest {
-    fn from(r: RevealRequest) -> Self {
-        pb::RevealRequest {
-            dataset: r.dataset,
-            columns: columns_to(&r.columns),
-            key_len: r.key_len as u32,
-            segment: Some(pb::Segment::from(&r.segment)),
-            key_hashes: r.key_hashes,
-            limit: r.limit,
-            level: level_to(r.level),
-            consent_acknowledged: r.consent_acknowledged,
-            seal: r.seal.map(pb::Seal::from),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RevealedRow {
-    pub key_hash: u64,
-    pub key: KeyTuple,
-    /// detailed only: canonical text per compared column (`None` = NULL or masked).
-    pub values: Vec<Option<String>>,
-}
-
-/// The most rows one reveal call releases, whatever its limit: a coordinator asks for
-/// more in pages of at most this many key hashes.
-pub const MAX_REVEAL_ROWS_PER_CALL: usize = 1000;
-
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct RevealResponse {
-    pub rows: Vec<RevealedRow>,
-    pub truncated: bool,
-    pub release_log_head: String,
-    /// The reveal budget (its policy key, `max_reveal_rows` or
-    /// `max_reveal_rows_per_hour`) that let fewer rows out than asked: said by the
-    /// agent when it cut an answer short, and recorded by the coordinator when the
-    /// agent refused a call because that budget was spent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub withheld_by: Option<String>,
-}
-
-impl TryFrom<pb::RevealResponse> for RevealResponse {
-    type Error = WireError;
-    fn try_from(r: pb::RevealResponse) -> Result<RevealResponse, WireError> {
-        let rows = r
-            .rows
-            .into_iter()
-            .enumerate()
-            .map(|(i, row)| {
-                let f = format!("rows[{i}].key");
-                let key = row.key.ok_or_else(|| wire_err(&f, "missing"))?;
-                Ok(RevealedRow {
-                    key_hash: row.key_hash,
-                    key: tuple_from_pb(key, &f)?,
-                    values: row.values.into_iter().map(|v| v.text).collect(),
-                })
-            })
-            .collect::<Result<Vec<_>, WireError>>()?;
-        Ok(RevealResponse {
-            rows,
-            truncated: r.truncated,
-            release_log_head: r.release_log_head,
-            withheld_by: Some(r.withheld_by).filter(|b| !b.is_empty()),
-        })
-    }
-}
-
-impl From<RevealResponse> for pb::RevealResponse {
-    fn from(r: RevealResponse) -> Self {
-        pb::RevealResponse {
-            rows: r
-                .rows
-                .into_iter()
-                .map(|row| pb::RevealedRow {
-                    key_hash: row.key_hash,
-                    key: Some(tuple_to_pb(&row.key)),
-                    values: row
-                        .values
-                        .into_iter()
-                        .map(|text| pb::OptionalText { text })
-                        .collect(),
-                })
-                .collect(),
-            truncated: r.truncated,
-            release_log_head: r.release_log_head,
-            withheld_by: r.withheld_by.unwrap_or_default(),
-        }
-    }
-}
-
-/// Ready-to-run SQL for a segment, in the agent's dialect.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvestigationSqlRequest {
-    pub dataset: String,
-    pub columns: Vec<ColumnSpec>,
-    pub key_len: usize,
-    pub segment: Segment,
-    /// The run is sealed: the SQL covers the key range only.
-    pub sealed: bool,
-    /// When not empty: SQL of exactly these keys' rows (at most
-    /// [`MAX_KEY_SQL_KEYS`], each of `key_len` values) instead of the segment's range.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub keys: Vec<KeyTuple>,
-}
-
-/// The most keys one per-key investigation SQL names.
-pub const MAX_KEY_SQL_KEYS: usize = 1000;
-
-impl TryFrom<pb::InvestigationSqlRequest> for InvestigationSqlRequest {
-    type Error = WireError;
-    fn try_from(r: pb::InvestigationSqlRequest) -> Result<InvestigationSqlRequest, WireError> {
-        if r.keys.len() > MAX_KEY_SQL_KEYS {
-            return Err(wire_err(
-                "keys",
-                format!("{} key tuples; at most {MAX_KEY_SQL_KEYS}", r.keys.len()),
-            ));
-        }
-        let len = key_len(r.key_len);
-        let keys = r
-            .keys
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let field = format!("keys[{i}]");
-                let t = tuple_from_pb(t, &field)?;
-                if t.len() != len {
-                    return Err(wire_err(
-                        field,
-                        format!("{} value(s); the key has {len}", t.len()),
-                    ));
-                }
-                Ok(t)
-            })
-            .collect::<Result<Vec<_>, WireError>>()?;
-        Ok(InvestigationSqlRequest {
-            segment: segment_from(r.segment, "segment")?,
-            columns: columns_from(r.columns)?,
-            key_len: len,
-            sealed: r.sealed,
-            dataset: r.dataset,
-            keys,
-        })
-    }
-}
-
-impl From<InvestigationSqlRequest> for pb::InvestigationSqlRequest {
-    fn from(r: InvestigationSqlRequest) -> Self {
-        pb::InvestigationSqlRequest {
-            dataset: r.dataset,
-            columns: columns_to(&r.columns),
-            key_len: r.key_len as u32,
-            segment: Some(pb::Segment::from(&r.segment)),
-            sealed: r.sealed,
-            keys: r.keys.iter().map(tuple_to_pb).collect(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct InvestigationSqlResponse {
-    pub sql: String,
-    pub release_log_head: String,
-}
-
-impl From<pb::InvestigationSqlResponse> for InvestigationSqlResponse {
-    fn from(r: pb::InvestigationSqlResponse) -> Self {
-        InvestigationSqlResponse {
-            sql: r.sql,
-            release_log_head: r.release_log_head,
-        }
-    }
-}
-
-impl From<InvestigationSqlResponse> for pb::InvestigationSqlResponse {
-    fn from(r: InvestigationSqlResponse) -> Self {
-        pb::InvestigationSqlResponse {
-            sql: r.sql,
-            release_log_head: r.release_log_head,
-        }
-    }
-}
-
-/// `ReadPosition`: the dataset whose replication position to read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadPositionRequest {
-    pub dataset: String,
-    pub run_id: String,
-}
-
-impl TryFrom<pb::ReadPositionRequest> for ReadPositionRequest {
-    type Error = WireError;
-    fn try_from(r: pb::ReadPositionRequest) -> Result<ReadPositionRequest, WireError> {
-        Ok(ReadPositionRequest {
-            run_id: run_id_from(r.run_id)?,
-            dataset: r.dataset,
-        })
-    }
-}
-
-impl From<ReadPositionRequest> for pb::ReadPositionRequest {
-    fn from(r: ReadPositionRequest) -> Self {
-        pb::ReadPositionRequest {
-            dataset: r.dataset,
-            run_id: r.run_id,
-        }
-    }
-}
-
-fn position_from(p: Option<pb::Position>, field: &str) -> Result<Position, WireError> {
-    let p = p.ok_or_else(|| wire_err(field, "missing"))?;
-    let kind = PositionKind::from_name(&p.kind)
-        .ok_or_else(|| wire_err(format!("{field}.kind"), "expected lsn, gtid or integer"))?;
-    Position::parse(kind, &p.value).map_err(|m| wire_err(format!("{field}.value"), m))
-}
-
-fn position_to(p: Position) -> pb::Position {
-    pb::Position {
-        kind: p.kind.name().to_string(),
-        value: p.value,
-    }
-}
-
-/// `WaitPosition`: wait until the dataset has applied `position` (a source's), at most
-/// `timeout_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WaitPositionRequest {
-    pub dataset: String,
-    pub position: Position,
-    pub timeout_ms: u64,
-    pub run_id: String,
-}
-
-impl TryFrom<pb::WaitPositionRequest> for WaitPositionRequest {
-    type Error = WireError;
-    fn try_from(r: pb::WaitPositionRequest) -> Result<WaitPositionRequest, WireError> {
-        Ok(WaitPositionRequest {
-            position: position_from(r.position, "position")?,
-            run_id: run_id_from(r.run_id)?,
-            timeout_ms: r.timeout_ms,
-            dataset: r.dataset,
-        })
-    }
-}
-
-impl From<WaitPositionRequest> for pb::WaitPositionRequest {
-    fn from(r: WaitPositionRequest) -> Self {
-        pb::WaitPositionRequest {
-            dataset: r.dataset,
-            position: Some(position_to(r.position)),
-            timeout_ms: r.timeout_ms,
-            run_id: r.run_id,
-        }
-    }
-}
-
-/// A position read (`ReadPosition`) or last read while waiting (`WaitPosition`, with
-/// whether it reached the one asked for).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PositionResponse {
-    pub position: Position,
-    pub reached: bool,
-    pub release_log_head: String,
-}
-
-impl TryFrom<pb::PositionResponse> for PositionResponse {
-    type Error = WireError;
-    fn try_from(r: pb::PositionResponse) -> Result<PositionResponse, WireError> {
-        Ok(PositionResponse {
-            position: position_from(r.position, "position")?,
-            reached: r.reached,
-            release_log_head: r.release_log_head,
-        })
-    }
-}
-
-impl From<PositionResponse> for pb::PositionResponse {
-    fn from(r: PositionResponse) -> Self {
-        pb::PositionResponse {
-            position: Some(position_to(r.position)),
-            reached: r.reached,
-            release_log_head: r.release_log_head,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -1005,7 +206,9 @@ mod tests {
     use super::*;
     use crate::canonical::FieldFormat;
     use crate::period::Granularity;
-    use crate::segment::{KeyPart, Period};
+    use crate::position::{Position, PositionKind};
+    use crate::segment::{KeyPart, KeyTuple, Period, Split};
+    use crate::types::TypeClass;
 
     fn zone_key(agent: &str) -> SignedZoneKey {
         SignedZoneKey {
@@ -1483,6 +686,85 @@ mod tests {
         })
         .unwrap();
         assert_eq!(r.parents, vec![(Segment::whole(), Split::Whole)]);
+    }
+
+    /// An even split goes out as its cut list with the even form beside it: an agent
+    /// before the form reads the list (the same split), this build reads the even form
+    /// only where it restates the list exactly, and a list alone stays a list.
+    #[test]
+    fn an_even_split_travels_with_its_cut_list_and_must_agree_with_it() {
+        use crate::segment::EvenCuts;
+        let e = EvenCuts::new(-1000, 250, 7).unwrap();
+        let even = AggregateRequest {
+            parents: vec![
+                (Segment::whole(), Split::Hash(4)),
+                (Segment::whole(), Split::Even(e)),
+            ],
+            ..aggregate()
+        };
+        round_trip::<_, pb::AggregateRequest>(even.clone());
+        let sent = pb::AggregateRequest::from(even.clone());
+        let Some(pb::segment_split::Split::Cuts(c)) = &sent.segments[1].split else {
+            panic!("an even split is sent as cuts: {:?}", sent.segments[1].split)
+        };
+        let listed: Vec<KeyTuple> = c
+            .cuts
+            .iter()
+            .map(|t| crate::segment::tuple_from_pb(t.clone(), "t").unwrap())
+            .collect();
+        assert_eq!(listed, e.cuts(), "the list an older agent reads");
+        assert_eq!(c.even, Some(e.to_pb()));
+        // an older coordinator's list, however evenly spaced, is a list
+        let mut old = sent.clone();
+        if let Some(pb::segment_split::Split::Cuts(c)) = &mut old.segments[1].split {
+            c.even = None;
+        }
+        let read = AggregateRequest::try_from(old).unwrap();
+        assert_eq!(read.parents[1].1, Split::Cuts(e.cuts()));
+        // an even form that says other cuts than the list: refused, naming the field
+        let disagree = |f: &dyn Fn(&mut pb::KeyCuts)| {
+            let mut r = sent.clone();
+            if let Some(pb::segment_split::Split::Cuts(c)) = &mut r.segments[1].split {
+                f(c);
+            }
+            AggregateRequest::try_from(r).unwrap_err()
+        };
+        let moved = disagree(&|c| c.even.as_mut().unwrap().first += 1);
+        assert_eq!(moved.field, "segments[1].split.even");
+        assert!(
+            moved
+                .message
+                .contains("states cut 0 as -999, the cut list has -1000"),
+            "{moved}"
+        );
+        assert_eq!(
+            disagree(&|c| c.even.as_mut().unwrap().width = 251).field,
+            "segments[1].split.even"
+        );
+        let longer = disagree(&|c| c.even.as_mut().unwrap().count = 8);
+        assert_eq!(longer.field, "segments[1].split.even");
+        assert_eq!(
+            disagree(&|c| {
+                c.cuts.pop();
+            })
+            .field,
+            "segments[1].split.even"
+        );
+        assert_eq!(
+            disagree(&|c| c.even.as_mut().unwrap().width = 0).field,
+            "segments[1].split.even"
+        );
+        // a point of the list moved: the list is still valid, the pair is not
+        let shifted = disagree(&|c| {
+            c.cuts[3].parts[0].value = Some(pb::key_value::Value::Int(-251));
+        });
+        assert_eq!(shifted.field, "segments[1].split.even");
+        assert!(
+            shifted
+                .message
+                .contains("states cut 3 as -250, the cut list has -251"),
+            "{shifted}"
+        );
     }
 
     fn key_part() -> impl Strategy<Value = KeyPart> {

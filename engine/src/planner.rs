@@ -242,6 +242,7 @@ fn check_answer(
             Split::Whole => vec![parent.clone()],
             Split::Hash(n) => parent.hash_children(*n),
             Split::Cuts(cuts) => parent.cut_children(cuts),
+            Split::Even(e) => parent.cut_children(&e.cuts()),
             Split::Quantile(n) => {
                 if got.is_empty() || got.len() > *n as usize {
                     return Err(bad(format!(
@@ -714,8 +715,6 @@ fn unaccounted(
     Ok(out)
 }
 
-/// Up to `factor` even parts of a segment's integer key range: its own bounds, or the
-/// key's smallest and largest value where it is open. `None` when it cannot be cut.
 /// Level-1 cuts from an equi-depth histogram of the key (`bounds`, ascending), where
 /// it shows the keys clustered: one histogram bucket (a share of the rows) spans at
 /// least half of `[min, max]`, so even cuts would leave most segments empty. Each
@@ -753,8 +752,10 @@ pub fn histogram_cuts(bounds: &[i64], (min, max): (i64, i64), factor: u32) -> Op
     (!cuts.is_empty()).then(|| Split::Cuts(cuts.into_iter().map(|c| vec![KeyPart::Int(c)]).collect()))
 }
 
+/// Up to `factor` even parts of a segment's integer key range: its own bounds, or the
+/// key's smallest and largest value where it is open. `None` when it cannot be cut.
 fn even_cuts(seg: &Segment, (min, max): (i64, i64), factor: u32) -> Option<Split> {
-    use tally_common::segment::KeyPart;
+    use tally_common::segment::{EvenCuts, KeyPart};
     let int = |t: &Option<KeyTuple>| match t.as_deref() {
         None => Some(None),
         Some([KeyPart::Int(i)]) => Some(Some(*i)),
@@ -767,12 +768,12 @@ fn even_cuts(seg: &Segment, (min, max): (i64, i64), factor: u32) -> Option<Split
         return None;
     }
     let width = (span as u64).div_ceil(u64::from(factor.max(2))) as i64;
-    let cuts: Vec<KeyTuple> = (1..i64::from(factor))
+    let count = (1..i64::from(factor))
         .map_while(|i| lo.checked_add(i.checked_mul(width)?))
         .take_while(|c| *c < hi)
-        .map(|c| vec![KeyPart::Int(c)])
-        .collect();
-    (!cuts.is_empty()).then_some(Split::Cuts(cuts))
+        .count();
+    // said as even, so the agent buckets by one division without looking at the list
+    EvenCuts::new(lo.checked_add(width)?, width, u32::try_from(count).ok()?).map(Split::Even)
 }
 
 #[cfg(test)]
@@ -834,6 +835,7 @@ mod tests {
                         seg.cut_children(&cuts)
                     }
                     Split::Cuts(c) => seg.cut_children(c),
+                    Split::Even(e) => seg.cut_children(&e.cuts()),
                     Split::Hash(n) => seg.hash_children(*n),
                     Split::Whole => vec![seg.clone()],
                     Split::Period { column, granularity } => {
@@ -1029,8 +1031,9 @@ mod tests {
         let mut planner = Planner::new(pp);
         let plan = planner.next_level().unwrap();
         assert!(!plan.target_follows_source);
+        // said as an even split (first cut, width, count), so the agent need not guess
         assert!(
-            matches!(&plan.splits[0], Split::Cuts(c) if c.len() == 3),
+            matches!(&plan.splits[0], Split::Even(e) if e.count() == 3 && e.first() == 1751 && e.width() == 1751),
             "{:?}",
             plan.splits
         );
@@ -1058,6 +1061,51 @@ mod tests {
             None,
             "one key value cannot be cut"
         );
+    }
+
+    /// Even cuts are stated as even (first cut, width, count) and are exactly the cut
+    /// points the planner listed before it said so: `lo + i·width` for `i` in
+    /// `1..factor`, below the range's end, none past an `i64`.
+    #[test]
+    fn even_cuts_are_said_as_even_and_are_the_points_of_the_list() {
+        let listed = |lo: i64, hi: i64, factor: u32| -> Vec<KeyTuple> {
+            let width = ((hi - lo) as u64).div_ceil(u64::from(factor.max(2))) as i64;
+            (1..i64::from(factor))
+                .map_while(|i| lo.checked_add(i.checked_mul(width)?))
+                .take_while(|c| *c < hi)
+                .map(|c| vec![KeyPart::Int(c)])
+                .collect()
+        };
+        let bounded = |lo: i64, hi: i64| Segment {
+            lower: Some(vec![KeyPart::Int(lo)]),
+            upper: Some(vec![KeyPart::Int(hi)]),
+            ..Segment::default()
+        };
+        let ranges = [
+            (0, 7000),
+            (-50, 50),
+            (10, 12),
+            (0, 1023),
+            (i64::MIN / 2, i64::MAX / 2),
+            (5, 1_000_000_007),
+        ];
+        for (lo, hi) in ranges {
+            for factor in [2, 3, 4, 32, 1024] {
+                let Some(Split::Even(e)) = even_cuts(&bounded(lo, hi), (lo, hi - 1), factor) else {
+                    panic!("[{lo}, {hi}) by {factor}: not an even split")
+                };
+                assert_eq!(e.cuts(), listed(lo, hi, factor), "[{lo}, {hi}) by {factor}");
+                // an open segment is cut over the key's range: the same points
+                let open = even_cuts(&Segment::whole(), (lo, hi - 1), factor);
+                assert_eq!(open, Some(Split::Even(e)));
+            }
+        }
+        assert_eq!(even_cuts(&bounded(4, 5), (0, 10), 4), None, "one key value");
+        let text = Segment {
+            lower: Some(vec![KeyPart::Text("a".into())]),
+            ..Segment::default()
+        };
+        assert_eq!(even_cuts(&text, (0, 10), 4), None, "not an integer bound");
     }
 
     /// Two islands of keys far apart (issue 16): level 1's even cuts put every row in

@@ -3,14 +3,13 @@
 
 use tally_common::checksum::{AnyAggregate, Hasher};
 use tally_common::period::period_label;
-use tally_common::segment::{KeyPart, KeyTuple, Period, Segment, Split, bucket_hash};
+use tally_common::segment::{EvenCuts, KeyPart, KeyTuple, Period, Segment, Split, bucket_hash};
 use tally_common::types::TypeClass;
 
 use crate::connector::Session;
 use crate::dialect::{self, ChildRule, check_bounds};
 use crate::error::{AgentError, Result};
 use crate::hash_pipe::HashPipe;
-use crate::schema::ColumnInfo;
 
 use super::{AggregateOut, Bound, BucketOut, Dataset, Path};
 
@@ -26,12 +25,20 @@ impl Dataset {
         let key = b.key_infos();
         for (seg, split) in parents {
             let mut probe = seg.clone();
-            if let Split::Cuts(c) = split {
-                probe.lower = c.first().cloned().or(probe.lower);
-                probe.upper = c.last().cloned().or(probe.upper);
+            match split {
+                Split::Cuts(c) => {
+                    probe.lower = c.first().cloned().or(probe.lower);
+                    probe.upper = c.last().cloned().or(probe.upper);
+                }
+                // its cuts are one integer: refused on any other key
+                Split::Even(e) => {
+                    probe.lower = Some(vec![KeyPart::Int(e.first())]);
+                    probe.upper = Some(vec![KeyPart::Int(e.last())]);
+                }
+                _ => {}
             }
             check_bounds(&probe, &key).map_err(AgentError::InvalidArgument)?;
-            if let Split::Quantile(_) | Split::Cuts(_) = split
+            if let Split::Quantile(_) | Split::Cuts(_) | Split::Even(_) = split
                 && let Some(c) = key
                     .iter()
                     .find(|c| !matches!(c.class, TypeClass::Integer | TypeClass::Text))
@@ -226,19 +233,7 @@ impl Dataset {
         let key = b.key_infos();
         let rules: Vec<(Segment, ChildRule)> = parents
             .iter()
-            .map(|(seg, split)| {
-                let rule = match split {
-                    Split::Whole => ChildRule::Whole,
-                    Split::Hash(n) => {
-                        let (lo, width) = seg.hash_split(*n);
-                        ChildRule::Hash { lo, width }
-                    }
-                    Split::Cuts(c) => int_range(c, &key).unwrap_or_else(|| ChildRule::Cuts(c.clone())),
-                    Split::Quantile(n) => ChildRule::Quantile(*n),
-                    Split::Period { .. } => unreachable!("period splits are aggregated alone"),
-                };
-                (seg.clone(), rule)
-            })
+            .map(|(seg, split)| (seg.clone(), child_rule(seg, split)))
             .collect();
         let sql = dialect::aggregate(d, &self.source, &b.cols, &key, h, &rules)
             .ok_or_else(|| AgentError::Unsupported("engine cannot push this aggregate down".into()))?;
@@ -254,6 +249,7 @@ impl Dataset {
                 Split::Whole => vec![seg.clone()],
                 Split::Hash(n) => seg.hash_children(*n),
                 Split::Cuts(c) => seg.cut_children(c),
+                Split::Even(e) => seg.cut_children(&e.cuts()),
                 Split::Quantile(_) => {
                     let cuts: Vec<KeyTuple> =
                         mine.iter().skip(1).filter_map(|r| r.first_key.clone()).collect();
@@ -347,12 +343,14 @@ impl Dataset {
                     let children = match split {
                         Split::Hash(n) => seg.hash_children(*n),
                         Split::Cuts(c) => seg.cut_children(c),
+                        Split::Even(e) => seg.cut_children(&e.cuts()),
                         _ => vec![seg.clone()],
                     };
                     // row strings hashed on a second thread where the host has one
                     let mut pipe = HashPipe::new(h, children.len(), xor, self.hash_thread);
                     let mut cuts = match split {
                         Split::Cuts(c) => Some(CutFinder::new(c)),
+                        Split::Even(e) => Some(CutFinder::even(*e)),
                         _ => None,
                     };
                     scanned += self
@@ -485,41 +483,52 @@ impl Dataset {
     }
 }
 
-/// Evenly spaced cut points on a single integer key become one division per row.
-fn int_range(cuts: &[KeyTuple], key: &[&ColumnInfo]) -> Option<ChildRule> {
-    if key.len() != 1 || key[0].class != TypeClass::Integer || cuts.len() < 2 {
-        return None;
+/// How a pushed-down aggregate forms a parent's children: as its split says. A cut
+/// list is compared cut by cut, however its points are spaced (an even split says so:
+/// [`Split::Even`]).
+fn child_rule(seg: &Segment, split: &Split) -> ChildRule {
+    match split {
+        Split::Whole => ChildRule::Whole,
+        Split::Hash(n) => {
+            let (lo, width) = seg.hash_split(*n);
+            ChildRule::Hash { lo, width }
+        }
+        Split::Cuts(c) => ChildRule::Cuts(c.clone()),
+        Split::Even(e) => even_rule(e),
+        Split::Quantile(n) => ChildRule::Quantile(*n),
+        Split::Period { .. } => unreachable!("period splits are aggregated alone"),
     }
-    let ints: Vec<i64> = cuts
-        .iter()
-        .map(|c| match c.as_slice() {
-            [KeyPart::Int(i)] => Some(*i),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    let width = ints[1].checked_sub(ints[0])?;
-    if width <= 0 || ints.windows(2).any(|w| w[1].checked_sub(w[0]) != Some(width)) {
-        return None;
-    }
-    // (k - lo) must not overflow for any key: keep to keys within ±2^62
+}
+
+/// An even split becomes one division per row, where `(k - lo)` cannot overflow in
+/// SQL (keys and width within ±2^62) and there is more than one cut (one cut is one
+/// comparison); its cut points are compared otherwise.
+fn even_rule(e: &EvenCuts) -> ChildRule {
     let bound = 1i64 << 62;
-    if ints[0].abs() > bound || ints[ints.len() - 1].abs() > bound || width > bound {
-        return None;
+    let bound = bound as u64;
+    if e.count() < 2
+        || e.first().unsigned_abs() > bound
+        || e.last().unsigned_abs() > bound
+        || e.width().unsigned_abs() > bound
+    {
+        return ChildRule::Cuts(e.cuts());
     }
-    Some(ChildRule::IntRange {
-        first: ints[0],
-        last: ints[ints.len() - 1],
-        lo: ints[0] - width,
-        width,
-        children: ints.len() + 1,
-    })
+    ChildRule::IntRange {
+        first: e.first(),
+        last: e.last(),
+        lo: e.first() - e.width(),
+        width: e.width(),
+        children: e.count() as usize + 1,
+    }
 }
 
 /// Which child of a cut split a key falls in: the number of cuts at or below it. Cuts
-/// of one integer key part are compared as integers (once per row read in the agent).
+/// of one integer key part are compared as integers (once per row read in the agent);
+/// an even split's child is one division.
 struct CutFinder<'a> {
     cuts: &'a [KeyTuple],
     ints: Option<Vec<i64>>,
+    even: Option<EvenCuts>,
     /// The last integer key's child: rows mostly arrive in key order, so the next row
     /// is most often in it or the one after.
     last: usize,
@@ -534,10 +543,31 @@ impl<'a> CutFinder<'a> {
                 _ => None,
             })
             .collect();
-        CutFinder { cuts, ints, last: 0 }
+        CutFinder {
+            cuts,
+            ints,
+            even: None,
+            last: 0,
+        }
+    }
+
+    fn even(e: EvenCuts) -> Self {
+        CutFinder {
+            cuts: &[],
+            ints: None,
+            even: Some(e),
+            last: 0,
+        }
     }
 
     fn child(&mut self, key: &KeyTuple) -> usize {
+        if let Some(e) = &self.even {
+            return match key.as_slice() {
+                [KeyPart::Int(k)] => e.child_of(*k),
+                // an integer key reads as integers; anything else by its cut points
+                _ => e.cuts().partition_point(|cut| cut <= key),
+            };
+        }
         match (&self.ints, key.as_slice()) {
             (Some(ints), [KeyPart::Int(k)]) => {
                 // child c holds k when the cut below it is at or below k and its own
@@ -575,8 +605,56 @@ fn ntile(i: u64, total: u64, n: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{CutFinder, ntile};
-    use tally_common::segment::{KeyPart, KeyTuple};
+    use super::{ChildRule, CutFinder, child_rule, ntile};
+    use tally_common::segment::{EvenCuts, KeyPart, KeyTuple, Segment, Split};
+
+    /// The agent buckets an even split as it is told, by one division, and a cut list
+    /// by its cuts however evenly they are spaced: it guesses nothing.
+    #[test]
+    fn an_even_split_is_bucketed_by_division_and_a_cut_list_by_its_cuts() {
+        let seg = Segment::whole();
+        let e = EvenCuts::new(1000, 500, 4).unwrap();
+        let ChildRule::IntRange {
+            first,
+            last,
+            lo,
+            width,
+            children,
+        } = child_rule(&seg, &Split::Even(e))
+        else {
+            panic!("an even split is one division per row")
+        };
+        assert_eq!((first, last, lo, width, children), (1000, 2500, 500, 500, 5));
+        assert!(
+            matches!(child_rule(&seg, &Split::Cuts(e.cuts())), ChildRule::Cuts(c) if c == e.cuts()),
+            "the same points as a list are compared, not re-detected"
+        );
+        // one cut: one comparison; keys past 2^62: (k - lo) could overflow in SQL
+        for e in [
+            EvenCuts::new(7, 3, 1).unwrap(),
+            EvenCuts::new(-(1 << 62) - 1, 10, 3).unwrap(),
+            EvenCuts::new((1 << 62) - 5, 10, 2).unwrap(),
+            EvenCuts::new(i64::MIN, 1, 2).unwrap(),
+        ] {
+            assert!(
+                matches!(child_rule(&seg, &Split::Even(e)), ChildRule::Cuts(c) if c == e.cuts()),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_even_finder_finds_the_child_the_cut_points_give() {
+        let e = EvenCuts::new(-30, 20, 5).unwrap();
+        let cuts = e.cuts();
+        let mut finder = CutFinder::even(e);
+        for k in (-80..120).chain([i64::MIN, i64::MAX]) {
+            let key = vec![KeyPart::Int(k)];
+            assert_eq!(finder.child(&key), cuts.partition_point(|c| c <= &key), "{k}");
+        }
+        let pair = vec![KeyPart::Int(10), KeyPart::Int(1)];
+        assert_eq!(finder.child(&pair), cuts.partition_point(|c| c <= &pair));
+    }
 
     #[test]
     fn integer_cuts_find_the_child_the_general_comparison_does() {

@@ -16,8 +16,9 @@ use super::{Dialect, Sql, period_label_expr, relation, row_string_expr};
 #[derive(Debug, Clone)]
 pub enum ChildRule {
     Whole,
-    /// Evenly spaced cut points on a single integer key: child = clamp((k - lo) / width),
-    /// one division per row instead of a comparison per cut.
+    /// An even split of a single integer key (`Split::Even`, as the coordinator said it):
+    /// child = clamp((k - lo) / width), one division per row instead of a comparison
+    /// per cut.
     IntRange {
         first: i64,
         last: i64,

@@ -98,6 +98,7 @@ impl Fake {
                     seg.cut_children(&cuts)
                 }
                 Split::Cuts(c) => seg.cut_children(c),
+                Split::Even(e) => seg.cut_children(&e.cuts()),
                 Split::Hash(n) => seg.hash_children(*n),
                 Split::Whole => vec![seg.clone()],
                 Split::Period { column, granularity } => {
