@@ -181,29 +181,54 @@ impl FileConfig {
     }
 
     /// The DuckDB query this dataset reads.
+    ///
+    /// Parquet: the files' rows, once every file of the glob has been checked to have
+    /// one schema (names, types, order; DuckDB would otherwise read later files into
+    /// the first one's types, `'00123'` into `123`) and no UTC timestamp at nanoseconds
+    /// (DuckDB reads those at microseconds: they would compare cut).
+    ///
+    /// CSV: every column read as text, then each value checked against its declared
+    /// type as written and only then cast: DuckDB's own CSV types round (`1.5` into a
+    /// `BIGINT` is `2`) and drop offsets. A quoted empty field is `''`, an unquoted one
+    /// NULL (PostgreSQL's CSV convention; DuckDB's default would read both as NULL).
+    /// No directory name becomes a column (`hive_partitioning = false`).
     pub fn query(&self) -> String {
         let path = literal(&self.path);
         match (self.format(), &self.csv) {
             (Some(FileFormat::Csv), Some(c)) => {
-                let columns: Vec<String> = c
+                let text: Vec<String> = c
                     .columns
                     .iter()
-                    .map(|col| format!("{}: {}", literal(&col.name), literal(&col.ty)))
+                    .map(|col| format!("{}: 'VARCHAR'", literal(&col.name)))
                     .collect();
                 let mut opts = vec![
                     format!("header = {}", c.header),
                     format!("delim = {}", literal(&c.delimiter)),
                     format!("quote = {}", literal(&c.quote)),
                     format!("escape = {}", literal(&c.quote)),
-                    format!("columns = {{{}}}", columns.join(", ")),
+                    format!("columns = {{{}}}", text.join(", ")),
                     "auto_detect = false".to_string(),
+                    "allow_quoted_nulls = false".to_string(),
+                    "hive_partitioning = false".to_string(),
                 ];
                 if let Some(n) = &c.null_string {
                     opts.push(format!("nullstr = {}", literal(n)));
                 }
-                format!("SELECT * FROM read_csv({path}, {})", opts.join(", "))
+                let select: Vec<String> = c.columns.iter().map(CsvColumn::select).collect();
+                format!(
+                    "SELECT {} FROM read_csv({path}, {})",
+                    select.join(", "),
+                    opts.join(", ")
+                )
             }
-            _ => format!("SELECT * FROM read_parquet({path})"),
+            _ => format!(
+                "SELECT * FROM read_parquet({path}, hive_partitioning = false) WHERE (SELECT CASE \
+                 WHEN count(DISTINCT sig) > 1 THEN error('the files of this dataset do not share one schema (column names, types and order): reconcile them as separate datasets or rewrite them') \
+                 WHEN bool_or(nanos) THEN error('a column holds UTC timestamps at nanoseconds, which DuckDB reads at microseconds: write it at microseconds') \
+                 ELSE true END FROM (SELECT file_name, string_agg(name || ' ' || coalesce(duckdb_type, ''), ', ' ORDER BY column_id) AS sig, \
+                 bool_or(coalesce(logical_type, '') LIKE '%isAdjustedToUTC=1%NANOS=NanoSeconds()%') AS nanos \
+                 FROM parquet_schema({path}) WHERE column_id > 0 GROUP BY file_name))"
+            ),
         }
     }
 
@@ -226,6 +251,83 @@ impl FileConfig {
         }
         q.push(format!("s3_use_ssl={}", s3.use_ssl));
         format!("duckdb://?{}", q.join("&"))
+    }
+}
+
+/// How a declared CSV column's values must be written, as an RE2 pattern over the whole
+/// value (`None`: any text); `Err` for a type CSV columns cannot declare.
+fn pattern(ty: &str) -> Result<Option<String>, String> {
+    let t = ty.trim().to_ascii_uppercase();
+    let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+    const INT: &str = "[+-]?[0-9]+";
+    const DATE: &str = "[0-9]{4}-[0-9]{2}-[0-9]{2}";
+    const TIME: &str = "[ T][0-9]{2}:[0-9]{2}(:[0-9]{2}(\\.[0-9]{1,6})?)?";
+    Ok(Some(match t.as_str() {
+        "VARCHAR" | "TEXT" | "STRING" => return Ok(None),
+        "BIGINT" | "INTEGER" | "INT" | "SMALLINT" | "TINYINT" | "HUGEINT" | "UBIGINT" | "UINTEGER"
+        | "USMALLINT" | "UTINYINT" | "INT8" | "INT4" | "INT2" | "INT1" | "LONG" => INT.to_string(),
+        "DOUBLE" | "FLOAT8" => {
+            "[+-]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(?i:nan|inf|infinity)".to_string()
+        }
+        "BOOLEAN" | "BOOL" => "(?i:true|false)".to_string(),
+        "DATE" => DATE.to_string(),
+        "TIMESTAMP" | "DATETIME" => format!("{DATE}{TIME}"),
+        "TIMESTAMPTZ" | "TIMESTAMP WITH TIME ZONE" => {
+            format!("{DATE}{TIME}(Z|[+-][0-9]{{2}}(:?[0-9]{{2}})?)")
+        }
+        "FLOAT" | "REAL" | "FLOAT4" => {
+            return Err("a 32-bit float rounds the file's text: declare DOUBLE".into());
+        }
+        d if d.starts_with("DECIMAL(") || d.starts_with("NUMERIC(") => {
+            let inner = d.split_once('(').map(|x| x.1).unwrap_or("").trim_end_matches(')');
+            let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
+            let (Some(p), Some(s)) = (
+                parts.first().and_then(|p| p.parse::<u32>().ok()),
+                parts.get(1).and_then(|s| s.parse::<u32>().ok()),
+            ) else {
+                return Err("expected DECIMAL(precision, scale)".into());
+            };
+            if parts.len() != 2 || p == 0 || p > 38 || s > p {
+                return Err(
+                    "expected DECIMAL(precision, scale) with 1 <= precision <= 38 and scale <= precision"
+                        .into(),
+                );
+            }
+            if s == 0 {
+                format!("{INT}\\.?")
+            } else {
+                // at most the declared scale: more digits would be rounded
+                format!("[+-]?([0-9]+(\\.[0-9]{{0,{s}}})?|\\.[0-9]{{1,{s}}})")
+            }
+        }
+        "DECIMAL" | "NUMERIC" => return Err("give the precision and scale: DECIMAL(18,2)".into()),
+        _ => {
+            return Err(
+                "CSV columns declare VARCHAR, an integer type, DECIMAL(p,s), DOUBLE, BOOLEAN, DATE, TIMESTAMP or TIMESTAMPTZ (read others as VARCHAR)"
+                    .into(),
+            );
+        }
+    }))
+}
+
+impl CsvColumn {
+    /// The column in the dataset's query: its text checked against the declared type
+    /// as written (an error names the column, never the value), then cast.
+    fn select(&self) -> String {
+        let name = format!("\"{}\"", self.name.replace('"', "\"\""));
+        match pattern(&self.ty) {
+            Ok(Some(p)) => format!(
+                "CASE WHEN {name} IS NULL OR regexp_full_match({name}, {}) THEN CAST({name} AS {}) \
+                 ELSE error({}) END AS {name}",
+                literal(&p),
+                self.ty,
+                literal(&format!(
+                    "column {}: a value is not written as a {} (nothing is rounded or converted: fix the file, or declare the column VARCHAR)",
+                    self.name, self.ty
+                )),
+            ),
+            _ => name,
+        }
     }
 }
 
@@ -282,6 +384,13 @@ impl CsvOptions {
                         "{:?} is not a DuckDB type name such as BIGINT, DECIMAL(12,2), VARCHAR or TIMESTAMP",
                         c.ty
                     ),
+                ));
+            }
+            if let Err(why) = pattern(&c.ty) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{at}.columns[{i}].type"),
+                    format!("{}: {why}", c.ty),
                 ));
             }
         }
@@ -397,27 +506,118 @@ mod tests {
     }
 
     #[test]
-    fn a_parquet_glob_reads_through_read_parquet_with_its_path_quoted() {
+    fn a_parquet_glob_reads_through_read_parquet_with_its_path_quoted_and_its_schemas_checked() {
         let f = parse("path: /lake/o'rders/*.parquet\n");
         f.validate(Path::new("agent.yaml"), "datasets.lake.file").unwrap();
-        assert_eq!(
-            f.query(),
-            "SELECT * FROM read_parquet('/lake/o''rders/*.parquet')"
+        let q = f.query();
+        assert!(
+            q.starts_with(
+                "SELECT * FROM read_parquet('/lake/o''rders/*.parquet', hive_partitioning = false) WHERE "
+            ),
+            "{q}"
         );
+        // every file's schema, from the same glob, compared before a row is read
+        assert!(
+            q.contains("FROM parquet_schema('/lake/o''rders/*.parquet')"),
+            "{q}"
+        );
+        assert!(q.contains("count(DISTINCT sig) > 1 THEN error("), "{q}");
+        assert!(q.contains("NANOS=NanoSeconds()"), "{q}");
         assert_eq!(f.url(), "duckdb://");
     }
 
     #[test]
-    fn a_csv_declares_its_columns_and_nothing_is_sniffed() {
+    fn a_csv_is_read_as_text_and_each_value_checked_against_its_declared_type() {
         let f = parse(
             "path: /in/orders.csv\ncsv:\n  delimiter: ';'\n  null_string: NA\n  columns:\n    - { name: id, type: BIGINT }\n    - { name: code, type: VARCHAR }\n    - { name: amount, type: 'DECIMAL(12,2)' }\n",
         );
         f.validate(Path::new("agent.yaml"), "datasets.lake.file").unwrap();
-        assert_eq!(
-            f.query(),
-            "SELECT * FROM read_csv('/in/orders.csv', header = true, delim = ';', quote = '\"', escape = '\"', \
-             columns = {'id': 'BIGINT', 'code': 'VARCHAR', 'amount': 'DECIMAL(12,2)'}, auto_detect = false, nullstr = 'NA')"
-        );
+        let q = f.query();
+        for part in [
+            "columns = {'id': 'VARCHAR', 'code': 'VARCHAR', 'amount': 'VARCHAR'}",
+            "auto_detect = false",
+            "allow_quoted_nulls = false",
+            "hive_partitioning = false",
+            "nullstr = 'NA'",
+            "delim = ';'",
+            "CASE WHEN \"id\" IS NULL OR regexp_full_match(\"id\", '[+-]?[0-9]+') THEN CAST(\"id\" AS BIGINT) ELSE error(",
+            ", \"code\", ",
+            "regexp_full_match(\"amount\", '[+-]?([0-9]+(\\.[0-9]{0,2})?|\\.[0-9]{1,2})') THEN CAST(\"amount\" AS DECIMAL(12,2))",
+        ] {
+            assert!(q.contains(part), "{part}\n{q}");
+        }
+    }
+
+    /// The patterns as DuckDB's own RE2 reads them (`regexp_full_match`).
+    #[cfg(feature = "duckdb")]
+    #[test]
+    fn each_declared_type_takes_exactly_its_written_form() {
+        let db = duckdb::Connection::open_in_memory().unwrap();
+        let ok = |ty: &str, v: &str| match pattern(ty).unwrap() {
+            None => true,
+            Some(p) => db
+                .query_row("SELECT regexp_full_match(?, ?)", duckdb::params![v, p], |r| {
+                    r.get::<_, bool>(0)
+                })
+                .unwrap(),
+        };
+        for (ty, good, bad) in [
+            (
+                "BIGINT",
+                &["7", "-007", "+12"][..],
+                &["1.5", "1e3", "", " 7", "0x10"][..],
+            ),
+            (
+                "DECIMAL(12,2)",
+                &["1", "1.5", "-1.25", ".5", "10."],
+                &["1.004", "1e2", "", "NaN"],
+            ),
+            ("DECIMAL(5,0)", &["12", "12."], &["12.0", "1.5"]),
+            ("DATE", &["2024-03-15"], &["2024-03-15 00:00:00", "15/03/2024"]),
+            (
+                "TIMESTAMP",
+                &[
+                    "2024-03-15 14:30:00",
+                    "2024-03-15T14:30:00.123456",
+                    "2024-03-15 14:30",
+                ],
+                &["2024-03-15 14:30:00+02", "2024-03-15 14:30:00.1234567"],
+            ),
+            (
+                "TIMESTAMPTZ",
+                &[
+                    "2024-03-15 14:30:00+00",
+                    "2024-03-15T14:30:00.5Z",
+                    "2024-03-15 14:30:00+05:30",
+                ],
+                &["2024-03-15 14:30:00"],
+            ),
+            ("BOOLEAN", &["true", "FALSE"], &["1", "yes", ""]),
+            (
+                "DOUBLE",
+                &["1.5", "-2e-3", ".5", "NaN", "-inf"],
+                &["1,5", "", "e3"],
+            ),
+        ] {
+            for v in good {
+                assert!(ok(ty, v), "{ty} should take {v:?}");
+            }
+            for v in bad {
+                assert!(!ok(ty, v), "{ty} should refuse {v:?}");
+            }
+        }
+        assert!(ok("VARCHAR", "anything at all"));
+        for ty in [
+            "FLOAT",
+            "REAL",
+            "DECIMAL",
+            "DECIMAL(40,2)",
+            "BLOB",
+            "JSON",
+            "INTERVAL",
+        ] {
+            assert!(pattern(ty).is_err(), "{ty}");
+        }
     }
 
     #[test]

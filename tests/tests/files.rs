@@ -17,13 +17,14 @@ use tally_e2e::{bins, db, s3};
 const N: i64 = 3000;
 
 /// The table on PostgreSQL: leading zeros in a text code (a CSV type guess would make
-/// them a number), cents, microsecond instants, NULLs.
+/// them a number), cents, microsecond instants, NULLs and empty strings (which a CSV
+/// reader that takes `""` for NULL would turn into NULLs).
 const PG: &str =
     "CREATE TABLE orders (id BIGINT PRIMARY KEY, code TEXT NOT NULL, amount NUMERIC(12,2) NOT NULL,
    placed TIMESTAMPTZ NOT NULL, note TEXT);
  INSERT INTO orders SELECT g, lpad(g::text, 6, '0'), ((g * 7919) % 100000) / 100.0,
    TIMESTAMPTZ '2024-01-01 00:00:00+00' + g * INTERVAL '61.123457 seconds',
-   CASE WHEN g % 10 = 0 THEN NULL ELSE 'n' || g END
+   CASE WHEN g % 10 = 0 THEN NULL WHEN g % 10 = 5 THEN '' ELSE 'n' || g END
  FROM generate_series(1::bigint, 3000) g;";
 
 const COLUMNS: &str = "{'id': 'BIGINT', 'code': 'VARCHAR', 'amount': 'DECIMAL(12,2)', 'placed': 'TIMESTAMPTZ', 'note': 'VARCHAR'}";
@@ -48,20 +49,32 @@ fn write_lake(pg: &db::Server, dir: &Path) {
     let export = dir.join("export.csv");
     std::fs::write(&export, csv).unwrap();
     std::fs::create_dir_all(dir.join("parts")).unwrap();
+    std::fs::create_dir_all(dir.join("mixed")).unwrap();
+    // a CSV whose BIGINT column holds 1.5 in one row: DuckDB's own CSV types would
+    // read it as 2
+    std::fs::write(
+        dir.join("rounded.csv"),
+        "id,code,amount,placed,note\n1,000001,79.19,2024-01-01 00:01:01.123457+00,n1\n1.5,000002,158.38,2024-01-01 00:02:02.246914+00,n2\n",
+    )
+    .unwrap();
     let p = |name: &str| dir.join(name).display().to_string().replace('\'', "''");
     let sql = format!(
-        "CREATE TABLE o AS SELECT * FROM read_csv('{export}', header = true, columns = {COLUMNS}, auto_detect = false);
+        "CREATE TABLE o AS SELECT * FROM read_csv('{export}', header = true, columns = {COLUMNS}, auto_detect = false, allow_quoted_nulls = false);
          UPDATE o SET amount = amount + 0.01 WHERE id = 7;
          DELETE FROM o WHERE id = 42;
          INSERT INTO o VALUES ({extra}, '003001', 1.00, TIMESTAMPTZ '2024-06-01 00:00:00+00', 'extra');
          COPY (SELECT * FROM o WHERE id <= 1500 ORDER BY id) TO '{part1}' (FORMAT parquet);
          COPY (SELECT * FROM o WHERE id > 1500 ORDER BY id) TO '{part2}' (FORMAT parquet);
-         COPY (SELECT * FROM o ORDER BY id) TO '{csv}' (FORMAT csv, HEADER);",
+         COPY (SELECT * FROM o ORDER BY id) TO '{csv}' (FORMAT csv, HEADER);
+         COPY (SELECT id, code, amount FROM o WHERE id <= 10) TO '{mixed1}' (FORMAT parquet);
+         COPY (SELECT id, CAST(code AS INTEGER) AS code, amount FROM o WHERE id > 10 AND id <= 20) TO '{mixed2}' (FORMAT parquet);",
         export = p("export.csv"),
         extra = N + 1,
         part1 = p("parts/part-1.parquet"),
         part2 = p("parts/part-2.parquet"),
         csv = p("orders.csv"),
+        mixed1 = p("mixed/a.parquet"),
+        mixed2 = p("mixed/b.parquet"),
     );
     let duck = DuckDbConnector::open("duckdb://").unwrap();
     tokio::runtime::Builder::new_current_thread()
@@ -140,6 +153,20 @@ fn a_lake_on_disk_and_on_s3_reconciles_with_postgresql_to_exact_keys() {
                 csv_columns()
             ),
         ),
+        // files that cannot be read as they are written: errors, never a comparison of
+        // what DuckDB would make of them
+        (
+            "rounded_csv",
+            format!(
+                "{{ file: {{ path: '{}', csv: {{ columns: {} }} }}, key: [id], {policy} }}",
+                dir.join("rounded.csv").display(),
+                csv_columns()
+            ),
+        ),
+        (
+            "mixed_parquet",
+            format!("{{ file: {{ path: '{}/mixed/*.parquet' }}, key: [id], {policy} }}", dir.display()),
+        ),
         // a glob that matches nothing: an error, never an empty dataset that "differs"
         // (or, on an empty source, matches)
         ("s3_nothing", format!("{{ file: {{ path: 's3://lake/none/*.parquet', {s3_opts} }}, key: [id], {policy} }}")),
@@ -158,13 +185,27 @@ fn a_lake_on_disk_and_on_s3_reconciles_with_postgresql_to_exact_keys() {
         let engine = out.json["target"]["engine"].as_str().unwrap_or_default();
         assert!(engine.starts_with("duckdb"), "{dataset}: {engine}");
     }
-    let out = d.run(&spec("s3_nothing"));
-    assert_eq!(
-        out.code, 2,
-        "a glob matching no file must not compare: {}\n{}",
-        out.stdout, out.stderr
-    );
-    assert_ne!(out.json["verdict"], "match");
+    for (dataset, why) in [
+        ("s3_nothing", "No files found"),
+        ("rounded_csv", "column id: a value is not written as a BIGINT"),
+        ("mixed_parquet", "do not share one schema"),
+    ] {
+        let out = d.run(&spec(dataset));
+        assert_eq!(
+            out.code, 2,
+            "{dataset} must not compare: {}\n{}",
+            out.stdout, out.stderr
+        );
+        assert_ne!(out.json["verdict"], "match", "{dataset}");
+        // the reason is in the lake agent's own log (the coordinator gets its kind)
+        let log = std::fs::read_to_string(dir.join("lake.log")).unwrap();
+        assert!(
+            log.contains(why),
+            "{dataset}: the agent's log does not say {why:?}"
+        );
+    }
+    let log = std::fs::read_to_string(dir.join("lake.log")).unwrap();
+    assert!(!log.contains(s3::SECRET), "the S3 secret is in the agent's log");
 
     // the S3 run again, recorded, and its evidence verified by both verifiers
     let spec_path = dir.join("s3.yaml");
