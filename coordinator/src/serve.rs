@@ -156,6 +156,7 @@ pub async fn serve(
         }
         None => None,
     };
+    std::fs::create_dir_all(data_dir).map_err(|e| format!("data_dir: {}: {e}", data_dir.display()))?;
     let legacy = LegacyRunStore::open(data_dir).map_err(|e| format!("data_dir: {e}"))?;
     if let Some(l) = &legacy {
         tracing::info!(
