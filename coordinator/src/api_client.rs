@@ -53,6 +53,10 @@ pub enum ApiError {
     Handshake { server: String, reason: String },
     #[error("{server}: {reason}")]
     Protocol { server: String, reason: String },
+    /// A write the server refused before carrying it out (503 with `Retry-After` and
+    /// `"not_started": true`: its group has no leader now): safe to send again.
+    #[error("{server}: {message}")]
+    NotTaken { server: String, message: String },
     /// The server answered with an error: its status and its message.
     #[error("{server}: {status}: {message}")]
     Refused {
@@ -93,6 +97,14 @@ fn sides(cert_not_after: Option<String>) -> crate::tls_refusal::Sides<'static> {
         our_ca: "--ca",
         our_not_after: cert_not_after,
     }
+}
+
+/// A server's answer.
+struct Answer {
+    status: u16,
+    body: Value,
+    /// It said when to try again (`Retry-After`).
+    retry_after: bool,
 }
 
 /// What a poll of a run found.
@@ -216,6 +228,10 @@ impl ApiClient {
 
     /// One request; the status and the body (JSON, or the text as a JSON string).
     pub async fn request(&self, method: Method, path: &str, body: &str) -> Result<(u16, Value), ApiError> {
+        self.send(method, path, body).await.map(|a| (a.status, a.body))
+    }
+
+    async fn send(&self, method: Method, path: &str, body: &str) -> Result<Answer, ApiError> {
         let tcp = tokio::time::timeout(
             CONNECT_TIMEOUT,
             TcpStream::connect((self.host.as_str(), self.port)),
@@ -275,13 +291,7 @@ impl ApiClient {
         }
     }
 
-    async fn exchange<S>(
-        &self,
-        io: S,
-        method: Method,
-        path: &str,
-        body: &str,
-    ) -> Result<(u16, Value), ApiError>
+    async fn exchange<S>(&self, io: S, method: Method, path: &str, body: &str) -> Result<Answer, ApiError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -334,6 +344,7 @@ impl ApiClient {
                 }
             };
             let status = resp.status().as_u16();
+            let retry_after = resp.headers().contains_key(header::RETRY_AFTER);
             let bytes = resp
                 .into_body()
                 .collect()
@@ -342,7 +353,11 @@ impl ApiClient {
                 .to_bytes();
             let text = String::from_utf8_lossy(&bytes);
             let value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
-            Ok((status, value))
+            Ok(Answer {
+                status,
+                body: value,
+                retry_after,
+            })
         };
         tokio::time::timeout(REQUEST_TIMEOUT, run)
             .await
@@ -370,9 +385,22 @@ impl ApiClient {
         }
     }
 
-    /// Starts a run of the spec text `spec` (YAML or JSON): its id.
+    /// Starts a run of the spec text `spec` (YAML or JSON): its id. A 503 with
+    /// `Retry-After` and `"not_started": true` (a replica of a group without a leader,
+    /// which certainly did not start it) is [`ApiError::NotTaken`].
     pub async fn start(&self, spec: &str) -> Result<String, ApiError> {
-        let (status, body) = self.request(Method::POST, "/v1/runs", spec).await?;
+        let Answer {
+            status,
+            body,
+            retry_after,
+        } = self.send(Method::POST, "/v1/runs", spec).await?;
+        // Tally's own mark beside the standard header: a proxy's 503 is not enough
+        if status == 503 && retry_after && body["not_started"] == Value::Bool(true) {
+            let ApiError::Refused { server, message, .. } = self.refused(status, &body) else {
+                unreachable!("refused() is a refusal")
+            };
+            return Err(ApiError::NotTaken { server, message });
+        }
         if status != 202 {
             return Err(self.refused(status, &body));
         }
@@ -459,21 +487,34 @@ impl ApiGroup {
         self.current().server()
     }
 
-    /// Starts a run on the first replica that can be reached. Only a replica that
-    /// could not be connected to is passed over: a request that reached one may have
-    /// started the run, and is never sent twice.
+    /// Starts a run on the first replica that takes it. A replica that could not be
+    /// connected to is passed over, and so is one that refused the run before starting
+    /// it because its group has no leader now ([`ApiError::NotTaken`]): the replicas are
+    /// asked in turn, a second apart after each round, for up to [`REACH_GRACE`] (a
+    /// group just started, or electing a new leader). Any other answer from a replica
+    /// that was reached is final: the run may have started there, and the spec is
+    /// never sent twice.
     pub async fn start(&self, spec: &str) -> Result<String, ApiError> {
-        let mut last = None;
-        for _ in 0..self.members.len() {
-            match self.current().start(spec).await {
-                Err(e @ ApiError::Unreachable { .. }) => {
-                    last = Some(e);
-                    self.next();
+        let since = std::time::Instant::now();
+        loop {
+            let (mut unreachable, mut not_taken) = (None, None);
+            for _ in 0..self.members.len() {
+                match self.current().start(spec).await {
+                    Err(e @ ApiError::Unreachable { .. }) => unreachable = Some(e),
+                    Err(e @ ApiError::NotTaken { .. }) => not_taken = Some(e),
+                    r => return r,
                 }
-                r => return r,
+                self.next();
             }
+            // a group none of whose replicas can be reached is reported at once
+            let Some(not_taken) = not_taken else {
+                return Err(unreachable.expect("at least one member"));
+            };
+            if since.elapsed() > REACH_GRACE {
+                return Err(not_taken);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        Err(last.expect("at least one member"))
     }
 
     /// Cancels run `id` through the first replica that can be reached.
@@ -531,7 +572,7 @@ impl ApiGroup {
 /// What a replica answers while its group changes leader, for a run that exists.
 fn transient(e: &ApiError) -> bool {
     match e {
-        ApiError::Unreachable { .. } | ApiError::Protocol { .. } => true,
+        ApiError::Unreachable { .. } | ApiError::Protocol { .. } | ApiError::NotTaken { .. } => true,
         ApiError::Refused { status, .. } => matches!(status, 404 | 502 | 503 | 504),
         _ => false,
     }
@@ -586,6 +627,67 @@ mod tests {
         .unwrap();
         assert_eq!(g.start("name: x").await.unwrap(), "r-1");
         assert_eq!(g.server(), format!("http://127.0.0.1:{live_port}"));
+    }
+
+    /// A server that answers its connections with `answers` in turn (status line and
+    /// headers, body), one request per connection; the number of requests it read.
+    async fn canned(
+        answers: Vec<(&'static str, &'static str)>,
+    ) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = asked.clone();
+        tokio::spawn(async move {
+            for (head, body) in answers {
+                let (mut sock, _) = l.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await.unwrap();
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = format!(
+                    "{head}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        (port, asked)
+    }
+
+    #[tokio::test]
+    async fn a_start_refused_for_want_of_a_leader_is_sent_again_and_no_other_refusal_is() {
+        // a replica of a group still electing: 503 with Retry-After, then it takes the run
+        let no_leader = (
+            "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1",
+            r#"{"error":"the group has no leader now","not_started":true}"#,
+        );
+        let (port, asked) = canned(vec![no_leader, ("HTTP/1.1 202 Accepted", r#"{"id":"r-2"}"#)]).await;
+        let g = ApiGroup::new(&format!("http://127.0.0.1:{port}"), ClientOptions::default()).unwrap();
+        assert_eq!(g.start("name: x").await.unwrap(), "r-2");
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // a 503 without Tally's mark (the leader could not be reached: it may have
+        // started the run; or a proxy's, Retry-After or not) is final: the spec is not
+        // sent again
+        for head in [
+            "HTTP/1.1 503 Service Unavailable",
+            "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1",
+        ] {
+            let (port, asked) = canned(vec![
+                (head, r#"{"error":"cannot reach the leader"}"#),
+                ("HTTP/1.1 202 Accepted", r#"{"id":"r-3"}"#),
+            ])
+            .await;
+            let g = ApiGroup::new(&format!("http://127.0.0.1:{port}"), ClientOptions::default()).unwrap();
+            let e = g.start("name: x").await.unwrap_err();
+            assert!(
+                matches!(e, ApiError::Refused { status: 503, .. })
+                    && e.to_string().contains("cannot reach the leader"),
+                "{head}: {e}"
+            );
+            assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "{head}");
+        }
     }
 
     #[test]

@@ -169,21 +169,17 @@ pub(super) async fn forward_if_follower(
             Leading::Deposed => {}
             Leading::Unconfirmed(why) => {
                 tracing::info!(error = %why, "cluster: a write refused: leadership not confirmed by a majority");
-                return Some(error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "this replica cannot confirm with a majority of the group that it still leads \
-                         ({why}): it takes no writes now; try another replica"
-                    ),
-                ));
+                return Some(not_taken(format!(
+                    "this replica cannot confirm with a majority of the group that it still leads \
+                     ({why}): it takes no writes now; try another replica"
+                )));
             }
         }
     }
     // never itself: a leader deposed a moment ago may still name itself
     let Some((leader, addr)) = node.leader_addr().filter(|(l, _)| *l != node.id) else {
-        return Some(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the group has no leader now (an election is under way): try again",
+        return Some(not_taken(
+            "the group has no leader now (an election is under way): try again".into(),
         ));
     };
     Some(match to_leader(node, &addr, caller, action, run, body).await {
@@ -196,6 +192,24 @@ pub(super) async fn forward_if_follower(
             )
         }
     })
+}
+
+/// 503 with `Retry-After: 1` and `"not_started": true` for a call that was certainly not
+/// carried out (no leader known, or a leader that could not confirm it leads, refused
+/// it before doing anything): a client may send it again. `tally run --server` resends
+/// a run only on both (a proxy's 503 with `Retry-After` is not enough). A write whose
+/// forward to the leader failed gets neither: the leader may have carried it out.
+fn not_taken(message: String) -> Response {
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(serde_json::json!({ "error": message, "not_started": true })),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    r
 }
 
 /// Sends a call to the leader at `addr` on the caller's behalf; its answer as this
@@ -275,14 +289,7 @@ pub(super) async fn forward_read(
     if node.is_leader() {
         return None;
     }
-    let retry = |msg: String| {
-        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, msg);
-        r.headers_mut().insert(
-            axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from_static("1"),
-        );
-        r
-    };
+    let retry = not_taken;
     let Some((leader, addr)) = node.leader_addr().filter(|(l, _)| *l != node.id) else {
         return Some(retry(format!(
             "this replica does not hold run {run} yet and the group has no leader now (an election is under way): try again"
