@@ -110,6 +110,13 @@ fn start() -> SparkServer {
             "spark.sql.ansi.enabled=false",
             "--conf",
             "spark.sql.shuffle.partitions=2",
+            // result streams cut after 16 KB and Arrow batches of at most 500 rows: a
+            // result of more than a few batches is read across ReattachExecute calls,
+            // as a Databricks or Spark server does after two minutes or 1 GB
+            "--conf",
+            "spark.connect.execute.reattachable.senderMaxStreamSize=16k",
+            "--conf",
+            "spark.sql.execution.arrow.maxRecordsPerBatch=500",
             "--conf",
         ])
         .arg(format!(

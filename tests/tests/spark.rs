@@ -119,3 +119,159 @@ fn a_spark_table_reconciles_with_postgresql_to_exact_keys_with_evidence() {
     assert_eq!(code, 0, "{report}");
     assert!(report.contains("verdict: differ"), "{report}");
 }
+
+/// The agent's Spark session as the server sees it: a session the server closed (as
+/// it does after an idle hour) is renewed with its settings read back, and the
+/// statement refused for it runs again; a result stream the server cuts (this test
+/// server cuts every stream after 16 KB, tests/src/spark.rs) is continued with
+/// ReattachExecute and read to the end, no batch lost or read twice.
+#[test]
+fn a_closed_spark_session_is_renewed_and_cut_result_streams_are_continued() {
+    use tally_proto::spark::connect as sc;
+    let spark = tally_e2e::spark::server();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let s = SparkConnector::open(&spark.url).unwrap();
+            // 20,000 rows in batches of 500 (the server's maxRecordsPerBatch): every
+            // stream is cut, the rest comes by reattaching
+            let q = "SELECT id, concat('row ', CAST(id AS STRING)) FROM range(0, 20000) ORDER BY id";
+            let rows = s.rows("t", q, &[]).await.unwrap();
+            assert_eq!(rows.len(), 20_000);
+            for (i, r) in rows.iter().enumerate() {
+                assert_eq!(
+                    r[0].as_deref(),
+                    Some(i.to_string().as_str()),
+                    "row {i} out of place"
+                );
+            }
+            // the stream limit is the test server's (an existing server, named by
+            // TALLY_TEST_SPARK_URL, may cut nothing)
+            let reattached = s.reattaches();
+            if std::env::var_os("TALLY_TEST_SPARK_URL").is_none() {
+                assert!(reattached >= 10, "streams continued: {reattached}");
+            } else {
+                eprintln!("an existing Spark server: {reattached} streams continued");
+            }
+
+            // the session the server ends: the agent's next statement still runs, in a
+            // new session whose settings hold (UTC: epoch 0 is 1970-01-01 00:00:00)
+            let (id, server_side) = s.session().await;
+            assert!(server_side.is_some(), "configured before the first statement");
+            let mut client = sc::spark_connect_service_client::SparkConnectServiceClient::connect(
+                spark.url.replace("spark://", "http://"),
+            )
+            .await
+            .unwrap();
+            client
+                .release_session(sc::ReleaseSessionRequest {
+                    session_id: id.clone(),
+                    user_context: Some(sc::UserContext {
+                        user_id: "tally".into(),
+                        user_name: "tally".into(),
+                    }),
+                    client_type: Some("tally-e2e".into()),
+                })
+                .await
+                .unwrap();
+            let zone = "SELECT CAST(timestamp_seconds(0) AS STRING), current_timezone()";
+            let got = s.rows("t", zone, &[]).await.unwrap();
+            assert_eq!(
+                got,
+                vec![vec![
+                    Some("1970-01-01 00:00:00".to_string()),
+                    Some("UTC".to_string())
+                ]],
+                "the renewed session runs with the agent's settings, not the server's (America/New_York)"
+            );
+            let (renewed, renewed_server_side) = s.session().await;
+            assert_ne!(renewed, id, "a new session id");
+            assert!(renewed_server_side.is_some());
+            assert_ne!(renewed_server_side, server_side);
+        });
+}
+
+/// A Spark BINARY compared with the other side's fixed BINARY(n) (MySQL, SQL Server):
+/// the canonical form drops BINARY(n)'s trailing zero bytes on both sides, so Spark's
+/// rendering drops them too, whole bytes only, as Spark itself computes it.
+#[test]
+fn spark_binary_drops_trailing_zero_bytes_when_the_other_side_is_fixed_binary() {
+    use tally_agent::dialect::Dialect;
+    use tally_agent::schema::{BoundColumn, ColumnInfo};
+    use tally_common::canonical::FieldFormat;
+    use tally_common::segment::ColumnSpec;
+    use tally_common::types::TypeClass;
+    let spark = tally_e2e::spark::server();
+    let col = |fixed: bool| BoundColumn {
+        info: ColumnInfo {
+            name: "b".into(),
+            class: TypeClass::Binary,
+            declared_type: "binary".into(),
+            nullable: true,
+            scale: None,
+            fixed_char: false,
+            native: Default::default(),
+        },
+        spec: ColumnSpec {
+            name: "b".into(),
+            format: FieldFormat::new(TypeClass::Binary).fixed_char(fixed),
+        },
+        zone: None,
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let s = SparkConnector::open(&spark.url).unwrap();
+            s.execute_batch(
+                "setup",
+                "DROP TABLE IF EXISTS bin_pad;
+CREATE TABLE bin_pad USING parquet AS SELECT * FROM VALUES
+ (1, X'AB0000'), (2, X'0A00'), (3, X'00'), (4, X''), (5, X'A0000A'), (6, X'A000'), (7, CAST(NULL AS BINARY))
+ AS v(id, b);
+",
+            )
+            .await
+            .unwrap();
+            let read = |fixed: bool| {
+                let expr = s.dialect.canonical_expr(&col(fixed)).unwrap();
+                let s = s.clone();
+                async move {
+                    s.rows("t", &format!("SELECT {expr} FROM bin_pad ORDER BY id"), &[])
+                        .await
+                        .unwrap()
+                        .into_iter()
+                        .map(|r| r[0].clone())
+                        .collect::<Vec<_>>()
+                }
+            };
+            let v = |s: &[Option<&str>]| s.iter().map(|x| x.map(str::to_string)).collect::<Vec<_>>();
+            assert_eq!(
+                read(true).await,
+                v(&[
+                    Some("ab"),
+                    Some("0a"),
+                    Some(""),
+                    Some(""),
+                    Some("a0000a"),
+                    Some("a0"),
+                    None
+                ])
+            );
+            assert_eq!(
+                read(false).await,
+                v(&[
+                    Some("ab0000"),
+                    Some("0a00"),
+                    Some("00"),
+                    Some(""),
+                    Some("a0000a"),
+                    Some("a000"),
+                    None
+                ])
+            );
+        });
+}

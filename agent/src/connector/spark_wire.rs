@@ -169,6 +169,29 @@ pub fn error_info(status: &Status) -> (Option<String>, Option<String>) {
     (None, None)
 }
 
+/// A call refused for its session: the server closed it, expired it (idle an hour by
+/// default), does not know it, or holds another server-side session under its id (it
+/// restarted). The session must be renewed; the call itself did not run.
+pub fn session_gone(status: &Status) -> bool {
+    error_info(status).0.is_some_and(|class| {
+        matches!(
+            class.as_str(),
+            "INVALID_HANDLE.SESSION_CLOSED"
+                | "INVALID_HANDLE.SESSION_NOT_FOUND"
+                | "INVALID_HANDLE.SESSION_CHANGED"
+        )
+    })
+}
+
+/// A result stream that broke off in transport (an HTTP/2 reset, a connection or a
+/// proxy gone): no error of Spark's, which carries its class in `ErrorInfo`.
+pub fn broken_off(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Internal | Code::Unknown | Code::Cancelled
+    ) && error_info(status) == (None, None)
+}
+
 /// The agent's words for a SQL state: the state itself, never the server's message
 /// (it can quote row values).
 fn sql_state_kind(state: &str) -> &'static str {

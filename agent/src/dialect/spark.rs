@@ -184,6 +184,9 @@ impl Dialect for Spark {
             TypeClass::Binary if col.info.class == TypeClass::Text => {
                 format!("lower(hex(encode({x}, 'UTF-8')))")
             }
+            // Spark has no BINARY(n); the other side's padding is dropped here too (only
+            // whole zero bytes: a match of (00)+ at an odd offset cannot reach the end)
+            TypeClass::Binary if f.fixed_char => format!("regexp_replace(lower(hex({x})), '(00)+$', '')"),
             TypeClass::Binary => format!("lower(hex({x}))"),
             TypeClass::Time | TypeClass::Json | TypeClass::Other => return None,
         })
