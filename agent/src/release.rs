@@ -164,6 +164,18 @@ impl Asked {
             merge(&mut full, json!({"keys": keys}));
             merge(&mut summary, json!({"keys": r.keys.len()}));
         }
+        // per-key SQL of many leaves: each item's segment and keys in the digest, the
+        // items and their keys counted in the summary
+        if !r.items.is_empty() {
+            let items: Vec<Value> = r
+                .items
+                .iter()
+                .map(|i| json!({"segment": segment(i.segment.as_ref()), "keys": i.keys.iter().map(tuple).collect::<Vec<_>>()}))
+                .collect();
+            merge(&mut full, json!({"items": items}));
+            let keys: usize = r.items.iter().map(|i| i.keys.len()).sum();
+            merge(&mut summary, json!({"items": r.items.len(), "keys": keys}));
+        }
         Asked::new(full, summary)
     }
 }

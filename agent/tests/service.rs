@@ -2529,3 +2529,77 @@ async fn investigation_sql_of_keys_is_refused_where_the_policy_reveals_no_keys()
     assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
     assert!(e.message().contains("keys[0]"), "{}", e.message());
 }
+
+/// Per-key SQL of many leaves in one call: one answer per item, in order, each naming
+/// exactly its keys within its segment; refused where keys are not revealed, and the
+/// release log counts the items and their keys.
+#[tokio::test]
+async fn per_key_sql_of_many_items_answers_each_in_order_under_the_same_policy() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let tuple = |k: i64| pb::KeyTuple {
+        parts: vec![pb::KeyValue {
+            value: Some(pb::key_value::Value::Int(k)),
+        }],
+    };
+    let upper = |k: i64| pb::Segment {
+        upper: Some(tuple(k)),
+        ..Default::default()
+    };
+    let batch = |dataset: &str| pb::InvestigationSqlRequest {
+        items: vec![
+            pb::KeySqlItem {
+                segment: Some(upper(5)),
+                keys: vec![tuple(3), tuple(4)],
+            },
+            pb::KeySqlItem {
+                segment: None,
+                keys: vec![tuple(7)],
+            },
+        ],
+        ..key_sql_request(dataset, &[])
+    };
+    let e = c
+        .investigation_sql(batch("closed"))
+        .await
+        .expect_err("items at count_only");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    let answer = c
+        .investigation_sql(batch("keys"))
+        .await
+        .expect("items at with_keys")
+        .into_inner();
+    assert!(answer.sql.is_empty(), "{}", answer.sql);
+    assert_eq!(answer.sqls.len(), 2, "{:?}", answer.sqls);
+    assert!(answer.sqls[0].contains("IN (3, 4)"), "{}", answer.sqls[0]);
+    assert!(
+        answer.sqls[1].contains("IN (7)") || answer.sqls[1].contains("= 7"),
+        "{}",
+        answer.sqls[1]
+    );
+    let line = last_line(&f);
+    assert_eq!(
+        (line["request"]["items"].clone(), line["request"]["keys"].clone()),
+        (serde_json::json!(2), serde_json::json!(3)),
+        "the log counts the items and their keys: {line}"
+    );
+    use sqlx::{Connection, Row};
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(f.dir.path().join("t.db"));
+    let mut db = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+    for (sql, want) in answer.sqls.iter().zip([vec![3i64, 4], vec![7]]) {
+        let ids: Vec<i64> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(&mut db)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<i64, _>(0))
+            .collect();
+        assert_eq!(ids, want, "{sql}");
+    }
+    // keys and items together are refused, naming the field
+    let mut both = batch("keys");
+    both.keys = vec![tuple(1)];
+    let e = c.investigation_sql(both).await.expect_err("keys and items");
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("items"), "{}", e.message());
+}

@@ -32,7 +32,10 @@ mod row_digests;
 
 pub use aggregate::{AggregateRequest, AggregateResponse, Bucket, MAX_SEGMENTS};
 pub use describe::{Column, Describe, DescribeRequest};
-pub use investigation::{InvestigationSqlRequest, InvestigationSqlResponse, MAX_KEY_SQL_KEYS};
+pub use investigation::{
+    InvestigationSqlRequest, InvestigationSqlResponse, KeySqlItem, MAX_KEY_SQL_BATCH_KEYS, MAX_KEY_SQL_ITEMS,
+    MAX_KEY_SQL_KEYS,
+};
 pub use position::{PositionResponse, ReadPositionRequest, WaitPositionRequest};
 pub use reveal::{MAX_REVEAL_ROWS_PER_CALL, RevealRequest, RevealResponse, RevealedRow};
 pub use row_digests::{RowDigest, RowDigestBatch, RowDigestsRequest};
@@ -488,6 +491,7 @@ mod tests {
             segment: seg(),
             sealed: true,
             keys: Vec::new(),
+            items: Vec::new(),
         });
         round_trip::<_, pb::InvestigationSqlRequest>(InvestigationSqlRequest {
             dataset: "orders".into(),
@@ -499,10 +503,35 @@ mod tests {
                 vec![KeyPart::Int(1), KeyPart::Text("O'Brien".into())],
                 vec![KeyPart::Int(-2), KeyPart::Text(String::new())],
             ],
+            items: Vec::new(),
+        });
+        round_trip::<_, pb::InvestigationSqlRequest>(InvestigationSqlRequest {
+            dataset: "orders".into(),
+            columns: cols(),
+            key_len: 1,
+            segment: seg(),
+            sealed: true,
+            keys: Vec::new(),
+            items: vec![
+                KeySqlItem {
+                    segment: seg(),
+                    keys: vec![vec![KeyPart::Int(7)], vec![KeyPart::Int(9)]],
+                },
+                KeySqlItem {
+                    segment: Segment::whole(),
+                    keys: vec![vec![KeyPart::Int(-1)]],
+                },
+            ],
         });
         round_trip::<_, pb::InvestigationSqlResponse>(InvestigationSqlResponse {
             sql: "SELECT 1".into(),
             release_log_head: "h".into(),
+            sqls: Vec::new(),
+        });
+        round_trip::<_, pb::InvestigationSqlResponse>(InvestigationSqlResponse {
+            sql: String::new(),
+            release_log_head: "h".into(),
+            sqls: vec!["SELECT 7".into(), "SELECT 9".into()],
         });
         round_trip::<_, pb::DescribeRequest>(DescribeRequest {
             dataset: "orders".into(),
@@ -674,6 +703,31 @@ mod tests {
             field_of::<InvestigationSqlRequest, _>(ask(vec![empty])),
             "keys[0].parts[1]"
         );
+
+        // batched items: each item's keys as above, their number and all keys bounded
+        let item = |keys: Vec<pb::KeyTuple>| pb::KeySqlItem { segment: None, keys };
+        let batch = |items: Vec<pb::KeySqlItem>| pb::InvestigationSqlRequest {
+            key_len: 2,
+            items,
+            ..Default::default()
+        };
+        let ok = InvestigationSqlRequest::try_from(batch(vec![item(vec![tuple(2)]); MAX_KEY_SQL_ITEMS]))
+            .expect("256 items");
+        assert_eq!(ok.items.len(), MAX_KEY_SQL_ITEMS);
+        let e = InvestigationSqlRequest::try_from(batch(vec![item(vec![tuple(2)]); MAX_KEY_SQL_ITEMS + 1]))
+            .expect_err("257 items");
+        assert_eq!(e.field, "items");
+        let e = InvestigationSqlRequest::try_from(batch(vec![item(vec![tuple(2); MAX_KEY_SQL_KEYS]); 21]))
+            .expect_err("21,000 keys in all");
+        assert!(e.field == "items" && e.message.contains("20000"), "{e:?}");
+        let e = InvestigationSqlRequest::try_from(batch(vec![item(vec![tuple(2)]), item(vec![tuple(1)])]))
+            .expect_err("a short tuple");
+        assert_eq!(e.field, "items[1].keys[0]");
+        let e = InvestigationSqlRequest::try_from(batch(vec![item(vec![])])).expect_err("no keys");
+        assert_eq!(e.field, "items[0].keys");
+        let mut both = batch(vec![item(vec![tuple(2)])]);
+        both.keys = vec![tuple(2)];
+        assert_eq!(field_of::<InvestigationSqlRequest, _>(both), "items");
     }
 
     #[test]

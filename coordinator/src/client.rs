@@ -319,14 +319,17 @@ impl Agent {
         self.valid("WaitPosition", PositionResponse::try_from(r))
     }
 
-    pub async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
+    pub async fn investigation_sql(
+        &self,
+        req: InvestigationSqlRequest,
+    ) -> Result<InvestigationSqlResponse, RunError> {
         let req = pb::InvestigationSqlRequest::from(req);
         self.retry("InvestigationSql", |mut c| {
             let r = req.clone();
             async move { c.investigation_sql(r).await }
         })
         .await
-        .map(|r| InvestigationSqlResponse::from(r).sql)
+        .map(InvestigationSqlResponse::from)
     }
 }
 
@@ -443,7 +446,12 @@ pub trait AgentApi: Send + Sync {
     async fn row_digests(&self, req: RowDigestsRequest) -> Result<Digests, RunError>;
     /// RevealRows when `rows`, else RevealKeys.
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError>;
-    async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError>;
+    /// Investigation SQL: a segment's (`sql`), or per-key SQL of each of the request's
+    /// `items` (`sqls`).
+    async fn investigation_sql(
+        &self,
+        req: InvestigationSqlRequest,
+    ) -> Result<InvestigationSqlResponse, RunError>;
     /// Mode measures: one level's groups.
     async fn measures(&self, req: MeasuresRequest) -> Result<MeasuresResponse, RunError>;
     /// The dataset's replication position (its agent's configured watermark).
@@ -469,7 +477,10 @@ impl AgentApi for Agent {
     async fn reveal(&self, req: RevealRequest, rows: bool) -> Result<RevealResponse, RunError> {
         Agent::reveal(self, req, rows).await
     }
-    async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
+    async fn investigation_sql(
+        &self,
+        req: InvestigationSqlRequest,
+    ) -> Result<InvestigationSqlResponse, RunError> {
         Agent::investigation_sql(self, req).await
     }
     async fn measures(&self, req: MeasuresRequest) -> Result<MeasuresResponse, RunError> {

@@ -499,31 +499,39 @@ impl Runtime<'_> {
                     .agent(side)
                     .investigation_sql(request)
                     .await
-                    .map(|sql| Event::InvestigationSql { leaf, side, sql }),
-                Command::KeySql {
-                    leaf,
-                    kind,
-                    side,
-                    request,
-                } => {
-                    // per-key SQL is shown beside results already found: an agent that
-                    // cannot give it (a policy that reveals no keys, a failure) is said
-                    // in its place, and the run keeps its verdict and differences
-                    let agent = self.agent(side);
-                    let sql = agent.investigation_sql(request).await.unwrap_or_else(|e| {
-                        format!(
-                            "-- agent {} gave no SQL for these keys ({}): {}",
-                            agent.name(),
-                            e.code(),
-                            e.to_string().replace('\n', " ")
-                        )
-                    });
-                    Ok(Event::KeySql {
+                    .map(|r| Event::InvestigationSql {
                         leaf,
-                        kind,
                         side,
-                        sql,
-                    })
+                        sql: r.sql,
+                    }),
+                Command::KeySql { first, side, request } => {
+                    // per-key SQL is shown beside results already found: an agent that
+                    // cannot give it (a policy that reveals no keys, a failure, an agent
+                    // that predates batches and answers none) is said in its place, and
+                    // the run keeps its verdict and differences
+                    let agent = self.agent(side);
+                    let n = request.items.len();
+                    let sqls = match agent.investigation_sql(request).await {
+                        Ok(r) if r.sqls.len() == n => r.sqls,
+                        Ok(r) => vec![
+                            format!(
+                                "-- agent {} gave no SQL for these keys: it answered {} of {n} (an agent older than per-key SQL in batches?)",
+                                agent.name(),
+                                r.sqls.len()
+                            );
+                            n
+                        ],
+                        Err(e) => vec![
+                            format!(
+                                "-- agent {} gave no SQL for these keys ({}): {}",
+                                agent.name(),
+                                e.code(),
+                                e.to_string().replace('\n', " ")
+                            );
+                            n
+                        ],
+                    };
+                    Ok(Event::KeySql { first, side, sqls })
                 }
                 Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => {
                     Err(RunError::Internal("runtime: not a call".into()))

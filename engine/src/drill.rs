@@ -691,6 +691,7 @@ impl Engine {
             segment: segment.clone(),
             sealed: r.method.is_sealed(),
             keys,
+            items: Vec::new(),
         }
     }
 }

@@ -11,7 +11,7 @@ use tally_common::wire::{
     ReadPositionRequest, RevealRequest, RevealResponse, RowDigest, RowDigestsRequest, WaitPositionRequest,
 };
 
-use crate::result::{DiffKind, LevelOut, RunResult};
+use crate::result::{LevelOut, RunResult};
 
 /// Which side a call goes to (the wire's: an agent signs the side it answers as).
 pub use tally_common::wire::Side;
@@ -100,13 +100,13 @@ pub enum Event {
     },
     /// One side's investigation SQL of leaf `leaf`.
     InvestigationSql { leaf: usize, side: Side, sql: String },
-    /// One side's investigation SQL of exactly the keys of leaf `leaf` that differ as
-    /// `kind` (with_keys and detailed, after the rows phase).
+    /// One side's investigation SQL of exactly the keys of each per-key SQL item of the
+    /// batch that starts at item `first` (with_keys and detailed, after the rows phase):
+    /// one per item, in order.
     KeySql {
-        leaf: usize,
-        kind: DiffKind,
+        first: usize,
         side: Side,
-        sql: String,
+        sqls: Vec<String>,
     },
     /// One side's aggregates of the differing leaves in confirm round `round`
     /// (count_only: leaves are re-checked whole).
@@ -180,7 +180,7 @@ impl Event {
                 ];
             }
             Event::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
-            Event::KeySql { leaf, kind, side, .. } => Call::KeySql(*leaf, *kind, *side),
+            Event::KeySql { first, side, .. } => Call::KeySql(*first, *side),
             Event::Measured { level, side, .. } => Call::Measures(*level, *side),
             Event::Rechecked { round, side, .. } => Call::Recheck(*round, *side),
             Event::Failed { .. } => return Vec::new(),
@@ -242,11 +242,11 @@ pub enum Command {
         side: Side,
         request: InvestigationSqlRequest,
     },
-    /// Investigation SQL of the keys of leaf `leaf` that differ as `kind` (the
-    /// request's `keys`); answered by `key_sql`.
+    /// Investigation SQL of the keys of each item of the batch that starts at item
+    /// `first` (the request's `items`: a leaf's keys of one kind of difference each);
+    /// answered by `key_sql`.
     KeySql {
-        leaf: usize,
-        kind: DiffKind,
+        first: usize,
         side: Side,
         request: InvestigationSqlRequest,
     },
@@ -290,7 +290,7 @@ impl Command {
                 range, page, side, ..
             } => Call::Reveal(*range, *page, *side),
             Command::InvestigationSql { leaf, side, .. } => Call::Sql(*leaf, *side),
-            Command::KeySql { leaf, kind, side, .. } => Call::KeySql(*leaf, *kind, *side),
+            Command::KeySql { first, side, .. } => Call::KeySql(*first, *side),
             Command::Measures { level, side, .. } => Call::Measures(*level, *side),
             Command::Recheck { round, side, .. } => Call::Recheck(*round, *side),
             Command::LevelDone { .. } | Command::Progress { .. } | Command::Finish { .. } => return None,
@@ -315,8 +315,8 @@ pub enum Call {
     /// (range, page, side)
     Reveal(usize, u32, Side),
     Sql(usize, Side),
-    /// (leaf, kind of difference, side) of investigation SQL of keys.
-    KeySql(usize, DiffKind, Side),
+    /// (first item of the batch, side) of investigation SQL of keys.
+    KeySql(usize, Side),
     /// (level, side) of mode measures.
     Measures(u32, Side),
     /// (confirm round, side) of a count_only confirm round.
@@ -343,12 +343,9 @@ impl std::fmt::Display for Call {
             Call::Reveal(r, 0, s) => write!(f, "the {} reveal of range {r}", s.name()),
             Call::Reveal(r, p, s) => write!(f, "the {} reveal of range {r}, page {p}", s.name()),
             Call::Sql(l, s) => write!(f, "the {} investigation sql of leaf {l}", s.name()),
-            Call::KeySql(l, k, s) => write!(
-                f,
-                "the {} investigation sql of the {} keys of leaf {l}",
-                s.name(),
-                k.name()
-            ),
+            Call::KeySql(first, s) => {
+                write!(f, "the {} investigation sql of keys from item {first}", s.name())
+            }
             Call::Measures(l, s) => write!(f, "the {} measures of level {l}", s.name()),
             Call::Recheck(n, s) => write!(f, "the {} aggregate of confirm round {n}", s.name()),
         }

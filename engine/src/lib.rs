@@ -305,12 +305,7 @@ impl Engine {
                 ..
             } => self.on_aggregated(&mut out, level, side, response, elapsed_ms),
             Event::InvestigationSql { leaf, side, sql } => self.on_sql(&mut out, leaf, side, sql),
-            Event::KeySql {
-                leaf,
-                kind,
-                side,
-                sql,
-            } => self.on_key_sql(&mut out, leaf, kind, side, sql),
+            Event::KeySql { first, side, sqls } => self.on_key_sql(&mut out, first, side, sqls),
             Event::Measured {
                 level,
                 side,

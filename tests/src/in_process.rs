@@ -124,13 +124,16 @@ impl AgentApi for InProcessAgent {
         self.valid(rpc, RevealResponse::try_from(r.into_inner()))
     }
 
-    async fn investigation_sql(&self, req: InvestigationSqlRequest) -> Result<String, RunError> {
+    async fn investigation_sql(
+        &self,
+        req: InvestigationSqlRequest,
+    ) -> Result<InvestigationSqlResponse, RunError> {
         let r = self
             .service
             .investigation_sql(Request::new(pb::InvestigationSqlRequest::from(req)))
             .await
             .map_err(|s| self.error("InvestigationSql", s))?;
-        Ok(InvestigationSqlResponse::from(r.into_inner()).sql)
+        Ok(InvestigationSqlResponse::from(r.into_inner()))
     }
 
     async fn measures(

@@ -830,8 +830,8 @@ impl tally_coordinator::client::AgentApi for Stalling<'_> {
     async fn investigation_sql(
         &self,
         req: tally_common::wire::InvestigationSqlRequest,
-    ) -> Result<String, tally_engine::error::RunError> {
-        if self.refuse_keys && !req.keys.is_empty() {
+    ) -> Result<tally_common::wire::InvestigationSqlResponse, tally_engine::error::RunError> {
+        if self.refuse_keys && (!req.keys.is_empty() || !req.items.is_empty()) {
             return Err(tally_engine::error::RunError::Internal(
                 "no SQL of keys here".into(),
             ));

@@ -341,28 +341,45 @@ impl Agent for AgentService {
             let ds = self.dataset(&r.dataset)?;
             let seg = r.segment;
             policy::check_aggregate(&ds.config.policy, &ds.name, &[(seg.clone(), Split::Whole)])?;
+            for item in &r.items {
+                policy::check_aggregate(
+                    &ds.config.policy,
+                    &ds.name,
+                    &[(item.segment.clone(), Split::Whole)],
+                )?;
+            }
             // SQL naming keys carries them: only where this dataset reveals keys
-            if !r.keys.is_empty() {
+            if !r.keys.is_empty() || !r.items.is_empty() {
                 policy::check_level(&ds.config.policy, &ds.name, PrivacyLevel::WithKeys, false)?;
             }
             let mut s = ds.session().await?;
             let b = ds.bind(&mut s, r.columns, r.key_len).await?;
             s.finish().await?;
+            // many leaves' keys in one call: one description, one answer each
+            if !r.items.is_empty() {
+                let sqls = r
+                    .items
+                    .iter()
+                    .map(|item| ds.key_sql(&b, &item.segment, &item.keys))
+                    .collect::<crate::error::Result<Vec<_>>>()?;
+                return Ok((String::new(), sqls));
+            }
             if !r.keys.is_empty() {
-                return ds.key_sql(&b, &seg, &r.keys);
+                return Ok((ds.key_sql(&b, &seg, &r.keys)?, Vec::new()));
             }
             // a dataset that serves sealed checksums only has no unsealed hash ranges
             let sealed = r.sealed || !ds.config.policy.allow_unsealed;
-            Ok(ds.investigation_sql(&b, &seg, sealed))
+            Ok((ds.investigation_sql(&b, &seg, sealed), Vec::new()))
         };
         self.unary(
             call,
             body,
             |_| json!({"sql": true}),
-            |sql, _, head| {
+            |(sql, sqls), _, head| {
                 Ok(tally_common::wire::InvestigationSqlResponse {
                     sql,
                     release_log_head: head,
+                    sqls,
                 }
                 .into())
             },

@@ -19,35 +19,84 @@ pub struct InvestigationSqlRequest {
     /// [`MAX_KEY_SQL_KEYS`], each of `key_len` values) instead of the segment's range.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<KeyTuple>,
+    /// When not empty (and `keys` empty): the per-key SQL of each item, answered in
+    /// [`InvestigationSqlResponse::sqls`] in order (at most [`MAX_KEY_SQL_ITEMS`] items
+    /// and [`MAX_KEY_SQL_BATCH_KEYS`] keys in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<KeySqlItem>,
+}
+
+/// One leaf's keys of one kind of difference: per-key SQL of exactly these keys within
+/// `segment`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySqlItem {
+    pub segment: Segment,
+    pub keys: Vec<KeyTuple>,
 }
 
 /// The most keys one per-key investigation SQL names.
 pub const MAX_KEY_SQL_KEYS: usize = 1000;
+/// The most items, and keys in all, of one batched per-key SQL request.
+pub const MAX_KEY_SQL_ITEMS: usize = 256;
+pub const MAX_KEY_SQL_BATCH_KEYS: usize = 20_000;
+
+/// Key tuples from the wire, each of `len` values (`field` names them in an error).
+fn tuples_from(keys: Vec<pb::KeyTuple>, len: usize, field: &str) -> Result<Vec<KeyTuple>, WireError> {
+    if keys.len() > MAX_KEY_SQL_KEYS {
+        return Err(wire_err(
+            field,
+            format!("{} key tuples; at most {MAX_KEY_SQL_KEYS}", keys.len()),
+        ));
+    }
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let field = format!("{field}[{i}]");
+            let t = tuple_from_pb(t, &field)?;
+            if t.len() != len {
+                return Err(wire_err(
+                    field,
+                    format!("{} value(s); the key has {len}", t.len()),
+                ));
+            }
+            Ok(t)
+        })
+        .collect()
+}
 
 impl TryFrom<pb::InvestigationSqlRequest> for InvestigationSqlRequest {
     type Error = WireError;
     fn try_from(r: pb::InvestigationSqlRequest) -> Result<InvestigationSqlRequest, WireError> {
-        if r.keys.len() > MAX_KEY_SQL_KEYS {
+        let len = key_len(r.key_len);
+        let keys = tuples_from(r.keys, len, "keys")?;
+        if !r.items.is_empty() && !keys.is_empty() {
+            return Err(wire_err("items", "a request has keys or items, not both"));
+        }
+        if r.items.len() > MAX_KEY_SQL_ITEMS {
             return Err(wire_err(
-                "keys",
-                format!("{} key tuples; at most {MAX_KEY_SQL_KEYS}", r.keys.len()),
+                "items",
+                format!("{} items; at most {MAX_KEY_SQL_ITEMS}", r.items.len()),
             ));
         }
-        let len = key_len(r.key_len);
-        let keys = r
-            .keys
+        let total: usize = r.items.iter().map(|i| i.keys.len()).sum();
+        if total > MAX_KEY_SQL_BATCH_KEYS {
+            return Err(wire_err(
+                "items",
+                format!("{total} key tuples in all; at most {MAX_KEY_SQL_BATCH_KEYS}"),
+            ));
+        }
+        let items = r
+            .items
             .into_iter()
             .enumerate()
-            .map(|(i, t)| {
-                let field = format!("keys[{i}]");
-                let t = tuple_from_pb(t, &field)?;
-                if t.len() != len {
-                    return Err(wire_err(
-                        field,
-                        format!("{} value(s); the key has {len}", t.len()),
-                    ));
+            .map(|(i, item)| {
+                if item.keys.is_empty() {
+                    return Err(wire_err(format!("items[{i}].keys"), "no key tuple"));
                 }
-                Ok(t)
+                Ok(KeySqlItem {
+                    segment: segment_from(item.segment, &format!("items[{i}].segment"))?,
+                    keys: tuples_from(item.keys, len, &format!("items[{i}].keys"))?,
+                })
             })
             .collect::<Result<Vec<_>, WireError>>()?;
         Ok(InvestigationSqlRequest {
@@ -57,6 +106,7 @@ impl TryFrom<pb::InvestigationSqlRequest> for InvestigationSqlRequest {
             sealed: r.sealed,
             dataset: r.dataset,
             keys,
+            items,
         })
     }
 }
@@ -70,6 +120,14 @@ impl From<InvestigationSqlRequest> for pb::InvestigationSqlRequest {
             segment: Some(pb::Segment::from(&r.segment)),
             sealed: r.sealed,
             keys: r.keys.iter().map(tuple_to_pb).collect(),
+            items: r
+                .items
+                .iter()
+                .map(|i| pb::KeySqlItem {
+                    segment: Some(pb::Segment::from(&i.segment)),
+                    keys: i.keys.iter().map(tuple_to_pb).collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -78,6 +136,9 @@ impl From<InvestigationSqlRequest> for pb::InvestigationSqlRequest {
 pub struct InvestigationSqlResponse {
     pub sql: String,
     pub release_log_head: String,
+    /// The SQL of each of the request's `items`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sqls: Vec<String>,
 }
 
 impl From<pb::InvestigationSqlResponse> for InvestigationSqlResponse {
@@ -85,6 +146,7 @@ impl From<pb::InvestigationSqlResponse> for InvestigationSqlResponse {
         InvestigationSqlResponse {
             sql: r.sql,
             release_log_head: r.release_log_head,
+            sqls: r.sqls,
         }
     }
 }
@@ -94,6 +156,7 @@ impl From<InvestigationSqlResponse> for pb::InvestigationSqlResponse {
         pb::InvestigationSqlResponse {
             sql: r.sql,
             release_log_head: r.release_log_head,
+            sqls: r.sqls,
         }
     }
 }

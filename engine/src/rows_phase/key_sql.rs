@@ -1,25 +1,55 @@
 //! After the rows phase, at `with_keys` and above: investigation SQL of exactly the
-//! differing keys, per leaf and kind of difference, from both sides.
+//! differing keys, per leaf and kind of difference, from both sides, many leaves in one
+//! request: across a network each request is a round trip, and each costs the agent a
+//! description of its dataset.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use tally_common::segment::{KeyTuple, Period, bucket_hash};
-use tally_common::wire::MAX_KEY_SQL_KEYS;
+use tally_common::wire::{KeySqlItem, MAX_KEY_SQL_BATCH_KEYS, MAX_KEY_SQL_ITEMS, MAX_KEY_SQL_KEYS};
 
 use super::{Pair, next_asks, put, take_both};
 use crate::result::{DiffKind, KeySqlOut};
 use crate::{Command, Engine, Out, Side, Step};
 
+/// The most items one request carries (the wire allows [`MAX_KEY_SQL_ITEMS`]).
+const BATCH_ITEMS: usize = 64;
+const _: () = assert!(BATCH_ITEMS <= MAX_KEY_SQL_ITEMS);
+
 /// Investigation SQL of the differing keys (with_keys and detailed): for each leaf
-/// that has investigation SQL and each kind of difference in it, both sides' SQL of
-/// exactly those keys, a few in flight at once.
+/// that has investigation SQL and each kind of difference in it (an item), both sides'
+/// SQL of exactly those keys; items are asked in batches (see [`batches`]), a few
+/// batches in flight at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct KeySqlPhase {
     items: Vec<(usize, DiffKind, Vec<KeyTuple>)>,
+    /// Batches asked, and batches whose every item arrived from both sides.
     asked: usize,
     done: usize,
+    /// Items with one side's SQL so far.
     partial: BTreeMap<usize, Pair<String>>,
+    /// Items with both sides' SQL, per batch.
+    arrived: BTreeMap<usize, usize>,
+}
+
+/// The items of each request: consecutive items, at most [`BATCH_ITEMS`] and
+/// [`MAX_KEY_SQL_BATCH_KEYS`] keys in all (each item has at most [`MAX_KEY_SQL_KEYS`]).
+fn batches(items: &[(usize, DiffKind, Vec<KeyTuple>)]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut keys) = (0, 0);
+    for (n, (_, _, k)) in items.iter().enumerate() {
+        if n > start && (n - start == BATCH_ITEMS || keys + k.len() > MAX_KEY_SQL_BATCH_KEYS) {
+            out.push(start..n);
+            (start, keys) = (n, 0);
+        }
+        keys += k.len();
+    }
+    if start < items.len() {
+        out.push(start..items.len());
+    }
+    out
 }
 
 impl Engine {
@@ -75,68 +105,110 @@ impl Engine {
             asked: 0,
             done: 0,
             partial: BTreeMap::new(),
+            arrived: BTreeMap::new(),
         });
         self.ask_key_sql(out);
     }
 
-    /// Asks for the next per-key SQL while fewer than
+    /// Asks for the next batches of per-key SQL while fewer than
     /// [`LEAVES_IN_FLIGHT`](crate::drill::LEAVES_IN_FLIGHT) wait.
     fn ask_key_sql(&mut self, out: &mut Out) {
         let p = self.key_sql.as_ref().expect("key sql phase");
-        let asks = next_asks(p.asked, p.done, p.items.len());
-        let items: Vec<(usize, DiffKind, Vec<KeyTuple>)> = p.items[asks.clone()].to_vec();
-        for (leaf, kind, keys) in items {
-            let segment = self.planner.as_ref().expect("drilled").leaves[leaf]
-                .segment
-                .clone();
+        let batches = batches(&p.items);
+        let asks = next_asks(p.asked, p.done, batches.len());
+        let leaves = &self.planner.as_ref().expect("drilled").leaves;
+        let mut commands = Vec::new();
+        for range in &batches[asks.clone()] {
+            let items: Vec<KeySqlItem> = p.items[range.clone()]
+                .iter()
+                .map(|(leaf, _, keys)| KeySqlItem {
+                    segment: leaves[*leaf].segment.clone(),
+                    keys: keys.clone(),
+                })
+                .collect();
             for side in [Side::Source, Side::Target] {
-                let request = self.sql_request(side, &segment, keys.clone());
-                self.ask(
-                    out,
-                    Command::KeySql {
-                        leaf,
-                        kind,
-                        side,
-                        request,
-                    },
-                );
+                // the first item's segment beside the items: an agent that predates
+                // them answers its range SQL and no per-key SQL (shown as such)
+                let mut request = self.sql_request(side, &items[0].segment, Vec::new());
+                request.items = items.clone();
+                commands.push(Command::KeySql {
+                    first: range.start,
+                    side,
+                    request,
+                });
             }
+        }
+        for c in commands {
+            self.ask(out, c);
         }
         self.key_sql.as_mut().expect("key sql phase").asked = asks.end;
     }
 
-    pub(crate) fn on_key_sql(
-        &mut self,
-        out: &mut Out,
-        leaf: usize,
-        kind: DiffKind,
-        side: Side,
-        sql: String,
-    ) -> Step {
+    /// One side's per-key SQL of the batch that starts at item `first`, one per item.
+    pub(crate) fn on_key_sql(&mut self, out: &mut Out, first: usize, side: Side, sqls: Vec<String>) -> Step {
         let p = self.key_sql.as_mut().expect("key sql asked");
-        let n = p
-            .items
+        let batches = batches(&p.items);
+        let b = batches
             .iter()
-            .position(|(l, k, _)| *l == leaf && *k == kind)
-            .expect("asked for this leaf and kind");
-        put(p.partial.entry(n).or_default(), side, sql);
-        if let Some((source, target)) = take_both(&mut p.partial, n) {
-            p.done += 1;
-            let keys = p.items[n].2.len();
-            let shown = &mut self.res.leaves[leaf].key_sql;
+            .position(|r| r.start == first)
+            .expect("asked for this batch");
+        let range = batches[b].clone();
+        let mut sqls = sqls.into_iter();
+        for n in range.clone() {
+            let sql = sqls
+                .next()
+                .unwrap_or_else(|| "-- the agent gave no SQL for these keys".to_string());
+            put(p.partial.entry(n).or_default(), side, sql);
+            let Some((source, target)) = take_both(&mut p.partial, n) else {
+                continue;
+            };
+            let (leaf, kind, keys) = &p.items[n];
+            let shown = &mut self.res.leaves[*leaf].key_sql;
             shown.push(KeySqlOut {
-                kind,
-                keys,
+                kind: *kind,
+                keys: keys.len(),
                 source,
                 target,
             });
             shown.sort_by_key(|k| k.kind);
-            if p.done == p.items.len() {
+            *p.arrived.entry(b).or_default() += 1;
+        }
+        if p.arrived.get(&b) == Some(&range.len()) {
+            p.done += 1;
+            if p.done == batches.len() {
                 out.extend(self.finish());
                 return Ok(());
             }
             self.ask_key_sql(out);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_common::segment::KeyPart;
+
+    fn items(sizes: &[usize]) -> Vec<(usize, DiffKind, Vec<KeyTuple>)> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (i, DiffKind::Changed, vec![vec![KeyPart::Int(1)]; n]))
+            .collect()
+    }
+
+    #[test]
+    fn items_are_batched_by_count_and_by_keys_in_all() {
+        assert!(batches(&[]).is_empty());
+        assert_eq!(batches(&items(&[1; 3])), vec![0..3]);
+        assert_eq!(batches(&items(&[1; 130])), vec![0..64, 64..128, 128..130]);
+        // 20 items of 1,000 keys fill one request; the 21st starts the next
+        let b = batches(&items(&[MAX_KEY_SQL_KEYS; 21]));
+        assert_eq!(b, vec![0..20, 20..21]);
+        for r in &b {
+            let keys: usize = r.clone().map(|_| MAX_KEY_SQL_KEYS).sum();
+            assert!(keys <= MAX_KEY_SQL_BATCH_KEYS);
+        }
     }
 }

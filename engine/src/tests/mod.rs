@@ -343,24 +343,27 @@ fn answer(c: &Command, s: &Fake, t: &Fake) -> Event {
             sql: format!("select {leaf} -- {}", x.name()),
         },
         Command::KeySql {
-            leaf,
-            kind,
+            first,
             side: x,
             request,
         } => Event::KeySql {
-            leaf: *leaf,
-            kind: *kind,
+            first: *first,
             side: *x,
-            sql: format!(
-                "select {} -- {}",
-                request
-                    .keys
-                    .iter()
-                    .map(tally_common::segment::format_tuple)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                x.name()
-            ),
+            sqls: request
+                .items
+                .iter()
+                .map(|item| {
+                    format!(
+                        "select {} -- {}",
+                        item.keys
+                            .iter()
+                            .map(tally_common::segment::format_tuple)
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        x.name()
+                    )
+                })
+                .collect(),
         },
         other => panic!("not a call: {other:?}"),
     }

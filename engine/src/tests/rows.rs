@@ -580,60 +580,75 @@ fn each_leaf_gets_per_key_sql_of_each_kind_of_difference_in_it_and_a_replay_asks
         let whole = drive(&spec, &s, &t);
         let r = &whole.result;
         assert_eq!(r.verdict, Verdict::Differ, "{:?}", r.error);
-        // one ask per (leaf, kind, side), each naming exactly that kind's keys of the leaf
-        let mut asked: Vec<(usize, DiffKind, Side, Vec<String>)> = whole
+        // one request per side carries every (leaf, kind) item, each naming exactly
+        // that kind's keys of the leaf within the leaf's segment
+        let asks: Vec<(Side, &tally_common::wire::InvestigationSqlRequest)> = whole
             .commands
             .iter()
             .filter_map(|c| match c {
-                Command::KeySql {
-                    leaf,
-                    kind,
-                    side,
-                    request,
-                } => Some((
-                    *leaf,
-                    *kind,
-                    *side,
-                    request
-                        .keys
-                        .iter()
-                        .map(tally_common::segment::format_tuple)
-                        .collect(),
-                )),
+                Command::KeySql { first, side, request } => {
+                    assert_eq!(*first, 0, "one batch");
+                    Some((*side, request))
+                }
                 _ => None,
             })
             .collect();
-        asked.sort();
-        let by_kind = |k: DiffKind| asked.iter().filter(|a| a.1 == k).collect::<Vec<_>>();
+        assert_eq!(
+            asks.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            vec![Side::Source, Side::Target],
+            "{level}: one request per side"
+        );
+        for (_, request) in &asks {
+            assert!(request.keys.is_empty());
+            let mut keys: Vec<String> = request
+                .items
+                .iter()
+                .map(|i| {
+                    assert_eq!(i.keys.len(), 1);
+                    let key = tally_common::segment::format_tuple(&i.keys[0]);
+                    // the leaf whose segment the item names shows its SQL
+                    let leaf = r
+                        .leaves
+                        .iter()
+                        .find(|l| {
+                            l.key_sql
+                                .iter()
+                                .any(|k| k.source == format!("select {key} -- source"))
+                        })
+                        .expect("the item's leaf shows it");
+                    assert_eq!(i.segment, leaf.bounds, "{key}");
+                    key
+                })
+                .collect();
+            keys.sort();
+            assert_eq!(keys, vec!["1200", "500", "5000"], "{level}");
+        }
         for (kind, key) in [
             (DiffKind::Changed, "500"),
             (DiffKind::MissingInTarget, "1200"),
             (DiffKind::ExtraInTarget, "5000"),
         ] {
-            let a = by_kind(kind);
-            assert_eq!(
-                a.len(),
-                2,
-                "{level}: {kind:?} asked of both sides once: {asked:?}"
-            );
-            assert_eq!((a[0].2, a[1].2), (Side::Source, Side::Target));
-            assert_eq!(a[0].3, vec![key.to_string()], "{level}: {kind:?}");
-            assert_eq!(a[0].0, a[1].0);
             // the leaf shows it, under its range SQL
-            let leaf = &r.leaves[a[0].0];
+            let leaf = r
+                .leaves
+                .iter()
+                .find(|l| l.key_sql.iter().any(|k| k.kind == kind))
+                .unwrap_or_else(|| panic!("{level}: {kind:?} shown"));
             assert!(leaf.sql.is_some());
-            let shown = leaf.key_sql.iter().find(|k| k.kind == kind).expect("shown");
-            assert_eq!(shown.keys, 1);
-            assert_eq!(shown.source, format!("select {key} -- source"));
-            assert_eq!(shown.target, format!("select {key} -- target"));
+            let shown: Vec<_> = leaf.key_sql.iter().filter(|k| k.kind == kind).collect();
+            assert_eq!(shown.len(), 1, "{level}: {kind:?} once");
+            assert_eq!(shown[0].keys, 1);
+            assert_eq!(shown[0].source, format!("select {key} -- source"));
+            assert_eq!(shown[0].target, format!("select {key} -- target"));
         }
-        assert_eq!(asked.len(), 6);
+        let shown: usize = r.leaves.iter().map(|l| l.key_sql.len()).sum();
+        assert_eq!(shown, 3, "{level}");
         // a replay cut after each key_sql event asks only the ones not recorded
-        let kinds: Vec<usize> = (0..whole.events.len())
+        let answers: Vec<usize> = (0..whole.events.len())
             .filter(|&i| whole.events[i]["event"] == "key_sql")
             .collect();
-        assert_eq!(kinds.len(), 6);
-        for &cut in &kinds {
+        assert_eq!(answers.len(), 2);
+        for &cut in &answers {
             let mut e = Engine::new(spec.clone(), "a", "b");
             let _ = e.start();
             e.replay(&whole.events[..=cut]).unwrap();
@@ -648,10 +663,10 @@ fn each_leaf_gets_per_key_sql_of_each_kind_of_difference_in_it_and_a_replay_asks
                 .iter()
                 .filter(|c| matches!(c, Command::KeySql { .. }))
                 .count();
-            let recorded = kinds.iter().filter(|&&k| k <= cut).count();
+            let recorded = answers.iter().filter(|&&k| k <= cut).count();
             assert_eq!(
                 again,
-                6 - recorded,
+                2 - recorded,
                 "cut {cut}: only the unrecorded ones are asked"
             );
             assert_eq!(rest.events.len(), whole.events.len() - cut - 1, "cut {cut}");
