@@ -156,7 +156,11 @@ impl Asked {
         let mut full = json!({"rpc": "InvestigationSql", "dataset": r.dataset, "columns": columns(&r.columns),
                           "key_len": r.key_len, "segment": segment(r.segment.as_ref()), "sealed": r.sealed});
         let mut summary = json!({"columns": columns(&r.columns), "key_len": r.key_len});
-        merge(&mut summary, shape(&mut std::iter::once(r.segment.as_ref())));
+        // every segment the call names, the batched items' too
+        merge(
+            &mut summary,
+            shape(&mut std::iter::once(r.segment.as_ref()).chain(r.items.iter().map(|i| i.segment.as_ref()))),
+        );
         // per-key SQL: the digest covers the keys, the summary counts them (the log is
         // read outside the zone too)
         if !r.keys.is_empty() {

@@ -513,9 +513,17 @@ impl Runtime<'_> {
                     let n = request.items.len();
                     let sqls = match agent.investigation_sql(request).await {
                         Ok(r) if r.sqls.len() == n => r.sqls,
+                        // an agent that predates batches answers none
+                        Ok(r) if r.sqls.is_empty() => vec![
+                            format!(
+                                "-- agent {} gave no SQL for these keys: it answered 0 of {n} (an agent older than per-key SQL in batches)",
+                                agent.name()
+                            );
+                            n
+                        ],
                         Ok(r) => vec![
                             format!(
-                                "-- agent {} gave no SQL for these keys: it answered {} of {n} (an agent older than per-key SQL in batches?)",
+                                "-- agent {} gave no SQL for these keys: it answered {} for {n} (not one per item)",
                                 agent.name(),
                                 r.sqls.len()
                             );

@@ -30,7 +30,7 @@ use tally_proto::spark::connect as sc;
 use tokio::sync::{Mutex, OnceCell};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::spark_wire::{self, Target, batches, cell, parse_url, read_token, status_error};
+use super::spark_wire::{self, Target, Unconfigured, batches, cell, parse_url, read_token, status_error};
 use super::{AggRow, CONNECT_TIMEOUT, EngineConn, EngineConnector, RowBuilder, RowSink, agg_row, obey};
 use crate::config::Source;
 use crate::dialect::{Dialect, FetchShape, Sql, relation, spark::Spark};
@@ -61,29 +61,6 @@ const MAX_IDLE_REATTACHES: u32 = 1000;
 /// restarted): the session is renewed and nothing ran, so the statement may be sent
 /// again.
 const SESSION_RENEWED: &str = "spark session expired or lost on the server (renewed)";
-
-/// Why a session could not be configured.
-enum Unconfigured {
-    /// a call failed: the server's status
-    Call(tonic::Status),
-    /// before any call (the channel, the request's metadata)
-    Agent(AgentError),
-    /// a setting did not hold, or the session changed between setting and reading
-    NotHeld,
-}
-
-impl Unconfigured {
-    fn into_error(self, dataset: &str) -> AgentError {
-        match self {
-            Unconfigured::Call(st) => status_error(dataset, &st),
-            Unconfigured::Agent(e) => e,
-            Unconfigured::NotHeld => AgentError::Query {
-                dataset: dataset.into(),
-                kind: "spark session refused its settings (time zone UTC, ANSI mode)",
-            },
-        }
-    }
-}
 
 fn renewed(e: &AgentError) -> bool {
     matches!(e, AgentError::DatabaseUnavailable { kind, .. } if *kind == SESSION_RENEWED)

@@ -169,6 +169,29 @@ pub fn error_info(status: &Status) -> (Option<String>, Option<String>) {
     (None, None)
 }
 
+/// Why a session could not be configured.
+pub enum Unconfigured {
+    /// a call failed: the server's status
+    Call(tonic::Status),
+    /// before any call (the channel, the request's metadata)
+    Agent(AgentError),
+    /// a setting did not hold, or the session changed between setting and reading
+    NotHeld,
+}
+
+impl Unconfigured {
+    pub fn into_error(self, dataset: &str) -> AgentError {
+        match self {
+            Unconfigured::Call(st) => status_error(dataset, &st),
+            Unconfigured::Agent(e) => e,
+            Unconfigured::NotHeld => AgentError::Query {
+                dataset: dataset.into(),
+                kind: "spark session refused its settings (time zone UTC, ANSI mode)",
+            },
+        }
+    }
+}
+
 /// A call refused for its session: the server closed it, expired it (idle an hour by
 /// default), does not know it, or holds another server-side session under its id (it
 /// restarted). The session must be renewed; the call itself did not run.

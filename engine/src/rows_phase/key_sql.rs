@@ -34,17 +34,38 @@ pub(crate) struct KeySqlPhase {
     arrived: BTreeMap<usize, usize>,
 }
 
-/// The items of each request: consecutive items, at most [`BATCH_ITEMS`] and
-/// [`MAX_KEY_SQL_BATCH_KEYS`] keys in all (each item has at most [`MAX_KEY_SQL_KEYS`]).
+/// The most bytes of key values one request carries, about (an agent takes messages
+/// of 4 MiB).
+const BATCH_KEY_BYTES: usize = 1 << 20;
+
+/// About how many bytes a key tuple takes on the wire.
+fn key_bytes(k: &KeyTuple) -> usize {
+    k.iter()
+        .map(|p| match p {
+            tally_common::segment::KeyPart::Text(s) => s.len() + 8,
+            _ => 16,
+        })
+        .sum()
+}
+
+/// The items of each request: consecutive items, at most [`BATCH_ITEMS`],
+/// [`MAX_KEY_SQL_BATCH_KEYS`] keys and about [`BATCH_KEY_BYTES`] bytes of keys in all
+/// (each item has at most [`MAX_KEY_SQL_KEYS`] keys; one item alone may be larger).
 fn batches(items: &[(usize, DiffKind, Vec<KeyTuple>)]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
-    let (mut start, mut keys) = (0, 0);
+    let (mut start, mut keys, mut bytes) = (0, 0, 0);
     for (n, (_, _, k)) in items.iter().enumerate() {
-        if n > start && (n - start == BATCH_ITEMS || keys + k.len() > MAX_KEY_SQL_BATCH_KEYS) {
+        let b: usize = k.iter().map(key_bytes).sum();
+        if n > start
+            && (n - start == BATCH_ITEMS
+                || keys + k.len() > MAX_KEY_SQL_BATCH_KEYS
+                || bytes + b > BATCH_KEY_BYTES)
+        {
             out.push(start..n);
-            (start, keys) = (n, 0);
+            (start, keys, bytes) = (n, 0, 0);
         }
         keys += k.len();
+        bytes += b;
     }
     if start < items.len() {
         out.push(start..items.len());
@@ -153,11 +174,19 @@ impl Engine {
             .position(|r| r.start == first)
             .expect("asked for this batch");
         let range = batches[b].clone();
-        let mut sqls = sqls.into_iter();
-        for n in range.clone() {
-            let sql = sqls
-                .next()
-                .unwrap_or_else(|| "-- the agent gave no SQL for these keys".to_string());
+        // one per item (the runtime answers so): a recorded answer of another length is
+        // a run log that does not fit this run, never guessed around
+        if sqls.len() != range.len() {
+            return Err(crate::result::ErrorOut {
+                code: "internal".into(),
+                message: format!(
+                    "key_sql from item {first}: {} answers for {} items",
+                    sqls.len(),
+                    range.len()
+                ),
+            });
+        }
+        for (n, sql) in range.clone().zip(sqls) {
             put(p.partial.entry(n).or_default(), side, sql);
             let Some((source, target)) = take_both(&mut p.partial, n) else {
                 continue;
@@ -210,5 +239,18 @@ mod tests {
             let keys: usize = r.clone().map(|_| MAX_KEY_SQL_KEYS).sum();
             assert!(keys <= MAX_KEY_SQL_BATCH_KEYS);
         }
+        // long text keys: about a megabyte of them a request
+        let long = |n: usize| -> Vec<(usize, DiffKind, Vec<KeyTuple>)> {
+            (0..n)
+                .map(|i| {
+                    (
+                        i,
+                        DiffKind::Changed,
+                        vec![vec![KeyPart::Text("x".repeat(992))]; 100],
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(batches(&long(25)), vec![0..10, 10..20, 20..25]);
     }
 }

@@ -673,6 +673,32 @@ fn each_leaf_gets_per_key_sql_of_each_kind_of_difference_in_it_and_a_replay_asks
             assert_eq!(json(&rest.result), json(&whole.result), "cut {cut}");
         }
     }
+    // a recorded answer with another number of SQL texts than its batch has items
+    // does not fit the run: replaying it ends the run with an error, nothing padded
+    let spec = with_keys("with_keys", "");
+    let whole = drive(&spec, &s, &t);
+    let at = whole
+        .events
+        .iter()
+        .position(|e| e["event"] == "key_sql")
+        .expect("a key_sql event");
+    for change in [0usize, 1] {
+        let mut events = whole.events[..=at].to_vec();
+        let sqls = events[at]["sqls"].as_array_mut().expect("sqls");
+        if change == 0 {
+            sqls.pop();
+        } else {
+            sqls.push(serde_json::json!("select 1"));
+        }
+        let mut e = Engine::new(spec.clone(), "a", "b");
+        let _ = e.start();
+        e.replay(&events).unwrap();
+        assert!(e.is_finished(), "change {change}");
+        let r = e.result().unwrap();
+        assert_eq!(r.verdict, Verdict::Error, "change {change}");
+        let err = r.error.as_ref().expect("an error");
+        assert!(err.message.contains("answers for 3 items"), "{err:?}");
+    }
     // count_only asks none
     let tr = drive(&with_keys("count_only", ""), &s, &t);
     assert_eq!(calls(&tr, |c| matches!(c, Command::KeySql { .. })), 0);
