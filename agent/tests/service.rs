@@ -2465,6 +2465,21 @@ async fn hostile_a_request_cannot_turn_empty_string_is_null_off() {
 
 // ---- investigation SQL of keys
 
+/// The first column (an integer id) of every row `sql` selects from the fixture's
+/// SQLite database.
+async fn ids_selected(f: &Fixture, sql: &str) -> Vec<i64> {
+    use sqlx::{Connection, Row};
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(f.dir.path().join("t.db"));
+    let mut db = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+        .fetch_all(&mut db)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<i64, _>(0))
+        .collect()
+}
+
 fn key_sql_request(dataset: &str, keys: &[i64]) -> pb::InvestigationSqlRequest {
     pb::InvestigationSqlRequest {
         dataset: dataset.into(),
@@ -2509,17 +2524,7 @@ async fn investigation_sql_of_keys_is_refused_where_the_policy_reveals_no_keys()
         line["request"]["keys"], 3,
         "the log counts the tuples asked: {line}"
     );
-    use sqlx::{Connection, Row};
-    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(f.dir.path().join("t.db"));
-    let mut db = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
-    let ids: Vec<i64> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .fetch_all(&mut db)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<i64, _>(0))
-        .collect();
-    assert_eq!(ids, vec![3, 7]);
+    assert_eq!(ids_selected(&f, &sql).await, vec![3, 7]);
     // a tuple of another length than the key is refused, naming it
     let mut bad = key_sql_request("keys", &[3]);
     bad.keys[0].parts.push(pb::KeyValue {
@@ -2583,18 +2588,8 @@ async fn per_key_sql_of_many_items_answers_each_in_order_under_the_same_policy()
         (serde_json::json!(2), serde_json::json!(3)),
         "the log counts the items and their keys: {line}"
     );
-    use sqlx::{Connection, Row};
-    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(f.dir.path().join("t.db"));
-    let mut db = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
     for (sql, want) in answer.sqls.iter().zip([vec![3i64, 4], vec![7]]) {
-        let ids: Vec<i64> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
-            .fetch_all(&mut db)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<i64, _>(0))
-            .collect();
-        assert_eq!(ids, want, "{sql}");
+        assert_eq!(ids_selected(&f, sql).await, want, "{sql}");
     }
     // keys and items together are refused, naming the field
     let mut both = batch("keys");
@@ -2602,4 +2597,56 @@ async fn per_key_sql_of_many_items_answers_each_in_order_under_the_same_policy()
     let e = c.investigation_sql(both).await.expect_err("keys and items");
     assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
     assert!(e.message().contains("items"), "{}", e.message());
+}
+
+/// A hostile coordinator hides a segment the policy refuses inside a batch, behind a
+/// harmless first segment: each item is checked as a request of its own would be (a
+/// period on a column the policy does not list as a time column), and nothing is
+/// answered or released for the batch.
+#[tokio::test]
+async fn hostile_a_refused_segment_inside_a_batch_of_per_key_sql_is_refused() {
+    let f = start("").await;
+    let mut c = client_named(&f, "coordinator").await;
+    let tuple = |k: i64| pb::KeyTuple {
+        parts: vec![pb::KeyValue {
+            value: Some(pb::key_value::Value::Int(k)),
+        }],
+    };
+    let period = pb::Segment {
+        period: Some(pb::Period {
+            column: "v".into(),
+            granularity: "day".into(),
+            label: "2024-01-01".into(),
+        }),
+        ..Default::default()
+    };
+    // alone, that segment is refused
+    let alone = pb::InvestigationSqlRequest {
+        segment: Some(period.clone()),
+        ..key_sql_request("keys", &[3])
+    };
+    let e = c.investigation_sql(alone).await.expect_err("a period alone");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    // and as the second item of a batch whose request segment is the whole table
+    let hidden = pb::InvestigationSqlRequest {
+        items: vec![
+            pb::KeySqlItem {
+                segment: None,
+                keys: vec![tuple(3)],
+            },
+            pb::KeySqlItem {
+                segment: Some(period),
+                keys: vec![tuple(7)],
+            },
+        ],
+        ..key_sql_request("keys", &[])
+    };
+    let e = c
+        .investigation_sql(hidden)
+        .await
+        .expect_err("a period inside a batch");
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains("time_columns"), "{}", e.message());
+    let line = last_line(&f);
+    assert_ne!(line["outcome"], "ok", "nothing released: {line}");
 }

@@ -34,6 +34,15 @@ CREATE TABLE orders_e2e USING parquet AS
  FROM range(1, 3002) WHERE id <> 42;
 ";
 
+/// Runs `f` to its end on a runtime of this thread (the connector is async).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 fn planted() -> BTreeSet<(String, i64)> {
     [
         ("changed".to_string(), 7),
@@ -49,14 +58,10 @@ fn a_spark_table_reconciles_with_postgresql_to_exact_keys_with_evidence() {
     let pg_url = pg.create_database("spark_e2e");
     pg.exec(Some("spark_e2e"), PG);
     let spark = tally_e2e::spark::server();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let s = SparkConnector::open(&spark.url).unwrap();
-            s.execute_batch("setup", SPARK).await.unwrap();
-        });
+    block_on(async {
+        let s = SparkConnector::open(&spark.url).unwrap();
+        s.execute_batch("setup", SPARK).await.unwrap();
+    });
 
     let mut d = Deployment::new(&["dc1", "lake"]);
     let policy = "policy: { max_level: with_keys }";
@@ -129,68 +134,64 @@ fn a_spark_table_reconciles_with_postgresql_to_exact_keys_with_evidence() {
 fn a_closed_spark_session_is_renewed_and_cut_result_streams_are_continued() {
     use tally_proto::spark::connect as sc;
     let spark = tally_e2e::spark::server();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let s = SparkConnector::open(&spark.url).unwrap();
-            // 20,000 rows in batches of 500 (the server's maxRecordsPerBatch): every
-            // stream is cut, the rest comes by reattaching
-            let q = "SELECT id, concat('row ', CAST(id AS STRING)) FROM range(0, 20000) ORDER BY id";
-            let rows = s.rows("t", q, &[]).await.unwrap();
-            assert_eq!(rows.len(), 20_000);
-            for (i, r) in rows.iter().enumerate() {
-                assert_eq!(
-                    r[0].as_deref(),
-                    Some(i.to_string().as_str()),
-                    "row {i} out of place"
-                );
-            }
-            // the stream limit is the test server's (an existing server, named by
-            // TALLY_TEST_SPARK_URL, may cut nothing)
-            let reattached = s.reattaches();
-            if std::env::var_os("TALLY_TEST_SPARK_URL").is_none() {
-                assert!(reattached >= 10, "streams continued: {reattached}");
-            } else {
-                eprintln!("an existing Spark server: {reattached} streams continued");
-            }
+    block_on(async {
+        let s = SparkConnector::open(&spark.url).unwrap();
+        // 20,000 rows in batches of 500 (the server's maxRecordsPerBatch): every
+        // stream is cut, the rest comes by reattaching
+        let q = "SELECT id, concat('row ', CAST(id AS STRING)) FROM range(0, 20000) ORDER BY id";
+        let rows = s.rows("t", q, &[]).await.unwrap();
+        assert_eq!(rows.len(), 20_000);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(
+                r[0].as_deref(),
+                Some(i.to_string().as_str()),
+                "row {i} out of place"
+            );
+        }
+        // the stream limit is the test server's (an existing server, named by
+        // TALLY_TEST_SPARK_URL, may cut nothing)
+        let reattached = s.reattaches();
+        if std::env::var_os("TALLY_TEST_SPARK_URL").is_none() {
+            assert!(reattached >= 10, "streams continued: {reattached}");
+        } else {
+            eprintln!("an existing Spark server: {reattached} streams continued");
+        }
 
-            // the session the server ends: the agent's next statement still runs, in a
-            // new session whose settings hold (UTC: epoch 0 is 1970-01-01 00:00:00)
-            let (id, server_side) = s.session().await;
-            assert!(server_side.is_some(), "configured before the first statement");
-            let mut client = sc::spark_connect_service_client::SparkConnectServiceClient::connect(
-                spark.url.replace("spark://", "http://"),
-            )
+        // the session the server ends: the agent's next statement still runs, in a
+        // new session whose settings hold (UTC: epoch 0 is 1970-01-01 00:00:00)
+        let (id, server_side) = s.session().await;
+        assert!(server_side.is_some(), "configured before the first statement");
+        let mut client = sc::spark_connect_service_client::SparkConnectServiceClient::connect(
+            spark.url.replace("spark://", "http://"),
+        )
+        .await
+        .unwrap();
+        client
+            .release_session(sc::ReleaseSessionRequest {
+                session_id: id.clone(),
+                user_context: Some(sc::UserContext {
+                    user_id: "tally".into(),
+                    user_name: "tally".into(),
+                }),
+                client_type: Some("tally-e2e".into()),
+            })
             .await
             .unwrap();
-            client
-                .release_session(sc::ReleaseSessionRequest {
-                    session_id: id.clone(),
-                    user_context: Some(sc::UserContext {
-                        user_id: "tally".into(),
-                        user_name: "tally".into(),
-                    }),
-                    client_type: Some("tally-e2e".into()),
-                })
-                .await
-                .unwrap();
-            let zone = "SELECT CAST(timestamp_seconds(0) AS STRING), current_timezone()";
-            let got = s.rows("t", zone, &[]).await.unwrap();
-            assert_eq!(
-                got,
-                vec![vec![
-                    Some("1970-01-01 00:00:00".to_string()),
-                    Some("UTC".to_string())
-                ]],
-                "the renewed session runs with the agent's settings, not the server's (America/New_York)"
-            );
-            let (renewed, renewed_server_side) = s.session().await;
-            assert_ne!(renewed, id, "a new session id");
-            assert!(renewed_server_side.is_some());
-            assert_ne!(renewed_server_side, server_side);
-        });
+        let zone = "SELECT CAST(timestamp_seconds(0) AS STRING), current_timezone()";
+        let got = s.rows("t", zone, &[]).await.unwrap();
+        assert_eq!(
+            got,
+            vec![vec![
+                Some("1970-01-01 00:00:00".to_string()),
+                Some("UTC".to_string())
+            ]],
+            "the renewed session runs with the agent's settings, not the server's (America/New_York)"
+        );
+        let (renewed, renewed_server_side) = s.session().await;
+        assert_ne!(renewed, id, "a new session id");
+        assert!(renewed_server_side.is_some());
+        assert_ne!(renewed_server_side, server_side);
+    });
 }
 
 /// A Spark BINARY compared with the other side's fixed BINARY(n) (MySQL, SQL Server):
@@ -220,58 +221,54 @@ fn spark_binary_drops_trailing_zero_bytes_when_the_other_side_is_fixed_binary() 
         },
         zone: None,
     };
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let s = SparkConnector::open(&spark.url).unwrap();
-            s.execute_batch(
-                "setup",
-                "DROP TABLE IF EXISTS bin_pad;
+    block_on(async {
+        let s = SparkConnector::open(&spark.url).unwrap();
+        s.execute_batch(
+            "setup",
+            "DROP TABLE IF EXISTS bin_pad;
 CREATE TABLE bin_pad USING parquet AS SELECT * FROM VALUES
  (1, X'AB0000'), (2, X'0A00'), (3, X'00'), (4, X''), (5, X'A0000A'), (6, X'A000'), (7, CAST(NULL AS BINARY))
  AS v(id, b);
 ",
-            )
-            .await
-            .unwrap();
-            let read = |fixed: bool| {
-                let expr = s.dialect.canonical_expr(&col(fixed)).unwrap();
-                let s = s.clone();
-                async move {
-                    s.rows("t", &format!("SELECT {expr} FROM bin_pad ORDER BY id"), &[])
-                        .await
-                        .unwrap()
-                        .into_iter()
-                        .map(|r| r[0].clone())
-                        .collect::<Vec<_>>()
-                }
-            };
-            let v = |s: &[Option<&str>]| s.iter().map(|x| x.map(str::to_string)).collect::<Vec<_>>();
-            assert_eq!(
-                read(true).await,
-                v(&[
-                    Some("ab"),
-                    Some("0a"),
-                    Some(""),
-                    Some(""),
-                    Some("a0000a"),
-                    Some("a0"),
-                    None
-                ])
-            );
-            assert_eq!(
-                read(false).await,
-                v(&[
-                    Some("ab0000"),
-                    Some("0a00"),
-                    Some("00"),
-                    Some(""),
-                    Some("a0000a"),
-                    Some("a000"),
-                    None
-                ])
-            );
-        });
+        )
+        .await
+        .unwrap();
+        let read = |fixed: bool| {
+            let expr = s.dialect.canonical_expr(&col(fixed)).unwrap();
+            let s = s.clone();
+            async move {
+                s.rows("t", &format!("SELECT {expr} FROM bin_pad ORDER BY id"), &[])
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r[0].clone())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let v = |s: &[Option<&str>]| s.iter().map(|x| x.map(str::to_string)).collect::<Vec<_>>();
+        assert_eq!(
+            read(true).await,
+            v(&[
+                Some("ab"),
+                Some("0a"),
+                Some(""),
+                Some(""),
+                Some("a0000a"),
+                Some("a0"),
+                None
+            ])
+        );
+        assert_eq!(
+            read(false).await,
+            v(&[
+                Some("ab0000"),
+                Some("0a00"),
+                Some("00"),
+                Some(""),
+                Some("a0000a"),
+                Some("a000"),
+                None
+            ])
+        );
+    });
 }
