@@ -473,10 +473,23 @@ impl Policy {
 /// Where a dataset's rows come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// `schema.table` or `table`, split on the first dot.
+    /// `table`, `schema.table`, or on Spark and Databricks `catalog.schema.table`
+    /// (Unity Catalog), split on the dots.
     Table(Vec<String>),
     Query(String),
 }
+
+/// Whether a database URL's engine names tables with a catalog in front
+/// (`catalog.schema.table`): Spark and Databricks (Unity Catalog). On the others a third
+/// part would be read as something else (PostgreSQL: a database, which must be the
+/// connection's own), so it is refused.
+fn takes_catalog(url: &str) -> bool {
+    let scheme = url.split("://").next().unwrap_or_default().to_ascii_lowercase();
+    matches!(scheme.as_str(), "spark" | "databricks")
+}
+
+const THREE_PARTS: &str =
+    "catalog.schema.table is taken on Spark and Databricks only: give schema.table, or table";
 
 impl DatasetConfig {
     pub fn source(&self) -> Source {
@@ -495,17 +508,26 @@ impl DatasetConfig {
         if let Some(f) = &self.file {
             return Ok(f.url());
         }
-        match (&self.url, &self.url_env) {
-            (Some(u), _) => Ok(u.clone()),
+        let url = match (&self.url, &self.url_env) {
+            (Some(u), _) => u.clone(),
             (None, Some(var)) => std::env::var(var).map_err(|_| {
                 ConfigError::invalid(
                     file,
                     format!("datasets.{name}.url_env"),
                     format!("environment variable {var} is not set; export it with the database URL"),
                 )
-            }),
+            })?,
             (None, None) => unreachable!("validated: url or url_env"),
+        };
+        // a URL from the environment is known only now
+        if self.table.as_deref().is_some_and(|t| t.split('.').count() == 3) && !takes_catalog(&url) {
+            return Err(ConfigError::invalid(
+                file,
+                format!("datasets.{name}.table"),
+                THREE_PARTS,
+            ));
         }
+        Ok(url)
     }
 }
 
@@ -604,13 +626,18 @@ impl AgentConfig {
                     ));
                 }
                 (Some(t), None)
-                    if t.is_empty() || t.split('.').count() > 2 || t.split('.').any(str::is_empty) =>
+                    if t.is_empty() || t.split('.').count() > 3 || t.split('.').any(str::is_empty) =>
                 {
                     return Err(ConfigError::invalid(
                         file,
                         key("table"),
-                        "expected table or schema.table",
+                        "expected table, schema.table, or catalog.schema.table (Spark and Databricks)",
                     ));
+                }
+                (Some(t), None)
+                    if t.split('.').count() == 3 && d.url.as_deref().is_some_and(|u| !takes_catalog(u)) =>
+                {
+                    return Err(ConfigError::invalid(file, key("table"), THREE_PARTS));
                 }
                 _ => {}
             }
@@ -846,6 +873,46 @@ mod tests {
             c.connections.acquire_timeout_secs, 600,
             "the others keep their defaults"
         );
+    }
+
+    #[test]
+    fn a_catalog_schema_table_name_is_taken_on_spark_and_refused_elsewhere() {
+        let one = |url: &str, table: &str| {
+            parse(&format!(
+                "{BASE}datasets:\n  o: {{ url: '{url}', table: {table}, key: [id] }}\n"
+            ))
+        };
+        let c = one("spark://127.0.0.1:15002", "main.sales.orders").unwrap();
+        let Source::Table(parts) = c.datasets["o"].source() else {
+            panic!("a table")
+        };
+        assert_eq!(parts, ["main", "sales", "orders"]);
+        assert!(
+            one(
+                "databricks://dbc-1.cloud.databricks.com?cluster_id=1",
+                "main.sales.orders"
+            )
+            .is_ok()
+        );
+        for (url, table) in [
+            ("postgres://h/db", "db.public.orders"),
+            ("spark://127.0.0.1:15002", "a.b.c.d"),
+            ("spark://127.0.0.1:15002", "a..c"),
+        ] {
+            let e = one(url, table).unwrap_err().to_string();
+            assert!(e.contains("datasets.o.table"), "{url} {table}: {e}");
+        }
+        // a URL from the environment is checked when it is read (HOME is set, and no
+        // Spark URL)
+        let c = parse(&format!(
+            "{BASE}datasets:\n  o: {{ url_env: HOME, table: db.public.orders, key: [id] }}\n"
+        ))
+        .unwrap();
+        let e = c.datasets["o"]
+            .resolve_url(Path::new("agent.yaml"), "o")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("datasets.o.table") && e.contains("Spark"), "{e}");
     }
 
     #[test]

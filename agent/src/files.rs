@@ -196,29 +196,11 @@ impl FileConfig {
         let path = literal(&self.path);
         match (self.format(), &self.csv) {
             (Some(FileFormat::Csv), Some(c)) => {
-                let text: Vec<String> = c
-                    .columns
-                    .iter()
-                    .map(|col| format!("{}: 'VARCHAR'", literal(&col.name)))
-                    .collect();
-                let mut opts = vec![
-                    format!("header = {}", c.header),
-                    format!("delim = {}", literal(&c.delimiter)),
-                    format!("quote = {}", literal(&c.quote)),
-                    format!("escape = {}", literal(&c.quote)),
-                    format!("columns = {{{}}}", text.join(", ")),
-                    "auto_detect = false".to_string(),
-                    "allow_quoted_nulls = false".to_string(),
-                    "hive_partitioning = false".to_string(),
-                ];
-                if let Some(n) = &c.null_string {
-                    opts.push(format!("nullstr = {}", literal(n)));
-                }
                 let select: Vec<String> = c.columns.iter().map(CsvColumn::select).collect();
                 format!(
                     "SELECT {} FROM read_csv({path}, {})",
                     select.join(", "),
-                    opts.join(", ")
+                    c.read_options(c.header)
                 )
             }
             _ => format!(
@@ -251,6 +233,124 @@ impl FileConfig {
         }
         q.push(format!("s3_use_ssl={}", s3.use_ssl));
         format!("duckdb://?{}", q.join("&"))
+    }
+}
+
+impl CsvOptions {
+    /// `read_csv`'s options: every declared column as text, nothing sniffed.
+    fn read_options(&self, header: bool) -> String {
+        let text: Vec<String> = self
+            .columns
+            .iter()
+            .map(|col| format!("{}: 'VARCHAR'", literal(&col.name)))
+            .collect();
+        let mut opts = vec![
+            format!("header = {header}"),
+            format!("delim = {}", literal(&self.delimiter)),
+            format!("quote = {}", literal(&self.quote)),
+            format!("escape = {}", literal(&self.quote)),
+            format!("columns = {{{}}}", text.join(", ")),
+            "auto_detect = false".to_string(),
+            "allow_quoted_nulls = false".to_string(),
+            "hive_partitioning = false".to_string(),
+        ];
+        if let Some(n) = &self.null_string {
+            opts.push(format!("nullstr = {}", literal(n)));
+        }
+        opts.join(", ")
+    }
+}
+
+/// The separators of [`FileConfig::header_lines_sql`]'s answer: between files, and
+/// between a file's name and its fields.
+const FILE_SEP: char = '\u{1e}';
+const FIELD_SEP: char = '\u{1f}';
+
+/// How many files one header query reads.
+pub const HEADER_FILES_PER_QUERY: usize = 100;
+
+impl FileConfig {
+    /// A CSV dataset whose files start with a header line: the query listing its files
+    /// (one text, the names apart by U+001E). DuckDB skips a header line unread, so
+    /// each file's is checked against the declared names first
+    /// ([`header_lines_sql`](Self::header_lines_sql)): a file whose columns are in
+    /// another order would otherwise be read into the wrong columns, and one without a
+    /// header would lose its first row.
+    pub fn header_files_sql(&self) -> Option<String> {
+        let c = self.csv.as_ref().filter(|c| c.header)?;
+        (self.format() == Some(FileFormat::Csv) && !c.columns.is_empty()).then(|| {
+            format!(
+                "SELECT string_agg(file, chr(30) ORDER BY file) FROM glob({})",
+                literal(&self.path)
+            )
+        })
+    }
+
+    /// The first line of each of `files`, read as the declared number of text fields
+    /// (a line with more fields is refused by DuckDB): one text, per file its name and
+    /// fields apart by U+001F, files apart by U+001E.
+    pub fn header_lines_sql(&self, files: &[&str]) -> Option<String> {
+        let c = self.csv.as_ref()?;
+        let fields: Vec<String> = c
+            .columns
+            .iter()
+            .map(|col| format!("coalesce(\"{}\", '')", col.name.replace('"', "\"\"")))
+            .collect();
+        let per_file: Vec<String> = files
+            .iter()
+            .map(|f| {
+                format!(
+                    "SELECT {} AS f, (SELECT {} FROM read_csv({}, {}) LIMIT 1) AS h",
+                    literal(f),
+                    fields.join(" || chr(31) || "),
+                    literal(f),
+                    c.read_options(false)
+                )
+            })
+            .collect();
+        (!files.is_empty()).then(|| {
+            format!(
+                "SELECT string_agg(f || chr(31) || coalesce(h, ''), chr(30)) FROM ({})",
+                per_file.join(" UNION ALL ")
+            )
+        })
+    }
+
+    /// Checks [`header_lines_sql`](Self::header_lines_sql)'s answer: the files whose
+    /// first line is not the declared names in order (ASCII case and surrounding
+    /// blanks aside), each with what its first line holds. An empty file has no line
+    /// and passes.
+    pub fn header_mismatches(&self, answer: &str) -> Vec<(String, Vec<String>)> {
+        let Some(c) = &self.csv else { return Vec::new() };
+        answer
+            .split(FILE_SEP)
+            .filter(|x| !x.is_empty())
+            .filter_map(|x| {
+                let mut parts = x.split(FIELD_SEP);
+                let file = parts.next().unwrap_or_default().to_string();
+                let found: Vec<String> = parts.map(str::to_string).collect();
+                let empty = found.iter().all(String::is_empty);
+                let same = found.len() == c.columns.len()
+                    && found
+                        .iter()
+                        .zip(&c.columns)
+                        .all(|(f, col)| f.trim().eq_ignore_ascii_case(col.name.trim()));
+                (!same && !empty).then_some((file, found))
+            })
+            .collect()
+    }
+
+    /// The names the dataset declares, for messages.
+    pub fn declared_names(&self) -> Vec<String> {
+        self.csv
+            .as_ref()
+            .map(|c| c.columns.iter().map(|col| col.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Splits [`header_files_sql`](Self::header_files_sql)'s answer.
+    pub fn listed_files(answer: &str) -> Vec<&str> {
+        answer.split(FILE_SEP).filter(|f| !f.is_empty()).collect()
     }
 }
 
@@ -496,6 +596,41 @@ mod tests {
 
     fn parse(yaml: &str) -> FileConfig {
         parse_yaml(Path::new("agent.yaml"), yaml).unwrap()
+    }
+
+    #[test]
+    fn a_csv_file_whose_first_line_is_not_the_declared_header_is_found() {
+        let f = parse(
+            "path: /in/*.csv\ncsv:\n  columns:\n    - { name: id, type: BIGINT }\n    - { name: code, type: VARCHAR }\n",
+        );
+        let list = f.header_files_sql().unwrap();
+        assert!(list.contains("glob('/in/*.csv')"), "{list}");
+        let sql = f.header_lines_sql(&["/in/a.csv", "/in/it's.csv"]).unwrap();
+        assert!(sql.contains("read_csv('/in/it''s.csv', header = false"), "{sql}");
+        assert!(sql.contains("LIMIT 1") && sql.contains(" UNION ALL "), "{sql}");
+        let answer = [
+            "/in/a.csv\u{1f}id\u{1f}code",
+            "/in/b.csv\u{1f} ID \u{1f}Code",
+            "/in/swapped.csv\u{1f}code\u{1f}id",
+            "/in/data.csv\u{1f}1\u{1f}000001",
+            "/in/empty.csv\u{1f}",
+        ]
+        .join("\u{1e}");
+        let bad = f.header_mismatches(&answer);
+        let files: Vec<&str> = bad.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(files, ["/in/swapped.csv", "/in/data.csv"]);
+        assert_eq!(bad[1].1, ["1", "000001"]);
+        assert_eq!(
+            FileConfig::listed_files("/in/a.csv\u{1e}/in/b.csv"),
+            ["/in/a.csv", "/in/b.csv"]
+        );
+        // nothing to check without a header, or on Parquet
+        assert!(
+            parse("path: /in/x.csv\ncsv: { header: false, columns: [{ name: a, type: INT }] }\n")
+                .header_files_sql()
+                .is_none()
+        );
+        assert!(parse("path: /in/x.parquet\n").header_files_sql().is_none());
     }
 
     fn refused(yaml: &str) -> String {

@@ -212,6 +212,18 @@ async fn check(cfg: &AgentConfig, path: &std::path::Path) -> anyhow::Result<Exit
             ok = false;
             continue;
         }
+        let headers = match &ds.config.file {
+            Some(f) => {
+                use tally_agent::dataset::{HeaderReader, check_csv_headers};
+                check_csv_headers(name, f, HeaderReader::Connector(&ds.connector)).await
+            }
+            None => Ok(()),
+        };
+        if let Err(e) = headers {
+            println!("dataset {name}: {e}");
+            ok = false;
+            continue;
+        }
         match ds.connector.describe(name, &ds.source, &ds.config.key).await {
             Ok(info) => {
                 let d = ds.connector.dialect_for(&info);

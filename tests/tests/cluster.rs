@@ -94,7 +94,12 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, dir: &Path) {
-        self.start_with(dir, Some("warn,sqlx=error"));
+        // the scheduler's and the leadership's lines too: a tick or a failover gone wrong
+        // is read from them
+        self.start_with(
+            dir,
+            Some("warn,sqlx=error,tally_coordinator::serve::schedules=info,tally_coordinator::serve::cluster=info"),
+        );
     }
 
     /// Starts the replica with `RUST_LOG` set to `rust_log`, or unset (its defaults).
@@ -195,6 +200,27 @@ fn aggregates(d: &mut Deployment, agent: &str) -> usize {
         .lines()
         .filter(|l| l.contains("\"rpc\":\"Aggregate\""))
         .count()
+}
+
+/// [`wait_done`], showing every replica's log when the run does not finish.
+fn wait_done_or_show(r: &Replica, id: &str, within: Duration, all: &[Replica]) -> Value {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_done(r, id, within))) {
+        Ok(v) => v,
+        Err(e) => {
+            let logs: Vec<String> = all
+                .iter()
+                .map(|x| {
+                    format!(
+                        "replica {}:\n{}",
+                        x.id,
+                        std::fs::read_to_string(&x.log).unwrap_or_default()
+                    )
+                })
+                .collect();
+            eprintln!("every replica's log:\n{}", logs.join("\n"));
+            std::panic::resume_unwind(e)
+        }
+    }
 }
 
 fn wait_done(r: &Replica, id: &str, within: Duration) -> Value {
@@ -946,7 +972,7 @@ fn a_follower_killed_an_agent_restarted_or_the_leader_killed_at_a_tick_ends_exac
     replicas[l as usize - 1].kill();
     let tick_id = format!("{tick_ms:x}-s-tick");
     let survivor = &replicas[l as usize % 3];
-    let doc = wait_done(survivor, &tick_id, Duration::from_secs(120));
+    let doc = wait_done_or_show(survivor, &tick_id, Duration::from_secs(120), &replicas);
     assert_eq!(
         differences(&doc["result"]),
         expected.clone(),

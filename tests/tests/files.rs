@@ -66,6 +66,8 @@ fn write_lake(pg: &db::Server, dir: &Path) {
          COPY (SELECT * FROM o WHERE id <= 1500 ORDER BY id) TO '{part1}' (FORMAT parquet);
          COPY (SELECT * FROM o WHERE id > 1500 ORDER BY id) TO '{part2}' (FORMAT parquet);
          COPY (SELECT * FROM o ORDER BY id) TO '{csv}' (FORMAT csv, HEADER);
+         COPY (SELECT id, note, amount, placed, code FROM o ORDER BY id) TO '{swapped}' (FORMAT csv, HEADER);
+         COPY (SELECT * FROM o ORDER BY id) TO '{headerless}' (FORMAT csv, HEADER false);
          COPY (SELECT id, code, amount FROM o WHERE id <= 10) TO '{mixed1}' (FORMAT parquet);
          COPY (SELECT id, CAST(code AS INTEGER) AS code, amount FROM o WHERE id > 10 AND id <= 20) TO '{mixed2}' (FORMAT parquet);",
         export = p("export.csv"),
@@ -73,6 +75,8 @@ fn write_lake(pg: &db::Server, dir: &Path) {
         part1 = p("parts/part-1.parquet"),
         part2 = p("parts/part-2.parquet"),
         csv = p("orders.csv"),
+        swapped = p("swapped.csv"),
+        headerless = p("headerless.csv"),
         mixed1 = p("mixed/a.parquet"),
         mixed2 = p("mixed/b.parquet"),
     );
@@ -167,6 +171,26 @@ fn a_lake_on_disk_and_on_s3_reconciles_with_postgresql_to_exact_keys() {
             "mixed_parquet",
             format!("{{ file: {{ path: '{}/mixed/*.parquet' }}, key: [id], {policy} }}", dir.display()),
         ),
+        // two text columns in another order than declared: read by position they
+        // would land in each other's place
+        (
+            "swapped_csv",
+            format!(
+                "{{ file: {{ path: '{}', csv: {{ columns: {} }} }}, key: [id], {policy} }}",
+                dir.join("swapped.csv").display(),
+                csv_columns()
+            ),
+        ),
+        // no header line, declared with one (the default): its first row would be
+        // skipped as the header
+        (
+            "headerless_csv",
+            format!(
+                "{{ file: {{ path: '{}', csv: {{ columns: {} }} }}, key: [id], {policy} }}",
+                dir.join("headerless.csv").display(),
+                csv_columns()
+            ),
+        ),
         // a glob that matches nothing: an error, never an empty dataset that "differs"
         // (or, on an empty source, matches)
         ("s3_nothing", format!("{{ file: {{ path: 's3://lake/none/*.parquet', {s3_opts} }}, key: [id], {policy} }}")),
@@ -189,6 +213,8 @@ fn a_lake_on_disk_and_on_s3_reconciles_with_postgresql_to_exact_keys() {
         ("s3_nothing", "No files found"),
         ("rounded_csv", "column id: a value is not written as a BIGINT"),
         ("mixed_parquet", "do not share one schema"),
+        ("swapped_csv", "first line is not the declared header"),
+        ("headerless_csv", "first line is not the declared header"),
     ] {
         let out = d.run(&spec(dataset));
         assert_eq!(
@@ -197,6 +223,14 @@ fn a_lake_on_disk_and_on_s3_reconciles_with_postgresql_to_exact_keys() {
             out.stdout, out.stderr
         );
         assert_ne!(out.json["verdict"], "match", "{dataset}");
+        // the headerless file's first line is a row: the agent's log may hold it, the
+        // coordinator never
+        assert!(
+            !out.stdout.contains("00:01:01.123457") && !out.stderr.contains("00:01:01.123457"),
+            "{dataset}: a value of the file reached the coordinator: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
         // the reason is in the lake agent's own log (the coordinator gets its kind)
         let log = std::fs::read_to_string(dir.join("lake.log")).unwrap();
         assert!(

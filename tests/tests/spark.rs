@@ -2,7 +2,8 @@
 //! Spark Connect server (tests/src/spark.rs) through real agents and `tally run`,
 //! sealed (the default), to exact keys, with the run's evidence verified by both
 //! verifiers. Each side generates the same rows in its own SQL; Spark's copy carries
-//! three planted differences.
+//! three planted differences. The Spark dataset names its table with a catalog
+//! (`spark_catalog.default.orders_e2e`), as Unity Catalog tables are named.
 #![cfg(feature = "spark")]
 
 use std::collections::BTreeSet;
@@ -74,7 +75,8 @@ fn a_spark_table_reconciles_with_postgresql_to_exact_keys_with_evidence() {
         "lake",
         "orders",
         &format!(
-            "{{ url: '{}', table: orders_e2e, key: [id], {policy} }}",
+            // a catalog in front, as a Unity Catalog table is named
+            "{{ url: '{}', table: spark_catalog.default.orders_e2e, key: [id], {policy} }}",
             spark.url
         ),
     );

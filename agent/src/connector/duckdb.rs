@@ -377,10 +377,8 @@ impl DuckDbConnector {
     pub async fn count(&self, conn: &mut Option<Connection>, dataset: &str, sql: &Sql) -> Result<u64> {
         let (text_sql, binds, ds) = (sql.text.clone(), sql.binds.clone(), dataset.to_string());
         blocking::run(conn, dataset, move |conn| {
-            Ok(Self::first_row(conn, &ds, &text_sql, &binds)?
-                .remove(0)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0))
+            let n = Self::first_row(conn, &ds, &text_sql, &binds)?.remove(0);
+            super::counted(&ds, n.and_then(|s| s.parse().ok()))
         })
         .await
     }

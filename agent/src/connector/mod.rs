@@ -98,6 +98,19 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
     }))
 }
 
+/// A row count as the engine answered it. A missing, unreadable or negative number is
+/// an error: a count places quantile cuts, and a zero made up here would hide the
+/// engine's fault behind a plan that still looks sound.
+pub fn counted(dataset: &str, n: Option<i64>) -> Result<u64> {
+    match n {
+        Some(n) if n >= 0 => Ok(n as u64),
+        _ => Err(AgentError::Query {
+            dataset: dataset.to_string(),
+            kind: "a row count came back without a number",
+        }),
+    }
+}
+
 /// The class of a driver's connect failure, from its text (every driver words them
 /// its own way): what the coordinator is told, without the text.
 pub fn connect_failure_class(text: &str) -> &'static str {
@@ -134,6 +147,16 @@ pub fn connect_failure_class(text: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_count_without_a_number_is_an_error_not_zero() {
+        assert_eq!(counted("d", Some(7)).unwrap(), 7);
+        assert_eq!(counted("d", Some(0)).unwrap(), 0);
+        for n in [None, Some(-1)] {
+            let e = counted("d", n).unwrap_err().to_string();
+            assert!(e.contains("dataset d") && e.contains("without a number"), "{e}");
+        }
+    }
 
     #[test]
     fn a_connect_failure_is_told_by_its_class_whatever_the_driver_says() {

@@ -465,11 +465,10 @@ impl EngineConn for Conn {
 
     async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
         let rows = self.rows(dataset, sql).await?;
-        Ok(rows
+        let n = rows
             .first()
-            .and_then(|r| r.cells().next().and_then(|(_, d)| int_of(d)))
-            .unwrap_or(0)
-            .max(0) as u64)
+            .and_then(|r| r.cells().next().and_then(|(_, d)| int_of(d)));
+        super::counted(dataset, n)
     }
 
     async fn aggregate(

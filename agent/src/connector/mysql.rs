@@ -495,7 +495,7 @@ impl MySqlConnector {
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| AgentError::from_db(dataset, e))?;
-        Ok(get_i64(&row, 0).unwrap_or(0).max(0) as u64)
+        super::counted(dataset, get_i64(&row, 0))
     }
 
     pub async fn aggregate(

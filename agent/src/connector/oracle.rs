@@ -517,11 +517,11 @@ impl EngineConn for Conn {
 
     async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
         let rows = self.texts(dataset, sql).await?;
-        Ok(rows
+        let n = rows
             .first()
             .and_then(|r| r.first().cloned().flatten())
-            .and_then(|t| t.parse::<u64>().ok())
-            .unwrap_or(0))
+            .and_then(|t| t.parse::<i64>().ok());
+        super::counted(dataset, n)
     }
 
     async fn aggregate(

@@ -749,12 +749,8 @@ impl EngineConn for Conn {
     }
 
     async fn count(&mut self, dataset: &str, sql: &Sql) -> Result<u64> {
-        Ok(self
-            .engine
-            .first(dataset, &sql.text, &sql.binds)
-            .await?
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0))
+        let n = self.engine.first(dataset, &sql.text, &sql.binds).await?;
+        super::counted(dataset, n.and_then(|s| s.parse().ok()))
     }
 
     async fn aggregate(

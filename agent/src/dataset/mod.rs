@@ -117,6 +117,9 @@ impl Dataset {
     }
 
     pub async fn describe(&self, s: &mut Session) -> Result<DatasetInfo> {
+        if let Some(f) = &self.config.file {
+            check_csv_headers(&self.name, f, HeaderReader::Session(s)).await?;
+        }
         s.describe(&self.source, &self.config.key).await
     }
 
@@ -234,4 +237,59 @@ impl Dataset {
             Path::Pushdown
         }
     }
+}
+
+/// What [`check_csv_headers`] reads through: a request's session, or (`tally-agent
+/// check`) the connector.
+pub enum HeaderReader<'a> {
+    Session(&'a mut Session),
+    Connector(&'a Connector),
+}
+
+impl HeaderReader<'_> {
+    async fn text(&mut self, dataset: &str, sql: &str) -> Result<Option<String>> {
+        match self {
+            HeaderReader::Session(s) => s.query_text(sql).await,
+            HeaderReader::Connector(c) => c.query_text(dataset, sql).await,
+        }
+    }
+}
+
+/// A CSV dataset with a header: every file's first line must name the declared columns
+/// in order (files.rs, `header_files_sql`). What a wrong first line holds is written to
+/// the agent's log only: on a file without a header it is a row of data, which the
+/// coordinator may not see.
+pub async fn check_csv_headers(
+    dataset: &str,
+    f: &crate::files::FileConfig,
+    mut reader: HeaderReader<'_>,
+) -> Result<()> {
+    use crate::files::{FileConfig, HEADER_FILES_PER_QUERY};
+    let Some(list) = f.header_files_sql() else {
+        return Ok(());
+    };
+    let listed = reader.text(dataset, &list).await?.unwrap_or_default();
+    let files = FileConfig::listed_files(&listed);
+    let mut bad = 0usize;
+    for chunk in files.chunks(HEADER_FILES_PER_QUERY) {
+        let Some(sql) = f.header_lines_sql(chunk) else {
+            continue;
+        };
+        let answer = reader.text(dataset, &sql).await?.unwrap_or_default();
+        for (file, found) in f.header_mismatches(&answer) {
+            tracing::warn!(dataset, file = %file, first_line = ?found, declared = ?f.declared_names(),
+                "a CSV file's first line is not the declared header");
+            bad += 1;
+        }
+    }
+    if bad == 0 {
+        return Ok(());
+    }
+    Err(AgentError::Config(format!(
+        "dataset {dataset}: {bad} of its {} CSV files do not start with the declared header ({}); \
+         the agent's log names them and what they hold. Declare csv.columns in the files' order, \
+         or set csv.header: false if their first line is data",
+        files.len(),
+        f.declared_names().join(", ")
+    )))
 }

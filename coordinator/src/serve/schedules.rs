@@ -13,7 +13,11 @@
 //! an id that has events already. In a group only the leader schedules, and the state
 //! machine orders every start: of two leaders racing on one tick (a deposed one that
 //! has not noticed yet), one start commits and the other is refused. Then the run is a
-//! run like any other: recorded, resumed by a new leader, finished once.
+//! run like any other: recorded, resumed by a new leader, finished once. A start the
+//! store did not take (refused, or not committed within 10 s) is tried again each
+//! second while the tick is still the latest due; one that committed without this
+//! replica hearing of it comes back as a conflict, and a run of it that nobody here
+//! drives is resumed.
 //!
 //! **Missed ticks.** When no replica could start a tick (the service was down, no
 //! leader), the latest missed tick is started once when the scheduler is back; older
@@ -281,13 +285,23 @@ async fn tick(state: &Arc<ServeState>, seen: &mut BTreeMap<String, i64>) -> Resu
         if seen.get(name).is_some_and(|t| *t >= due) {
             continue;
         }
-        seen.insert(name.clone(), due);
-        start_tick(state, name, s, due).await;
+        // a tick is done with once it is decided (started here, started by another
+        // leader, or skipped for a reason a retry cannot change); a start the store
+        // could not take (a leader's first write refused, a commit that timed out) is
+        // tried again next second while the tick is still the latest due
+        if start_tick(state, name, s, due).await {
+            seen.insert(name.clone(), due);
+        }
     }
     Ok(())
 }
 
-async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64) {
+/// How long the scheduler waits for a tick's start to commit before it tries again.
+const START_WITHIN: Duration = Duration::from_secs(10);
+
+/// Starts schedule `name`'s tick `due`; false when the store could not decide whether
+/// it starts (worth another try), true otherwise.
+async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64) -> bool {
     let id = tick_run_id(name, due);
     let busy = state
         .running
@@ -297,13 +311,13 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
         .any(|(rid, r)| r.schedule.as_deref() == Some(name) && *rid != id);
     if busy {
         tracing::warn!(schedule = %name, tick = %rfc3339(due), "scheduler: the previous run is still running; this tick is skipped");
-        return;
+        return true;
     }
     let spec: Spec = match serde_json::from_value(s.spec.clone()) {
         Ok(spec) => spec,
         Err(e) => {
             tracing::error!(schedule = %name, error = %e, "scheduler: a stored schedule's spec does not load");
-            return;
+            return true;
         }
     };
     if [&spec.source.agent, &spec.target.agent]
@@ -311,7 +325,7 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
         .any(|a| !state.agents.contains_key(*a))
     {
         tracing::error!(schedule = %name, "scheduler: the schedule names an agent no longer configured; tick skipped");
-        return;
+        return true;
     }
     let caller = Caller {
         actor: Actor {
@@ -328,13 +342,32 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
         &started,
         &[("schedule", json!(name)), ("tick", json!(rfc3339(due)))],
     );
-    // the store decides: a tick started before (by this replica or another leader) is refused
-    match state.runlog.start(&id, event).await {
+    // the store decides: a tick started before (by this replica or another leader) is
+    // refused. A write that does not commit within START_WITHIN (a leader cut off from
+    // its majority waits for ever) is left to the next try, which finds it committed
+    // (a conflict, resumed below) or not
+    let started_in_store = match tokio::time::timeout(START_WITHIN, state.runlog.start(&id, event)).await {
+        Ok(r) => r,
+        Err(_) => Err(RunLogError::Store(format!(
+            "the start did not commit within {START_WITHIN:?}"
+        ))),
+    };
+    match started_in_store {
         Ok(_) => {}
-        Err(RunLogError::Conflict { .. }) => return,
+        Err(RunLogError::Conflict { .. }) => {
+            // started by another leader, or by this one through a write whose answer was
+            // lost: a run nobody here drives is resumed (the leader's own resume may have
+            // looked before the start was applied)
+            let driven = state.running.lock().await.contains_key(&id);
+            if !driven && let Err(e) = super::resume_unfinished(state).await {
+                tracing::warn!(schedule = %name, run = %id, error = %e, "scheduler: cannot resume the tick's run");
+                return false;
+            }
+            return true;
+        }
         Err(e) => {
-            tracing::warn!(schedule = %name, run = %id, error = %e, "scheduler: the tick's run was not started");
-            return;
+            tracing::warn!(schedule = %name, run = %id, error = %e, "scheduler: the tick's run was not started; tried again in a second");
+            return false;
         }
     }
     // after the start, which decides whether this replica starts the tick at all: a
@@ -363,6 +396,7 @@ async fn start_tick(state: &Arc<ServeState>, name: &str, s: &Schedule, due: i64)
         Some(name.to_string()),
     )
     .await;
+    true
 }
 
 #[cfg(test)]

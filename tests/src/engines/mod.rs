@@ -45,7 +45,10 @@ pub fn all() -> Vec<Box<dyn EngineFixture>> {
     #[cfg(feature = "duckdb")]
     v.push(Box::new(duckdb::DuckDb));
     #[cfg(feature = "spark")]
-    v.push(Box::new(spark::Spark));
+    {
+        v.push(Box::new(spark::Spark::Local));
+        v.push(Box::new(spark::Spark::databricks_from_env()));
+    }
     v.push(Box::new(mssql::MsSql::from_env()));
     v.push(Box::new(oracle::Oracle::from_env()));
     v

@@ -1,6 +1,13 @@
 //! Spark SQL through a local Spark Connect server ([`crate::spark::server`]): each
 //! suite database is a Spark database (schema) of the server's in-memory catalog, its
 //! tables Parquet files in the server's temp warehouse.
+//!
+//! The same fixture runs against a Databricks cluster where `TALLY_TEST_DATABRICKS_URL`
+//! names one (`databricks://HOST?cluster_id=…`, the token in `DATABRICKS_TOKEN` or the
+//! variable `token_env=` names): each suite database is a schema of the workspace's
+//! default catalog, its tables the workspace's default format (Delta), left in place
+//! after the run. Without the variable the suite says NOT RUN; no workspace is
+//! reachable from this machine, so that path has never run here.
 
 use std::path::Path;
 
@@ -11,8 +18,29 @@ use tally_common::vectors::{RowVector, VectorField};
 
 use super::{Database, EngineFixture, Setup, field, has};
 
-#[derive(Debug, Clone, Copy)]
-pub struct Spark;
+/// The variable naming a Databricks cluster for the gated live run.
+pub const DATABRICKS_URL_VAR: &str = "TALLY_TEST_DATABRICKS_URL";
+
+#[derive(Debug, Clone)]
+pub enum Spark {
+    /// The test process's own Spark Connect server.
+    Local,
+    /// A Databricks cluster, from [`DATABRICKS_URL_VAR`] (`None`: not set).
+    Databricks(Option<String>),
+}
+
+impl Spark {
+    pub fn databricks_from_env() -> Spark {
+        Spark::Databricks(std::env::var(DATABRICKS_URL_VAR).ok().filter(|u| !u.is_empty()))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Spark::Local => crate::spark::server().url.clone(),
+            Spark::Databricks(url) => url.clone().expect("available only with a URL"),
+        }
+    }
+}
 
 /// A text literal: Spark reads backslash escapes inside quotes, so a backslash and a
 /// quote are escaped (an inline table takes only constants, so no `decode(unhex(..))`).
@@ -23,11 +51,26 @@ fn text(s: &str) -> String {
 #[async_trait]
 impl EngineFixture for Spark {
     fn name(&self) -> &'static str {
-        "spark"
+        match self {
+            Spark::Local => "spark",
+            Spark::Databricks(_) => "databricks",
+        }
     }
 
     fn title(&self) -> &'static str {
-        "Spark"
+        match self {
+            Spark::Local => "Spark",
+            Spark::Databricks(_) => "Databricks",
+        }
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        match self {
+            Spark::Databricks(None) => Some(format!(
+                "{DATABRICKS_URL_VAR} is not set (databricks://HOST?cluster_id=…, the token in DATABRICKS_TOKEN); no workspace here"
+            )),
+            _ => None,
+        }
     }
 
     fn max_unstorable(&self) -> usize {
@@ -134,7 +177,7 @@ impl EngineFixture for Spark {
     }
 
     async fn create(&self, name: &str, _dir: &Path) -> Database {
-        let url = crate::spark::server().url.clone();
+        let url = self.url();
         let setup = OwnSession::open(&url).await;
         setup
             .exec_sql(&format!("CREATE DATABASE IF NOT EXISTS {name};\n"))
