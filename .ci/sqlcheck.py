@@ -38,6 +38,17 @@ ENGINES = {
             (r"\btry_sum\b", "try_sum (an overflow becomes a silent NULL)"),
         ],
     ),
+    # ClickHouse's SQL also runs on the embedded engine (chdb, agent/tests/clickhouse_chdb.rs);
+    # the parse check covers every statement, the HTTP connector's catalog SQL too
+    "clickhouse": (
+        "clickhouse",
+        [
+            (r"\bLAG\(", "LAG (ClickHouse answers the type's default, not NULL, before the first row)"),
+            (r"AS INTEGER\)", "CAST(.. AS INTEGER) (a NULL is an error; toInt32 keeps it)"),
+            (r"\?", "a ? placeholder (ClickHouse's query parameters are {name:Type})"),
+            (r"\bbit_xor\b", "bit_xor (ClickHouse's XOR aggregate is groupBitXor)"),
+        ],
+    ),
     "oracle": (
         "oracle",
         [

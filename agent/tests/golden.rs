@@ -385,3 +385,34 @@ fn duckdb_sql() {
 fn spark_sql() {
     check("spark", &dialect::spark::Spark);
 }
+
+#[cfg(feature = "clickhouse")]
+#[test]
+fn clickhouse_sql() {
+    check("clickhouse", &dialect::clickhouse::ClickHouse::default());
+}
+
+/// A dataset that declares `FINAL` reads its table through it in every statement.
+#[cfg(feature = "clickhouse")]
+#[test]
+fn clickhouse_final_reads_every_statement_through_final() {
+    let d = dialect::clickhouse::ClickHouse::FINAL;
+    let cols = every_class();
+    let key: Vec<&ColumnInfo> = cols[..2].iter().map(|c| &c.info).collect();
+    let src = Source::Table(vec!["cdc".into(), "orders".into()]);
+    let agg = dialect::aggregate(
+        &d,
+        &src,
+        &cols[..3],
+        &key,
+        &Hasher::unsealed(HashMethod::Sha256_64),
+        &[(Segment::whole(), ChildRule::Quantile(4))],
+    )
+    .unwrap();
+    let fetch = dialect::fetch_rows(&d, &src, &cols, &key, &Segment::whole(), FetchShape::Raw, true);
+    let count = dialect::count_rows(&d, &src, &key, &cols, &Segment::whole()).unwrap();
+    let (min, _) = dialect::key_min_max(&d, &src, &cols[1].info);
+    for sql in [agg.text, fetch.text, count.text, min] {
+        assert!(sql.contains("`cdc`.`orders` FINAL"), "{sql}");
+    }
+}

@@ -151,9 +151,9 @@ pub fn aggregate(
     let inner = if quantile {
         let ord: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();
         format!(
-            "SELECT p, b, h, {}, CASE WHEN LAG(b) OVER (PARTITION BY p ORDER BY {}) = b THEN 0 ELSE 1 END AS f FROM ({union}) u",
+            "SELECT p, b, h, {}, CASE WHEN {} = b THEN 0 ELSE 1 END AS f FROM ({union}) u",
             kq_inner.join(", "),
-            ord.join(", ")
+            d.lag("b", &format!("PARTITION BY p ORDER BY {}", ord.join(", ")))
         )
     } else {
         format!("SELECT p, b, h FROM ({union}) u")

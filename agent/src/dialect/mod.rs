@@ -7,6 +7,8 @@
 //! run (investigation SQL) or takes no parameters (PostgreSQL `COPY`): there every value
 //! goes through [`Dialect::literal`], the one literal renderer of each engine.
 
+#[cfg(feature = "clickhouse")]
+pub mod clickhouse;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 pub mod mssql;
@@ -71,6 +73,11 @@ pub trait Dialect: Sync {
     /// the engine folds unquoted names (Oracle: upper case).
     fn table_part(&self, part: &str) -> String {
         self.quote(part)
+    }
+    /// Words after a configured table's name where rows are read (ClickHouse's
+    /// `FINAL`, where the dataset declares it); never after a query.
+    fn table_suffix(&self) -> &'static str {
+        ""
     }
     /// What a raw-shape fetch selects for a column: the column, or a cast the driver
     /// decodes exactly.
@@ -162,6 +169,11 @@ pub trait Dialect: Sync {
     /// `len` characters of a text expression from 1-based `start`.
     fn substr(&self, e: &str, start: usize, len: usize) -> String {
         format!("substr({e}, {start}, {len})")
+    }
+    /// The value of `e` in the previous row of a window (`over`: its PARTITION BY and
+    /// ORDER BY), NULL in the first row.
+    fn lag(&self, e: &str, over: &str) -> String {
+        format!("LAG({e}) OVER ({over})")
     }
     /// The row count of a group, as a 64-bit integer.
     fn count_all(&self) -> &'static str {
@@ -317,11 +329,14 @@ fn period_label_expr(d: &dyn Dialect, cols: &[BoundColumn], p: &Period) -> Optio
 /// The relation rows come from.
 pub fn relation(d: &dyn Dialect, source: &Source) -> String {
     match source {
-        Source::Table(parts) => parts
-            .iter()
-            .map(|p| d.table_part(p))
-            .collect::<Vec<_>>()
-            .join("."),
+        Source::Table(parts) => {
+            let name = parts
+                .iter()
+                .map(|p| d.table_part(p))
+                .collect::<Vec<_>>()
+                .join(".");
+            format!("{name}{}", d.table_suffix())
+        }
         // no `AS`: Oracle refuses it before a table alias, every engine takes this form
         Source::Query(q) => format!("({q}) {}", d.quote("tally_src")),
     }
@@ -343,6 +358,8 @@ mod tests {
             &super::duckdb::DuckDb,
             #[cfg(feature = "spark")]
             &super::spark::Spark,
+            #[cfg(feature = "clickhouse")]
+            &super::clickhouse::ClickHouse::FINAL,
         ];
         for d in dialects {
             let l = d.literal(&hostile);
