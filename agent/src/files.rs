@@ -300,7 +300,7 @@ impl FileConfig {
             .iter()
             .map(|f| {
                 format!(
-                    "SELECT {} AS f, (SELECT {} FROM read_csv({}, {}) LIMIT 1) AS h",
+                    "SELECT {} AS tally_file, (SELECT {} FROM read_csv({}, {}) LIMIT 1) AS tally_header",
                     literal(f),
                     fields.join(" || chr(31) || "),
                     literal(f),
@@ -310,7 +310,7 @@ impl FileConfig {
             .collect();
         (!files.is_empty()).then(|| {
             format!(
-                "SELECT string_agg(f || chr(31) || coalesce(h, ''), chr(30)) FROM ({})",
+                "SELECT string_agg(tally_file || chr(31) || coalesce(tally_header, ''), chr(30)) FROM ({})",
                 per_file.join(" UNION ALL ")
             )
         })

@@ -55,7 +55,7 @@ fn is_root() -> bool {
 /// Starts a detached process that runs `cleanup` once this test process is gone.
 // detached on purpose: it must outlive this process, so nobody here waits for it
 #[allow(clippy::zombie_processes)]
-pub(crate) fn reaper(cleanup: &str) {
+pub fn reaper(cleanup: &str) {
     let script = format!(
         "while kill -0 {} 2>/dev/null; do sleep 1; done; {cleanup}",
         std::process::id()

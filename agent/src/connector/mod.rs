@@ -7,6 +7,8 @@
 
 #[cfg(any(feature = "duckdb", feature = "oracle"))]
 pub mod blocking;
+#[cfg(feature = "clickhouse")]
+pub mod clickhouse;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 #[cfg(feature = "mssql")]
@@ -67,6 +69,8 @@ pub static ENGINES: &[Engine] = &[
     oracle::ENGINE,
     #[cfg(feature = "spark")]
     spark::ENGINE,
+    #[cfg(feature = "clickhouse")]
+    clickhouse::ENGINE,
 ];
 
 /// The engine a URL names, or an error naming the scheme and what to do.
@@ -81,6 +85,7 @@ pub fn engine_for_url(url: &str) -> Result<&'static Engine> {
         "mssql" | "sqlserver" => Some("mssql"),
         "oracle" => Some("oracle"),
         "spark" | "databricks" => Some("spark"),
+        "clickhouse" => Some("clickhouse"),
         _ => None,
     };
     Err(AgentError::Config(match feature {

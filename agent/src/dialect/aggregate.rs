@@ -37,7 +37,11 @@ pub enum ChildRule {
 /// The bucketed aggregate, one query for every parent: per (parent, child) the
 /// count, the SUM of row checksums as exact text, the XOR where the engine has it,
 /// and for quantile parents the first key of each child.
-/// Columns of the result: p, b, n, s, x (or NULL), then one column per key part.
+/// Columns of the result: p, b, n, s, x (or NULL), then one column per key part, named
+/// `tally_p`, `tally_b`, …: ClickHouse lets a SELECT's alias stand for a table column
+/// of the same name inside that SELECT, so a plain `b` would replace a table's own
+/// column `b` in the row hash (a false pass, found in review); no alias is a bare
+/// word a table is likely to use.
 pub fn aggregate(
     d: &dyn Dialect,
     source: &Source,
@@ -123,7 +127,7 @@ pub fn aggregate(
         }
         // fenced: the row hash feeds SUM and XOR, and must be computed once per row
         arms.push(format!(
-            "SELECT {i} AS p, {child} AS b, {h} AS h, {} FROM {}{}{}",
+            "SELECT {i} AS tally_p, {child} AS tally_b, {h} AS tally_h, {} FROM {}{}{}",
             ks.join(", "),
             relation(d, source),
             where_clause(&conds),
@@ -142,7 +146,7 @@ pub fn aggregate(
         .iter()
         .map(|k| {
             if quantile {
-                format!("MAX(CASE WHEN f = 1 THEN {k} END)")
+                format!("MAX(CASE WHEN tally_f = 1 THEN {k} END)")
             } else {
                 "NULL".into()
             }
@@ -151,18 +155,22 @@ pub fn aggregate(
     let inner = if quantile {
         let ord: Vec<String> = key.iter().map(|c| d.key_expr(c)).collect();
         format!(
-            "SELECT p, b, h, {}, CASE WHEN {} = b THEN 0 ELSE 1 END AS f FROM ({union}) u",
+            "SELECT tally_p, tally_b, tally_h, {}, CASE WHEN {} = tally_b THEN 0 ELSE 1 END AS tally_f FROM ({union}) u",
             kq_inner.join(", "),
-            d.lag("b", &format!("PARTITION BY p ORDER BY {}", ord.join(", ")))
+            d.lag(
+                "tally_b",
+                &format!("PARTITION BY tally_p ORDER BY {}", ord.join(", "))
+            )
         )
     } else {
-        format!("SELECT p, b, h FROM ({union}) u")
+        format!("SELECT tally_p, tally_b, tally_h FROM ({union}) u")
     };
-    let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
+    let xor = d.xor_aggregate("tally_h").unwrap_or_else(|| "NULL".into());
     let text = format!(
-        "SELECT p, b, {} AS n, {} AS s, {xor} AS x, {} FROM ({inner}) z GROUP BY p, b ORDER BY p, b",
+        "SELECT tally_p, tally_b, {} AS tally_n, {} AS tally_s, {xor} AS tally_x, {} FROM ({inner}) z \
+         GROUP BY tally_p, tally_b ORDER BY tally_p, tally_b",
         d.count_all(),
-        d.sum_text("h"),
+        d.sum_text("tally_h"),
         firsts.join(", ")
     );
     Some(Sql { text, binds: b.binds })
@@ -195,12 +203,12 @@ pub fn aggregate_periods(
     if seg.window.is_some() {
         conds.push(window_condition(&mut b, seg, cols)?);
     }
-    let xor = d.xor_aggregate("h").unwrap_or_else(|| "NULL".into());
+    let xor = d.xor_aggregate("tally_h").unwrap_or_else(|| "NULL".into());
     let text = format!(
-        "SELECT 0 AS p, 0 AS b, {} AS n, {} AS s, {xor} AS x, lbl FROM (SELECT {label} AS lbl, {h} AS h \
-         FROM {}{}{}) z GROUP BY lbl ORDER BY lbl",
+        "SELECT 0 AS tally_p, 0 AS tally_b, {} AS tally_n, {} AS tally_s, {xor} AS tally_x, tally_lbl \
+         FROM (SELECT {label} AS tally_lbl, {h} AS tally_h FROM {}{}{}) z GROUP BY tally_lbl ORDER BY tally_lbl",
         d.count_all(),
-        d.sum_text("h"),
+        d.sum_text("tally_h"),
         relation(d, source),
         where_clause(&conds),
         d.fence()

@@ -174,8 +174,9 @@ impl Dialect for ClickHouse {
             TypeClass::Decimal if col.info.class == TypeClass::Float => return None,
             TypeClass::Float => return None,
             TypeClass::Decimal if col.info.class != TypeClass::Decimal => {
-                // an integer compared as a decimal: its digits and a zero fraction
-                if s == 0 {
+                // an integer compared as a decimal: its digits and a zero fraction (an
+                // exact decimal's normal form has none)
+                if s == 0 || f.exact {
                     text
                 } else {
                     format!("{text} || '.{}'", "0".repeat(s as usize))
@@ -210,6 +211,9 @@ impl Dialect for ClickHouse {
             // a FixedString (or the other side's BINARY(n)) without its trailing zero
             // bytes (only whole bytes: a match of (00)+ at an odd offset cannot reach
             // the end); a String compared as binary by its bytes
+            // a label type (Enum, IPv4, IPv6) compared as binary: the bytes of its text,
+            // as every other text (its own storage is a number or packed bytes)
+            TypeClass::Binary if col.info.native == Native::Label => format!("lower(hex({text}))"),
             TypeClass::Binary if f.fixed_char || col.info.fixed_char => {
                 format!("replaceRegexpOne(lower(hex({x})), '(00)+$', '')")
             }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use tally_agent::config::Source;
 use tally_agent::dialect::clickhouse::ClickHouse;
-use tally_agent::dialect::{self, ChildRule, FetchShape};
+use tally_agent::dialect::{self, ChildRule, Dialect, FetchShape};
 use tally_agent::schema::{BoundColumn, ColumnInfo};
 use tally_common::canonical::{FieldFormat, row_string};
 use tally_common::checksum::{HashMethod, Hasher, wrap_decimal_sum};
@@ -380,4 +380,152 @@ fn segment_statements_on_chdb() {
          the per-month aggregate, count, key bounds, fetches, investigation SQL and a FINAL read agree with the reference \
          over {ROWS} rows"
     ));
+}
+
+/// Columns named like the aggregate's own aliases are hashed as the table's columns. In
+/// ClickHouse a SELECT's alias stands for a table column of the same name inside that
+/// SELECT: with the aliases once called `p`, `b`, `h`, `f`, `n`, `s`, `x` and `lbl`, a
+/// table's column `b` was hashed as the child number, and two tables that differ only
+/// there had one sum (a false pass, found in review). Each parent here is a quantile
+/// parent, so the first-key flag's aliases are in the statement too.
+#[test]
+fn columns_named_like_the_aggregates_aliases_are_hashed_as_columns() {
+    let names = ["p", "b", "h", "f", "n", "s", "x", "lbl", "u", "z"];
+    let cols: Vec<BoundColumn> = std::iter::once("id")
+        .chain(names)
+        .map(|n| {
+            let info = tally_agent::dialect::clickhouse::classify("Int64").column(
+                n.to_string(),
+                "Int64".into(),
+                true,
+            );
+            BoundColumn {
+                spec: ColumnSpec {
+                    name: n.to_string(),
+                    format: FieldFormat::new(info.class),
+                },
+                info,
+                zone: None,
+            }
+        })
+        .collect();
+    let key: Vec<&ColumnInfo> = vec![&cols[0].info];
+    let defs: Vec<String> = std::iter::once("id")
+        .chain(names)
+        .map(|n| format!("`{n}` Int64"))
+        .collect();
+    // two tables with the same ids and different values in every other column
+    let table = |t: &str, k: i64| -> (String, Vec<Vec<i64>>) {
+        let rows: Vec<Vec<i64>> = (1..=50)
+            .map(|id| {
+                std::iter::once(id)
+                    .chain((1..=names.len() as i64).map(|c| id * c * k))
+                    .collect()
+            })
+            .collect();
+        let values: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "({})",
+                    r.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect();
+        (format!("INSERT INTO {t} VALUES {}", values.join(", ")), rows)
+    };
+    let (ins1, rows1) = table("t1", 1);
+    let (ins2, rows2) = table("t2", 7);
+    let setup = vec![
+        format!(
+            "CREATE TABLE t1 ({}) ENGINE = MergeTree ORDER BY id",
+            defs.join(", ")
+        ),
+        format!(
+            "CREATE TABLE t2 ({}) ENGINE = MergeTree ORDER BY id",
+            defs.join(", ")
+        ),
+        ins1,
+        ins2,
+    ];
+    let h = Hasher::unsealed(HashMethod::Sha256_64);
+    let d = ClickHouse::default();
+    let parents = [(Segment::whole(), ChildRule::Quantile(2))];
+    let agg = |t: &str| {
+        Query::bound(
+            &dialect::aggregate(&d, &Source::Table(vec![t.into()]), &cols, &key, &h, &parents).unwrap(),
+        )
+    };
+    let (_, results) = run(&setup, &[agg("t1"), agg("t2")]);
+    let want = |rows: &[Vec<i64>]| -> (u64, u64) {
+        rows.iter().fold((0, 0), |(n, s), r| {
+            let string = row_string(
+                r.iter()
+                    .map(|v| Some(v.to_string()))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(Option::as_deref),
+            );
+            (n + 1, s.wrapping_add(h.row(string.as_bytes())))
+        })
+    };
+    for (r, rows) in results.into_iter().zip([&rows1, &rows2]) {
+        let r = r.unwrap();
+        let got = r.iter().fold((0u64, 0u64), |(n, s), row| {
+            let c: u64 = row[2].as_deref().unwrap().parse().unwrap();
+            (
+                n + c,
+                s.wrapping_add(wrap_decimal_sum(row[3].as_deref().unwrap()).unwrap()),
+            )
+        });
+        assert_eq!(got, want(rows), "{r:?}");
+        // the first keys of the two quantile children are ids
+        assert_eq!(r[0][5].as_deref(), Some("1"), "{r:?}");
+        assert_eq!(r[1][5].as_deref(), Some("26"), "{r:?}");
+    }
+    say("columns named like the aggregate's aliases: hashed as the table's columns");
+}
+
+/// An Enum, IPv4 or IPv6 column compared as binary (the other side keeps the text as
+/// bytes) is the bytes of its text, as the reference encodes a text read as binary;
+/// its own storage (a number, packed address bytes) never reaches the hash.
+#[test]
+fn label_types_compared_as_binary_are_the_bytes_of_their_text() {
+    let setup = vec![
+        "CREATE TABLE labels (e Enum8('red' = 1, 'it''s' = 2), a IPv4, b IPv6) ENGINE = Memory".to_string(),
+        "INSERT INTO labels VALUES ('it''s', '10.0.0.1', '2001:db8::1')".to_string(),
+    ];
+    let d = ClickHouse::default();
+    let cols: Vec<BoundColumn> = [
+        ("e", "Enum8('red' = 1, 'it''s' = 2)"),
+        ("a", "IPv4"),
+        ("b", "IPv6"),
+    ]
+    .iter()
+    .map(|(n, t)| {
+        let info = tally_agent::dialect::clickhouse::classify(t).column(n.to_string(), t.to_string(), true);
+        BoundColumn {
+            spec: ColumnSpec {
+                name: n.to_string(),
+                format: FieldFormat::new(TypeClass::Binary),
+            },
+            info,
+            zone: None,
+        }
+    })
+    .collect();
+    let exprs: Vec<String> = cols
+        .iter()
+        .map(|c| d.canonical_expr(c).expect("rendered in SQL"))
+        .collect();
+    let (_, results) = run(
+        &setup,
+        &[Query::plain(format!("SELECT {} FROM labels", exprs.join(", ")))],
+    );
+    let got = results.into_iter().next().unwrap().unwrap();
+    let want: Vec<Option<String>> = ["it's", "10.0.0.1", "2001:db8::1"]
+        .iter()
+        .map(|t| Some(hex::encode(t)))
+        .collect();
+    assert_eq!(got, vec![want]);
 }
