@@ -113,7 +113,7 @@ pub fn aggregate(
                     .collect();
                 format!("CASE {} ELSE {} END", whens.join(" "), cuts.len())
             }
-            ChildRule::Quantile(n) => format!("NTILE({n}) OVER (ORDER BY {}) - 1", order_by(d, key)),
+            ChildRule::Quantile(n) => format!("{} - 1", d.ntile(*n, &order_by(d, key))),
         };
         let mut conds = range_conditions(&mut b, seg, key);
         if let (Some((lo, hi)), Some(bh)) = (seg.hash, &bh) {

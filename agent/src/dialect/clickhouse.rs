@@ -282,6 +282,12 @@ impl Dialect for ClickHouse {
 
     /// ClickHouse's `lag` answers the type's default (0) before the first row, which
     /// a child numbered 0 would take for its own: the previous row of a nullable value.
+    /// With its whole frame spelled out: some ClickHouse releases refuse `ntile` over
+    /// the default frame.
+    fn ntile(&self, n: u32, order: &str) -> String {
+        format!("ntile({n}) OVER (ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)")
+    }
+
     fn lag(&self, e: &str, over: &str) -> String {
         format!(
             "lagInFrame(toNullable({e}), 1) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"

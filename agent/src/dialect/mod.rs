@@ -175,6 +175,11 @@ pub trait Dialect: Sync {
     fn lag(&self, e: &str, over: &str) -> String {
         format!("LAG({e}) OVER ({over})")
     }
+    /// The 1-based tile of each row when the rows, ordered by `order`, are split into
+    /// `n` tiles as evenly as they go, the first ones one row larger (`NTILE`).
+    fn ntile(&self, n: u32, order: &str) -> String {
+        format!("NTILE({n}) OVER (ORDER BY {order})")
+    }
     /// The row count of a group, as a 64-bit integer.
     fn count_all(&self) -> &'static str {
         "COUNT(*)"
