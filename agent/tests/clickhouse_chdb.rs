@@ -57,6 +57,7 @@ pub fn python() -> PathBuf {
 }
 
 /// One statement and its bind values (`{p1:..}`, `{p2:..}`, ... in order).
+#[derive(Clone)]
 pub struct Query {
     pub sql: String,
     pub params: Vec<String>,
@@ -90,6 +91,16 @@ pub type Rows = Vec<Vec<Option<String>>>;
 /// Runs `setup`, then each query, in one chdb session under the dialect's settings;
 /// the engine's version and each query's rows (values as text) or error.
 pub fn run(setup: &[String], queries: &[Query]) -> (String, Vec<Result<Rows, String>>) {
+    run_under(&[], setup, queries)
+}
+
+/// [`run`] in a session whose settings `profile` set first, as a user's settings
+/// profile does before the dialect's settings arrive with each statement.
+pub fn run_under(
+    profile: &[(&str, &str)],
+    setup: &[String],
+    queries: &[Query],
+) -> (String, Vec<Result<Rows, String>>) {
     let queries: Vec<Value> = queries
         .iter()
         .map(|q| {
@@ -102,7 +113,8 @@ pub fn run(setup: &[String], queries: &[Query]) -> (String, Vec<Result<Rows, Str
             json!({"sql": q.sql, "params": params})
         })
         .collect();
-    let req = json!({"settings": clickhouse::SETTINGS, "setup": setup, "queries": queries});
+    let settings: Vec<(&str, &str)> = profile.iter().chain(clickhouse::SETTINGS).copied().collect();
+    let req = json!({"settings": settings, "setup": setup, "queries": queries});
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chdb/run.py");
     let mut child = Command::new(python())
         .arg(&script)

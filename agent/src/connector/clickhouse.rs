@@ -207,6 +207,13 @@ fn fields(line: &[u8]) -> impl Iterator<Item = &[u8]> {
     line.split(|b| *b == b'\t')
 }
 
+fn shape(dataset: &str) -> AgentError {
+    AgentError::Query {
+        dataset: dataset.into(),
+        kind: "unexpected row shape",
+    }
+}
+
 /// `major.minor` of a version text such as `26.9.2.1`.
 fn version_of(text: &str) -> Option<(u32, u32)> {
     let mut it = text.trim().split('.').map(|p| p.parse::<u32>().ok());
@@ -218,12 +225,16 @@ fn version_of(text: &str) -> Option<(u32, u32)> {
 fn error_of(dataset: &str, status: u16, code: Option<u32>, text: &str) -> AgentError {
     tracing::warn!(dataset, status, code, error = %text.trim(), "clickhouse statement failed");
     let kind = match (status, code) {
-        (401 | 403, _) | (_, Some(192 | 193 | 194 | 516)) => {
+        // the code first: ACCESS_DENIED (a missing grant) also answers 403
+        (_, Some(192 | 193 | 194 | 516)) | (401 | 403, None) => {
             return AgentError::DatabaseUnavailable {
                 dataset: dataset.into(),
                 kind: "authentication failed",
             };
         }
+        (_, Some(497)) => "access denied (a grant is missing)",
+        (_, Some(164)) => "the user is readonly=1, which refuses the statement's settings: use readonly=2",
+        (200, None) => "clickhouse result not framed (neither chunked nor of a known length)",
         (_, Some(60)) => "table not found",
         (_, Some(81)) => "database not found",
         (_, Some(16 | 47)) => "unknown column",
@@ -238,6 +249,13 @@ fn error_of(dataset: &str, status: u16, code: Option<u32>, text: &str) -> AgentE
         dataset: dataset.into(),
         kind,
     }
+}
+
+/// The `X-ClickHouse-Exception-Code` of a response's headers or trailers.
+fn exception_code(h: &hyper::HeaderMap) -> Option<u32> {
+    h.get("x-clickhouse-exception-code")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The code in a ClickHouse error body (`Code: 60. DB::Exception: …`).
@@ -301,8 +319,12 @@ impl ClickHouseConnector {
         let query = {
             let mut q = url::form_urlencoded::Serializer::new(String::new());
             q.append_pair("database", &self.target.database);
+            // not settings: taken by every server and every user, readonly ones too. The
+            // format is pinned (a profile's default could be TSVRaw, unescaped), and a
+            // statement that fails after its first rows answers with an error status
+            q.append_pair("default_format", "TabSeparated");
+            q.append_pair("wait_end_of_query", "1");
             if settings {
-                q.append_pair("wait_end_of_query", "1");
                 for (k, v) in SETTINGS {
                     q.append_pair(k, v);
                 }
@@ -330,13 +352,19 @@ impl ClickHouseConnector {
                 .await
                 .map_err(|_| unavailable("connection lost"))?;
             let status = resp.status().as_u16();
-            let header_code = resp
-                .headers()
-                .get("x-clickhouse-exception-code")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok());
+            let header_code = exception_code(resp.headers());
+            // a body that ends only when the connection closes (neither chunked nor of a
+            // known length: a proxy) cannot tell a cut from its end
+            let framed = resp.headers().contains_key(hyper::header::CONTENT_LENGTH)
+                || resp
+                    .headers()
+                    .get(hyper::header::TRANSFER_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
             let mut body: Incoming = resp.into_body();
-            if status != 200 {
+            // an exception code is an error whatever the status (some servers answer a
+            // stalled request 200 with the code and an empty body)
+            if status != 200 || header_code.is_some() || !framed {
                 let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                 let text = String::from_utf8_lossy(&bytes);
                 return Err(error_of(
@@ -349,7 +377,21 @@ impl ClickHouseConnector {
             let mut buf: Vec<u8> = Vec::new();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|_| unavailable("connection lost"))?;
-                let Ok(data) = frame.into_data() else { continue };
+                let data = match frame.into_data() {
+                    Ok(d) => d,
+                    Err(frame) => {
+                        // trailers: an exception code there ends the result as an error
+                        if let Some(code) = frame.trailers_ref().and_then(exception_code) {
+                            return Err(error_of(
+                                dataset,
+                                status,
+                                Some(code),
+                                "(exception in the trailers)",
+                            ));
+                        }
+                        continue;
+                    }
+                };
                 buf.extend_from_slice(&data);
                 // the lines of one network read, then what their sink asked (a
                 // throttle's pause, a slow consumer) before the next read
@@ -500,6 +542,9 @@ impl ClickHouseConnector {
                 self.rows(dataset, &sql, &[]).await?
             }
         };
+        if rows.iter().any(|r| r.len() < 2) {
+            return Err(shape(dataset));
+        }
         let columns = rows
             .into_iter()
             .map(|r| {
@@ -662,6 +707,10 @@ impl EngineConn for Conn {
         let rows = self.engine.rows(dataset, &sql.text, &sql.binds).await?;
         rows.iter()
             .map(|r| {
+                // p, b, n, s, x and the key parts: a shorter line is no aggregate row
+                if r.len() != 5 + key_classes.len() {
+                    return Err(shape(dataset));
+                }
                 let text = |i: usize| Ok(r.get(i).cloned().flatten());
                 let int = |i: usize| r.get(i).cloned().flatten().and_then(|t| t.parse().ok());
                 agg_row(dataset, key_classes, int, text)

@@ -38,8 +38,35 @@ pub const MIN_VERSION: (u32, u32) = (23, 3);
 
 /// Settings every statement of the dialect runs under (the connector sends them with
 /// each query): `MIN` and `MAX` over no rows are NULL, as on every other engine (the
-/// default answers 0, which a key range would take for a key).
-pub const SETTINGS: &[(&str, &str)] = &[("aggregate_functions_null_for_empty", "1")];
+/// default answers 0, which a key range would take for a key). The rest undo what a
+/// user's settings profile could do to a result while the server still answers 200
+/// (found in review, checked on chdb and on 18.16): a limit reached in `break` mode
+/// stops reading and answers what it has, `limit`/`offset` and the additional filters
+/// cut or filter rows, the query cache answers from the past, unavailable shards are
+/// skipped, and the TabSeparated NULL and line ending can be changed. Every limit then
+/// throws instead; a setting the administrator locked makes the statement fail.
+pub const SETTINGS: &[(&str, &str)] = &[
+    ("aggregate_functions_null_for_empty", "1"),
+    ("read_overflow_mode", "throw"),
+    ("read_overflow_mode_leaf", "throw"),
+    ("result_overflow_mode", "throw"),
+    ("group_by_overflow_mode", "throw"),
+    ("sort_overflow_mode", "throw"),
+    ("set_overflow_mode", "throw"),
+    ("join_overflow_mode", "throw"),
+    ("distinct_overflow_mode", "throw"),
+    ("transfer_overflow_mode", "throw"),
+    ("timeout_overflow_mode", "throw"),
+    ("timeout_overflow_mode_leaf", "throw"),
+    ("limit", "0"),
+    ("offset", "0"),
+    ("additional_table_filters", "{}"),
+    ("additional_result_filter", ""),
+    ("skip_unavailable_shards", "0"),
+    ("use_query_cache", "0"),
+    ("format_tsv_null_representation", "\\N"),
+    ("output_format_tsv_crlf_end_of_line", "0"),
+];
 
 /// `Nullable(T)` and `LowCardinality(T)` unwrapped, in any nesting: `T`.
 fn unwrap(declared: &str) -> &str {

@@ -22,7 +22,8 @@ def main():
     req = json.load(sys.stdin)
     s = session.Session()
     for name, value in req["settings"]:
-        s.query(f"SET {name} = {value}")
+        quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+        s.query(f"SET {name} = '{quoted}'")
     for stmt in req["setup"]:
         try:
             s.query(stmt)

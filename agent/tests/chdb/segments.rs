@@ -17,7 +17,7 @@ use tally_common::seal::RunKeys;
 use tally_common::segment::{ColumnSpec, KeyPart, Period, Segment, bucket_hash};
 use tally_common::types::TypeClass;
 
-use super::{Query, run, say};
+use super::{Query, run, run_under, say};
 
 const ROWS: i64 = 400;
 
@@ -528,4 +528,81 @@ fn label_types_compared_as_binary_are_the_bytes_of_their_text() {
         .map(|t| Some(hex::encode(t)))
         .collect();
     assert_eq!(got, vec![want]);
+}
+
+/// A user's settings profile cannot cut or filter a result while the server answers as
+/// if complete (found in review): limits reached in `break` mode, `limit`/`offset` and
+/// the additional filters are undone by the dialect's settings, so a count is exact or
+/// the statement fails, and a fetch holds every row. (The TabSeparated NULL text the
+/// settings also pin is the connector's format, not chdb's JSON here.)
+#[test]
+fn a_settings_profile_cannot_cut_or_filter_a_result() {
+    let setup = vec![
+        "CREATE TABLE big (id Int64, v Nullable(String)) ENGINE = MergeTree ORDER BY id".to_string(),
+        // in two halves: a profile below limits each insert's reads to 60,000 rows
+        "INSERT INTO big SELECT number, if(number % 2 = 0, NULL, '') FROM numbers(50000)".to_string(),
+        "INSERT INTO big SELECT number + 50000, if(number % 2 = 0, NULL, '') FROM numbers(50000)".to_string(),
+    ];
+    let d = ClickHouse::default();
+    let cols: Vec<BoundColumn> = [("id", "Int64"), ("v", "Nullable(String)")]
+        .iter()
+        .map(|(n, t)| {
+            let info =
+                tally_agent::dialect::clickhouse::classify(t).column(n.to_string(), t.to_string(), true);
+            BoundColumn {
+                spec: ColumnSpec {
+                    name: n.to_string(),
+                    format: FieldFormat::new(info.class),
+                },
+                info,
+                zone: None,
+            }
+        })
+        .collect();
+    let key: Vec<&ColumnInfo> = vec![&cols[0].info];
+    let src = Source::Table(vec!["big".into()]);
+    let count = Query::bound(&dialect::count_rows(&d, &src, &key, &cols, &Segment::whole()).unwrap());
+    let fetch = Query::bound(&dialect::fetch_rows(
+        &d,
+        &src,
+        &cols,
+        &key,
+        &Segment::whole(),
+        FetchShape::Canonical,
+        true,
+    ));
+    let cut = [
+        ("read_overflow_mode", "break"),
+        ("limit", "3"),
+        ("offset", "8"),
+        ("additional_result_filter", "id < 10"),
+        ("additional_table_filters", "{'big': 'id < 10'}"),
+    ];
+    let (_, r) = run_under(&cut, &setup, &[count.clone(), fetch.clone()]);
+    assert_eq!(r[0].as_ref().unwrap(), &vec![vec![Some("100000".to_string())]]);
+    let rows = r[1].as_ref().unwrap();
+    assert_eq!(rows.len(), 100_000, "every row fetched");
+    // limits the profile sets in rows read or rows answered, in `break` mode: the
+    // statement fails, never answers a part
+    let (_, r) = run_under(
+        &[("read_overflow_mode", "break"), ("max_rows_to_read", "60000")],
+        &setup,
+        &[count, fetch.clone()],
+    );
+    // the count may come from the parts' metadata, read whole: exact, or an error
+    if let Ok(n) = &r[0] {
+        assert_eq!(n, &vec![vec![Some("100000".to_string())]]);
+    }
+    assert!(r[1].is_err(), "{:?}", r[1].as_ref().map(Vec::len));
+    let (_, r) = run_under(
+        &[("result_overflow_mode", "break"), ("max_result_rows", "1000")],
+        &setup,
+        &[fetch],
+    );
+    assert!(
+        r[0].as_ref().is_err_and(|e| e.contains("TOO_MANY_ROWS")),
+        "{:?}",
+        r[0].as_ref().map(Vec::len)
+    );
+    say("a settings profile's limits, filters and NULL text cannot cut a result");
 }
