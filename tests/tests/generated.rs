@@ -1,5 +1,5 @@
 //! The correctness generator's fixed seed set (tests/src/generator): every ordered pair of
-//! live engines, both hashing paths, both dataset forms, and the strategies drawn per
+//! live engines (Spark with the `spark` feature, one case a pair), both hashing paths, both dataset forms, and the strategies drawn per
 //! case, against ground truth known by construction. A failure is shrunk and printed
 //! as SQL, datasets and spec. `tally-gen --long 1h` hunts with fresh seeds.
 
@@ -14,6 +14,8 @@ fn generated_cases_report_exactly_their_truth() {
             .ok()
             .map_or(2026, |s| s.parse().expect("TALLY_GEN_SEED")),
         cases_per_pair: 4,
+        // a Spark statement takes a second or more: one case a pair with a Spark side
+        spark_cases_per_pair: 1,
         ..Hunt::default()
     };
     let f = hunt(&h);

@@ -22,10 +22,11 @@ fn side(case: &Case, col: usize, s: usize, form: Form) -> Side {
     let c = &case.columns[col];
     let engine = [case.source, case.target][s];
     // a query's decimals have no declared scale, but SQLite's keep their table's type
-    // and DuckDB's its result type's (docs/engines.md)
+    // and DuckDB's and Spark's their result type's (docs/engines.md)
     let dec = |scale: u8| Side {
         class: "decimal",
-        scale: (form == Form::Table || matches!(engine, Engine::Lite | Engine::Duck)).then_some(scale),
+        scale: (form == Form::Table || matches!(engine, Engine::Lite | Engine::Duck | Engine::Spark))
+            .then_some(scale),
         fixed: false,
     };
     let of = |class| Side {
@@ -38,11 +39,15 @@ fn side(case: &Case, col: usize, s: usize, form: Form) -> Side {
         Class::Dec { scale } => dec(scale),
         Class::Double => of("float"),
         Class::Text => of("text"),
+        // Spark's `DESCRIBE QUERY` names a CHAR(n) column `string` (its values still
+        // read padded): fixed in a table only
         Class::CharText => Side {
-            fixed: c.alt[s],
+            fixed: c.alt[s] && !(engine == Engine::Spark && form == Form::Query),
             ..of("text")
         },
-        // MariaDB's JSON is a checked LONGTEXT, which reads as text in a query
+        // MariaDB's JSON is a checked LONGTEXT, which reads as text in a query; Spark
+        // keeps JSON and UUIDs as STRING
+        Class::Json | Class::Uuid if engine == Engine::Spark => of("text"),
         Class::Json if engine == Engine::My && form == Form::Query => of("text"),
         Class::Json => of("json"),
         Class::Bool => of("boolean"),
@@ -59,6 +64,16 @@ fn side(case: &Case, col: usize, s: usize, form: Form) -> Side {
         Class::DecDbl { .. } if c.alt[s] => of("float"),
         Class::DecDbl { scale } => dec(scale),
     }
+}
+
+/// The class side `s` describes column `col` as in a dataset of this form.
+pub fn described(case: &Case, col: usize, s: usize, form: Form) -> &'static str {
+    side(case, col, s, form).class
+}
+
+/// Whether side `s` describes column `col` as a padded `CHAR(n)`.
+pub fn described_fixed(case: &Case, col: usize, s: usize, form: Form) -> bool {
+    side(case, col, s, form).fixed
 }
 
 /// The columns a run must name in its fidelity, each with its reason codes (empty:

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::case::Case;
-use super::values::{Bind, Engine, bind, literal};
+use super::values::{Bind, Engine, bind, literal, spark_projection};
 use crate::db;
 use crate::zones::{Deployment, parse_run};
 
@@ -122,7 +122,9 @@ pub fn side_sql(case: &Case, i: usize, side: usize, qualify: &str) -> String {
         .iter()
         .map(|c| format!("{} {}", c.name, c.types[side]))
         .collect();
-    let mut sql = format!("CREATE TABLE {t} ({});\n", cols.join(", "));
+    let spark = engine == Engine::Spark;
+    let using = if spark { " USING parquet" } else { "" };
+    let mut sql = format!("CREATE TABLE {t} ({}){using};\n", cols.join(", "));
     let rows = &case.sides()[side];
     for chunk in rows.chunks(200) {
         let tuples: Vec<String> = chunk
@@ -137,7 +139,24 @@ pub fn side_sql(case: &Case, i: usize, side: usize, qualify: &str) -> String {
                 format!("({})", vals.join(", "))
             })
             .collect();
-        sql.push_str(&format!("INSERT INTO {t} VALUES {};\n", tuples.join(",\n  ")));
+        if spark {
+            // an inline table takes constants only: texts arrive as bytes and are
+            // decoded in the projection
+            let names: Vec<&str> = case.columns.iter().map(|c| c.name.as_str()).collect();
+            let proj: Vec<String> = case
+                .columns
+                .iter()
+                .map(|c| spark_projection(c.class, &c.name))
+                .collect();
+            sql.push_str(&format!(
+                "INSERT INTO {t} SELECT {} FROM VALUES {} AS v({});\n",
+                proj.join(", "),
+                tuples.join(",\n  "),
+                names.join(", ")
+            ));
+        } else {
+            sql.push_str(&format!("INSERT INTO {t} VALUES {};\n", tuples.join(",\n  ")));
+        }
     }
     sql
 }
@@ -148,6 +167,8 @@ struct Databases {
     my: Option<String>,
     lite: std::path::PathBuf,
     duck: std::path::PathBuf,
+    /// the Spark Connect URL and the batch's database (schema) on it
+    spark: Option<(String, String)>,
 }
 
 fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
@@ -157,6 +178,7 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
         my: None,
         lite: dir.join(format!("{name}.sqlite")),
         duck: dir.join(format!("{name}.duckdb")),
+        spark: None,
     };
     let per_engine = |e: Engine| -> Vec<(usize, usize, &Case)> {
         cases
@@ -200,7 +222,35 @@ fn load(cases: &[(usize, &Case)], name: &str, dir: &Path) -> Databases {
         #[cfg(not(feature = "duckdb"))]
         panic!("a DuckDB case in a build without the duckdb feature");
     }
+    if engines.contains(&Engine::Spark) {
+        #[cfg(feature = "spark")]
+        {
+            let url = crate::spark::server().url.clone();
+            rt.block_on(load_spark(&url, name, &per_engine(Engine::Spark)));
+            dbs.spark = Some((url, name.to_string()));
+        }
+        #[cfg(not(feature = "spark"))]
+        panic!("a Spark case in a build without the spark feature");
+    }
     dbs
+}
+
+/// Spark through a session of its own: a fresh database (schema) for the batch, each
+/// side's Parquet table and inserts in it. A failed statement's script is kept in the
+/// temp directory, as [`load_sql`] does.
+#[cfg(feature = "spark")]
+async fn load_spark(url: &str, name: &str, sides: &[(usize, usize, &Case)]) {
+    use tally_agent::connector::spark::SparkConnector;
+    let mut sql = format!("DROP DATABASE IF EXISTS {name} CASCADE;\nCREATE DATABASE {name};\n");
+    for (i, side, case) in sides {
+        sql.push_str(&side_sql(case, *i, *side, &format!("{name}.")));
+    }
+    let s = SparkConnector::open(url).expect("spark url");
+    if let Err(e) = s.execute_batch("gen", &sql).await {
+        let path = std::env::temp_dir().join(format!("tally-gen-{name}-spark.sql"));
+        let _ = std::fs::write(&path, &sql);
+        panic!("loading spark failed: {e}\nthe script is {}", path.display());
+    }
 }
 
 /// Runs a load script; a failed one is kept in the temp directory (the SQL client's
@@ -290,6 +340,12 @@ fn dataset_yaml(
         Engine::My => dbs.my.clone().expect("mariadb loaded"),
         Engine::Lite => format!("sqlite://{}", dbs.lite.display()),
         Engine::Duck => format!("duckdb://{}", dbs.duck.display()),
+        Engine::Spark => dbs.spark.as_ref().expect("spark loaded").0.clone(),
+    };
+    // Spark's tables are in the batch's database
+    let table = match (engine, &dbs.spark) {
+        (Engine::Spark, Some((_, db))) => format!("{db}.{}", table(i, side)),
+        _ => table(i, side),
     };
     let key: Vec<&str> = case.columns[..case.nkeys]
         .iter()
@@ -304,10 +360,10 @@ fn dataset_yaml(
         .map(|(_, c)| c.name.as_str())
         .collect();
     let from = match c.form {
-        Form::Table => format!("table: {}", table(i, side)),
+        Form::Table => format!("table: {table}"),
         Form::Query => {
             let cols: Vec<&str> = case.columns.iter().map(|c| c.name.as_str()).collect();
-            format!("query: \"SELECT {} FROM {}\"", cols.join(", "), table(i, side))
+            format!("query: \"SELECT {} FROM {table}\"", cols.join(", "))
         }
     };
     let hashing = match (c.hashing, engine.pushes_down()) {

@@ -20,6 +20,9 @@ pub enum Engine {
     My,
     Lite,
     Duck,
+    /// Spark over Spark Connect (the `spark` feature): Parquet tables in one database
+    /// (schema) per batch of the test process's local server
+    Spark,
 }
 
 impl Engine {
@@ -29,6 +32,7 @@ impl Engine {
             Engine::My => "mariadb",
             Engine::Lite => "sqlite",
             Engine::Duck => "duckdb",
+            Engine::Spark => "spark",
         }
     }
 
@@ -38,27 +42,41 @@ impl Engine {
             Engine::My => "my",
             Engine::Lite => "lite",
             Engine::Duck => "duck",
+            Engine::Spark => "spark",
         }
     }
 
-    /// The engines this build can run (DuckDB with the `duckdb` feature).
+    /// The engines this build can run (DuckDB with the `duckdb` feature, Spark with
+    /// the `spark` feature), Spark last: adding it leaves the other pairs' seeds as they were.
     pub fn live() -> Vec<Engine> {
         let mut v = vec![Engine::Pg, Engine::My, Engine::Lite];
         if cfg!(feature = "duckdb") {
             v.push(Engine::Duck);
         }
+        if cfg!(feature = "spark") {
+            v.push(Engine::Spark);
+        }
         v
     }
 
+    /// An engine by its short or full name (`pg`, `postgres`, `my`, `mariadb`, ...).
+    pub fn parse(s: &str) -> Option<Engine> {
+        [Engine::Pg, Engine::My, Engine::Lite, Engine::Duck, Engine::Spark]
+            .into_iter()
+            .find(|e| e.short() == s || e.name() == s)
+    }
+
     /// Whether `hashing: pushdown` makes a difference (SQLite hashes in the agent).
+    /// Spark's `auto` pushes down too (the connector prefers SQL), so on Spark both
+    /// paths hash in SQL; the other side of the pair still takes its own two paths.
     pub fn pushes_down(self) -> bool {
         self != Engine::Lite
     }
 
     /// Whether the engine has a `CHAR(n)` that pads (SQLite has no padding, DuckDB's
-    /// `CHAR(n)` is `VARCHAR`).
+    /// `CHAR(n)` is `VARCHAR`; Spark's pads on write and on read).
     pub fn pads_char(self) -> bool {
-        matches!(self, Engine::Pg | Engine::My)
+        matches!(self, Engine::Pg | Engine::My | Engine::Spark)
     }
 }
 
@@ -169,6 +187,8 @@ impl Class {
                 Engine::Pg => "timestamptz".into(),
                 Engine::My => "TIMESTAMP(6) NULL DEFAULT NULL".into(),
                 Engine::Lite | Engine::Duck => "TIMESTAMPTZ".into(),
+                // Spark's TIMESTAMP is an instant (LTZ)
+                Engine::Spark => "TIMESTAMP".into(),
             },
             Class::Instant => Class::Ts.sql_type(e, variant),
             Class::CharText if f.alt => match e {
@@ -177,6 +197,7 @@ impl Class {
                     "CHAR(24) CHARACTER SET utf8mb4 COLLATE {}",
                     MY_COLLATIONS[variant as usize % MY_COLLATIONS.len()]
                 ),
+                Engine::Spark => "CHAR(24)".into(),
                 Engine::Lite | Engine::Duck => unreachable!("{} has no padded CHAR(n)", e.name()),
             },
             Class::CharText => Class::Text.sql_type(e, variant),
@@ -195,13 +216,14 @@ impl Class {
             (Class::Int { narrow: true }, Pg) => "integer",
             (Class::Int { narrow: true }, My) => "INT",
             (Class::Int { narrow: true }, Duck) => "INTEGER",
+            (Class::Int { narrow: true }, Spark) => "INT",
             (Class::Int { .. }, Lite) => "INTEGER",
             (Class::Int { narrow: false }, Pg) => "bigint",
-            (Class::Int { narrow: false }, My | Duck) => "BIGINT",
+            (Class::Int { narrow: false }, My | Duck | Spark) => "BIGINT",
             (Class::Dec { scale }, Pg) => return format!("numeric(12,{scale})"),
             (Class::Dec { scale }, _) => return format!("DECIMAL(12,{scale})"),
             (Class::Double, Pg) => "double precision",
-            (Class::Double, My | Duck) => "DOUBLE",
+            (Class::Double, My | Duck | Spark) => "DOUBLE",
             (Class::Double, Lite) => "REAL",
             (Class::Text, Pg) => ["text", "varchar(80)"][variant as usize % 2],
             (Class::Text, My) => {
@@ -212,6 +234,9 @@ impl Class {
             }
             (Class::Text, Lite) => "TEXT",
             (Class::Text, Duck) => "VARCHAR",
+            (Class::Text, Spark) => ["STRING", "VARCHAR(80)"][variant as usize % 2],
+            // Spark has no JSON or UUID type: a user keeps them as STRING
+            (Class::Json | Class::Uuid, Spark) => "STRING",
             (Class::Json, Pg) => ["json", "jsonb"][variant as usize % 2],
             (Class::Json, _) => "JSON",
             (Class::Bool, Pg) => "boolean",
@@ -222,8 +247,10 @@ impl Class {
             (Class::Ts, My) => "DATETIME(6)",
             (Class::Ts, Lite) => "DATETIME",
             (Class::Ts, Duck) => "TIMESTAMP",
+            (Class::Ts, Spark) => "TIMESTAMP_NTZ",
             (Class::Bytes, Pg) => "bytea",
             (Class::Bytes, My) => ["VARBINARY(64)", "BLOB"][variant as usize % 2],
+            (Class::Bytes, Spark) => "BINARY",
             (Class::Bytes, _) => "BLOB",
             (Class::Uuid, Pg) => "uuid",
             (Class::Uuid, _) => "UUID",
@@ -513,6 +540,7 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
                 My => format!("TIMESTAMP '{}'", ts_text(*t)),
                 Duck => format!("'{}+00'::TIMESTAMPTZ", ts_text(*t)),
                 Lite => quote(&format!("{}+00:00", ts_text(*t))),
+                Spark => format!("TIMESTAMP '{}+00:00'", ts_text(*t)),
             };
         }
         (Class::Instant, V::Ts(t)) => {
@@ -526,6 +554,7 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
                 My => format!("{text}e0"),
                 Duck => format!("'{text}'::DOUBLE"),
                 Lite => text,
+                Spark => format!("CAST('{text}' AS DOUBLE)"),
             };
         }
         (Class::DecDbl { scale } | Class::IntDec { scale }, V::Dec(_) | V::Int(_)) => {
@@ -571,6 +600,21 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
             }
         ),
         (V::Dbl(x), Lite) => dbl_text(if alt && *x == 0.0 { -0.0 } else { *x }),
+        // parsed by the JVM's correctly rounded `Double.parseDouble`
+        (V::Dbl(x), Spark) => format!(
+            "CAST('{}' AS DOUBLE)",
+            if alt && *x == 0.0 {
+                "-0.0".into()
+            } else {
+                dbl_text(*x)
+            }
+        ),
+        // Spark's texts are their UTF-8 bytes, decoded in the INSERT's projection
+        // (`spark_projection`: an inline table takes constants only); a UUID kept as
+        // STRING is the lower-case text a user's application writes
+        (V::Text(s), Spark) => format!("X'{}'", hex(s.as_bytes())),
+        (V::Json(j), Spark) => format!("X'{}'", hex(j.spelled(c.spelling).as_bytes())),
+        (V::Uuid(u), Spark) => format!("X'{}'", hex(uuid_text(*u, false).as_bytes())),
         (V::Text(s), My) => format!("CONVERT(X'{}' USING utf8mb4)", hex(s.as_bytes())),
         (V::Json(j), My) => format!(
             "CONVERT(X'{}' USING utf8mb4)",
@@ -585,14 +629,26 @@ pub fn literal(e: Engine, class: Class, c: &Cell, f: SideForm) -> String {
         (V::Date(d), _) => format!("DATE '{}'", date_text(*d)),
         (V::Ts(t), Lite) => quote(&ts_text(*t)),
         (V::Ts(t), Pg) => format!("TIMESTAMP '{}'", pg_ts_text(*t)),
+        (V::Ts(t), Spark) => format!("TIMESTAMP_NTZ '{}'", ts_text(*t)),
         (V::Ts(t), _) => format!("TIMESTAMP '{}'", ts_text(*t)),
         (V::Raw(text), _) => quote(text),
         (V::Bytes(b), Pg) => format!("'\\x{}'::bytea", hex(b)),
-        (V::Bytes(b), My | Lite) => format!("X'{}'", hex(b)),
+        (V::Bytes(b), My | Lite | Spark) => format!("X'{}'", hex(b)),
         (V::Bytes(b), Duck) => format!("from_hex('{}')", hex(b)),
         (V::Uuid(u), Pg) => format!("'{}'::uuid", uuid_text(*u, alt)),
         (V::Uuid(u), Duck) => format!("'{}'::UUID", uuid_text(*u, alt)),
         (V::Uuid(u), _) => quote(&uuid_text(*u, alt)),
+    }
+}
+
+/// Spark's expression for column `name` of a side's inline table of [`literal`]s: a
+/// column Spark holds as STRING arrives as its UTF-8 bytes and is decoded here.
+pub fn spark_projection(class: Class, name: &str) -> String {
+    match class {
+        Class::Text | Class::CharText | Class::Json | Class::Uuid => {
+            format!("decode(CAST({name} AS BINARY), 'UTF-8')")
+        }
+        _ => name.to_string(),
     }
 }
 
