@@ -54,8 +54,12 @@ fn side(case: &Case, col: usize, s: usize, form: Form) -> Side {
         Class::Date => of("date"),
         Class::Ts => of("timestamp"),
         Class::Bytes => of("binary"),
-        // and its UUID as CHAR(36) text (against a UUID elsewhere: a refusal)
-        Class::Uuid if engine == Engine::My && form == Form::Query => of("text"),
+        // and its UUID as CHAR(36) text, fixed (against a UUID elsewhere: a refusal;
+        // against Spark's STRING: padding)
+        Class::Uuid if engine == Engine::My && form == Form::Query => Side {
+            fixed: true,
+            ..of("text")
+        },
         Class::Uuid => of("uuid"),
         Class::Instant if c.alt[s] => of("timestamptz"),
         Class::Instant => of("timestamp"),
