@@ -326,6 +326,26 @@ async fn load_duckdb(path: &Path, sides: &[(usize, usize, &Case)]) {
         .unwrap_or_else(|e| panic!("duckdb load failed: {e}\n{sql}"));
 }
 
+/// Drops a batch's Spark database once its runs are done (best effort): the test
+/// server's driver has 512 MB, and a long hunt makes hundreds of tables.
+#[cfg(feature = "spark")]
+fn drop_spark(url: &str, db: &str) {
+    use tally_agent::connector::spark::SparkConnector;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let r = rt.block_on(async {
+        SparkConnector::open(url)
+            .expect("spark url")
+            .execute_batch("gen", &format!("DROP DATABASE IF EXISTS {db} CASCADE;\n"))
+            .await
+    });
+    if let Err(e) = r {
+        eprintln!("dropping spark database {db}: {e}");
+    }
+}
+
 /// The agent config body of one dataset.
 fn dataset_yaml(
     dbs: &Databases,
@@ -483,6 +503,10 @@ pub fn run_batch(name: &str, cases: &[(usize, &Case, Vec<RunConfig>)], workers: 
             });
         }
     });
+    #[cfg(feature = "spark")]
+    if let Some((url, db)) = &dbs.spark {
+        drop_spark(url, db);
+    }
     let mut f = failures.into_inner().unwrap();
     f.sort_by_key(|f| (f.case, f.config));
     f
