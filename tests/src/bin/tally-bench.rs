@@ -4,19 +4,26 @@
 //! at count_only and at with_keys over real agents with mutual TLS, and reladiff.
 //!
 //! usage: tally-bench [--rows N]... [--k K]... [--layout dense|gapped]... [--repeat R] [--reladiff PATH]
-//! [--markdown FILE] [--degenerate ROWS]
+//! [--markdown FILE] [--degenerate ROWS] [--target mariadb|spark]
 //!
 //! Defaults: 1M rows, K = 0, 10, 1000, both layouts, median of 3, the degenerate drill
 //! on 5,000 rows (`--degenerate 0` leaves it out).
 //!
 //! `--layout gapped` puts the second half of the keys 10^15 further up: two islands of
 //! keys with nothing between them (issue 16).
+//!
+//! `--target spark` (built with the `spark` feature) measures PostgreSQL against a
+//! Parquet table of a local Spark Connect server instead (issue 35; `spark.rs`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tally_e2e::db::{self, Server};
 use tally_e2e::zones::Deployment;
+
+#[cfg(feature = "spark")]
+#[path = "tally-bench/spark.rs"]
+mod spark;
 
 /// Where the keys lie: `g * 3 + g % 2` for row g, dense or in two islands.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,6 +75,8 @@ struct Args {
     degenerate: Option<u64>,
     /// The agent's scanbench example: one side's level read alone, without the other.
     scanbench: Option<String>,
+    /// The target engine: MariaDB (the default) or Spark (`--target spark`).
+    spark: bool,
 }
 
 fn args() -> Args {
@@ -80,6 +89,7 @@ fn args() -> Args {
         markdown: None,
         degenerate: None,
         scanbench: None,
+        spark: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -97,6 +107,13 @@ fn args() -> Args {
             "--markdown" => a.markdown = Some(v),
             "--degenerate" => a.degenerate = Some(v.parse().expect("--degenerate ROWS")),
             "--scanbench" => a.scanbench = Some(v),
+            "--target" => {
+                a.spark = match v.as_str() {
+                    "mariadb" => false,
+                    "spark" => true,
+                    _ => panic!("--target mariadb|spark"),
+                }
+            }
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -104,10 +121,14 @@ fn args() -> Args {
         a.rows = vec![1_000_000];
     }
     if a.ks.is_empty() {
-        a.ks = vec![0, 10, 1000];
+        a.ks = if a.spark { vec![0, 10] } else { vec![0, 10, 1000] };
     }
     if a.layouts.is_empty() {
-        a.layouts = vec![Layout::Dense, Layout::Gapped];
+        a.layouts = if a.spark {
+            vec![Layout::Dense]
+        } else {
+            vec![Layout::Dense, Layout::Gapped]
+        };
     }
     // the degenerate drill is measured unless `--degenerate 0`
     a.degenerate = match a.degenerate {
@@ -122,19 +143,8 @@ fn args() -> Args {
 /// non-ASCII text, numeric(12,2), a timestamp with microseconds, a nullable text.
 fn load(pg: &Server, my: &Server, n: u64, layout: Layout) {
     let t = Instant::now();
-    let (pk, mk) = (layout.key_sql("g", n), layout.key_sql("seq", n));
-    pg.exec(
-        Some("bench"),
-        &format!(
-            "DROP TABLE IF EXISTS t;\n\
-             CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, amount NUMERIC(12,2) NOT NULL, \
-             created_at TIMESTAMP(6) NOT NULL, note TEXT);\n\
-             INSERT INTO t SELECT {pk}, 'Zoë-' || (g % 1000), ((g * 7919) % 10000000) / 100.0, \
-             TIMESTAMP '2024-01-01' + (g * 37) * INTERVAL '1 microsecond' * 1000, \
-             CASE WHEN g % 5 = 0 THEN NULL ELSE 'n' || (g % 97) END FROM generate_series(1::bigint, {n}) g;\n\
-             VACUUM ANALYZE t;\n"
-        ),
-    );
+    load_pg(pg, n, layout);
+    let mk = layout.key_sql("seq", n);
     my.exec(
         Some("bench"),
         &format!(
@@ -152,6 +162,31 @@ fn load(pg: &Server, my: &Server, n: u64, layout: Layout) {
         layout.name(),
         t.elapsed().as_secs_f64()
     );
+}
+
+/// PostgreSQL's table `t` of [`load`].
+fn load_pg(pg: &Server, n: u64, layout: Layout) {
+    pg.exec(
+        Some("bench"),
+        &format!(
+            "DROP TABLE IF EXISTS t;\n\
+             CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, amount NUMERIC(12,2) NOT NULL, \
+             created_at TIMESTAMP(6) NOT NULL, note TEXT);\n\
+             {} FROM generate_series(1::bigint, {n}) g;\n\
+             VACUUM ANALYZE t;\n",
+            pg_rows(layout, n)
+        ),
+    );
+}
+
+/// PostgreSQL's `INSERT` of row `g` of `n`, without its `FROM` (which names `g`).
+fn pg_rows(layout: Layout, n: u64) -> String {
+    let pk = layout.key_sql("g", n);
+    format!(
+        "INSERT INTO t SELECT {pk}, 'Zoë-' || (g % 1000), ((g * 7919) % 10000000) / 100.0, \
+         TIMESTAMP '2024-01-01' + (g * 37) * INTERVAL '1 microsecond' * 1000, \
+         CASE WHEN g % 5 = 0 THEN NULL ELSE 'n' || (g % 97) END"
+    )
 }
 
 /// Plants (or, with `undo`, removes) K differences of each kind in the target.
@@ -226,7 +261,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct TallyRun {
     secs: f64,
     levels: u64,
+    /// Queries the source's agent ran (and the target's).
     queries: u64,
+    target_queries: u64,
+    verdict: String,
     rows_scanned: u64,
     coordinator_kib: u64,
     /// The coordinator process's CPU seconds (user + system).
@@ -242,14 +280,19 @@ fn tally(d: &Deployment, level: &str, sql: bool, unsealed: bool) -> TallyRun {
 }
 
 /// [`tally`] with more spec lines (`bisection: {...}`), its spec file named by `tag`.
-fn tally_with(
+fn tally_with(d: &Deployment, level: &str, sql: bool, unsealed: bool, tagged: (&str, &str)) -> TallyRun {
+    let agents = if sql { ("pgsql", "mysql") } else { ("pg", "my") };
+    tally_between(d, agents, level, unsealed, tagged)
+}
+
+/// [`tally_with`] between the named source and target agents.
+fn tally_between(
     d: &Deployment,
+    (src, tgt): (&str, &str),
     level: &str,
-    sql: bool,
     unsealed: bool,
     (tag, extra): (&str, &str),
 ) -> TallyRun {
-    let (src, tgt) = if sql { ("pgsql", "mysql") } else { ("pg", "my") };
     let (suffix, hash) = if unsealed {
         ("-unsealed", "hash: sha256_64\n")
     } else {
@@ -318,6 +361,8 @@ fn tally_with(
         secs,
         levels: j["levels"].as_array().map_or(0, |l| l.len() as u64),
         queries: j["source"]["queries"].as_u64().unwrap_or(0),
+        target_queries: j["target"]["queries"].as_u64().unwrap_or(0),
+        verdict: j["verdict"].as_str().unwrap_or_default().to_string(),
         rows_scanned: j["source"]["rows_scanned"].as_u64().unwrap_or(0)
             + j["target"]["rows_scanned"].as_u64().unwrap_or(0),
         coordinator_kib: kib,
@@ -362,6 +407,15 @@ struct DbCpu {
     ticks_per_sec: f64,
 }
 
+/// Clock ticks per second of `/proc/PID/stat`'s CPU times.
+fn ticks_per_sec() -> f64 {
+    let tck = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8_lossy(&tck.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100.0)
+}
+
 /// (ppid, utime + stime, cutime + cstime) of a process, in clock ticks.
 fn proc_stat(pid: u32) -> Option<(u32, u64, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -386,15 +440,10 @@ impl DbCpu {
             .trim()
             .parse()
             .expect("mariadbd pid");
-        let tck = Command::new("getconf").arg("CLK_TCK").output().unwrap();
-        let ticks_per_sec = String::from_utf8_lossy(&tck.stdout)
-            .trim()
-            .parse()
-            .unwrap_or(100.0);
         DbCpu {
             postmaster,
             mariadbd,
-            ticks_per_sec,
+            ticks_per_sec: ticks_per_sec(),
         }
     }
 
@@ -604,6 +653,14 @@ fn degenerate(d: &Deployment, pg: &Server, my: &Server, cpu: &DbCpu, n: u64, rep
 
 fn main() {
     let a = args();
+    if a.spark {
+        #[cfg(feature = "spark")]
+        return spark::main(&a);
+        #[cfg(not(feature = "spark"))]
+        panic!(
+            "--target spark needs tally-bench built with the spark feature (bash bench/run.sh --target spark builds it)"
+        );
+    }
     let pg = db::postgres();
     let my = db::mariadb();
     pg.create_database("bench");
