@@ -261,9 +261,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct TallyRun {
     secs: f64,
     levels: u64,
-    /// Queries the source's agent ran (and the target's).
+    /// Aggregate queries the source's agent ran (and the target's: `--target spark`).
     queries: u64,
+    #[cfg_attr(not(feature = "spark"), allow(dead_code))]
     target_queries: u64,
+    #[cfg_attr(not(feature = "spark"), allow(dead_code))]
     verdict: String,
     rows_scanned: u64,
     coordinator_kib: u64,
