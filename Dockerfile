@@ -3,15 +3,16 @@
 # Not built in this repository's CI (no container engine there); see docs/operations.md.
 # Engines are cargo features of the agent: this image carries PostgreSQL, MySQL/MariaDB,
 # SQLite, SQL Server (mssql), Oracle (oracle; Oracle Instant Client must be added to
-# the image to reach one) and Spark/Databricks (spark, Spark Connect over gRPC). DuckDB
-# links libduckdb; this image leaves it out.
+# the image to reach one), Spark/Databricks (spark, Spark Connect over gRPC) and
+# ClickHouse (clickhouse, its HTTP interface). DuckDB links libduckdb; this image leaves
+# it out.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked -p tally-agent -p tally-cli --bins \
-      --features tally-agent/mssql,tally-agent/oracle,tally-agent/spark \
+      --features tally-agent/mssql,tally-agent/oracle,tally-agent/spark,tally-agent/clickhouse \
  && strip target/release/tally target/release/tally-agent
 
 FROM debian:bookworm-slim
