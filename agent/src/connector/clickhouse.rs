@@ -417,15 +417,17 @@ impl ClickHouseConnector {
         r
     }
 
-    /// Every row of a statement as text fields.
-    pub async fn rows(
+    /// Every row of a statement as text fields, with named parameters, with or
+    /// without the dialect's settings.
+    async fn collect(
         &self,
         dataset: &str,
         sql: &str,
-        binds: &[KeyPart],
+        params: &[(String, String)],
+        settings: bool,
     ) -> Result<Vec<Vec<Option<String>>>> {
         let mut out = Vec::new();
-        self.run(dataset, sql, &params(binds), true, &mut |l| {
+        self.run(dataset, sql, params, settings, &mut |l| {
             out.push(
                 fields(l)
                     .map(|f| unescape_field(dataset, f))
@@ -437,20 +439,20 @@ impl ClickHouseConnector {
         Ok(out)
     }
 
+    /// Every row of a statement as text fields.
+    pub async fn rows(
+        &self,
+        dataset: &str,
+        sql: &str,
+        binds: &[KeyPart],
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        self.collect(dataset, sql, &params(binds), true).await
+    }
+
     /// Every row of a statement sent without the dialect's settings (tests, and a
     /// server whose version is not known yet).
     pub async fn rows_without_settings(&self, dataset: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
-        let mut out = Vec::new();
-        self.run(dataset, sql, &[], false, &mut |l| {
-            out.push(
-                fields(l)
-                    .map(|f| unescape_field(dataset, f))
-                    .collect::<Result<_>>()?,
-            );
-            Ok(Flow::Go)
-        })
-        .await?;
-        Ok(out)
+        self.collect(dataset, sql, &[], false).await
     }
 
     /// Runs statements (tests and sample data): each ends in `;` and a newline.
@@ -479,12 +481,12 @@ impl ClickHouseConnector {
         let v = self
             .version
             .get_or_try_init(|| async {
-                let mut v = None;
-                self.run(dataset, VERSION_SQL, &[], false, &mut |l| {
-                    v = unescape_field(dataset, l)?;
-                    Ok(Flow::Go)
-                })
-                .await?;
+                let rows = self.collect(dataset, VERSION_SQL, &[], false).await?;
+                let v = rows
+                    .into_iter()
+                    .next()
+                    .and_then(|r| r.into_iter().next())
+                    .flatten();
                 v.ok_or(AgentError::Query {
                     dataset: dataset.into(),
                     kind: "clickhouse answered no version",
@@ -515,17 +517,10 @@ impl ClickHouseConnector {
                         )));
                     }
                 };
-                let mut out = Vec::new();
                 let params = [("db".to_string(), db), ("table".to_string(), table)];
-                self.run(dataset, clickhouse::COLUMNS_SQL, &params, true, &mut |l| {
-                    out.push(
-                        fields(l)
-                            .map(|f| unescape_field(dataset, f))
-                            .collect::<Result<Vec<_>>>()?,
-                    );
-                    Ok(Flow::Go)
-                })
-                .await?;
+                let out = self
+                    .collect(dataset, clickhouse::COLUMNS_SQL, &params, true)
+                    .await?;
                 if out.is_empty() {
                     return Err(AgentError::Query {
                         dataset: dataset.into(),
